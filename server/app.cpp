@@ -1,0 +1,154 @@
+// See app.hpp.
+#include "server/app.hpp"
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <thread>
+
+#include "server/http_server.hpp"
+#include "server/routes.hpp"
+#include "server/store/migrations.hpp"
+
+namespace gpuex {
+namespace {
+
+namespace net = boost::asio;
+
+// Start-up waits for PostgreSQL (it may still be starting beside us), then gives up clearly.
+store::PgConnection connect_with_wait(const ServerConfig& config) {
+  auto deadline = std::chrono::steady_clock::now() + config.db_wait;
+  for (int attempt = 1;; ++attempt) {
+    try {
+      return store::PgConnection::connect(config.dsn, std::chrono::seconds(5));
+    } catch (const store::StoreError& e) {
+      if (std::chrono::steady_clock::now() >= deadline) throw;
+      if (attempt == 1) spdlog::warn("waiting for PostgreSQL: {}", e.what());
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+  }
+}
+
+std::string names(const std::vector<store::Migration>& migrations) {
+  std::string out;
+  for (const auto& m : migrations) out += (out.empty() ? "" : ", ") + std::string(m.name);
+  return out;
+}
+
+void write_port_file(const std::string& path, unsigned short port) {
+  if (path.empty()) return;
+  // Written whole and renamed, so a reader never sees half a number.
+  std::string tmp = path + ".tmp";
+  std::ofstream(tmp) << port << '\n';
+  std::filesystem::rename(tmp, path);
+}
+
+std::optional<net::ssl::context> make_tls(const ServerConfig& config) {
+  if (config.tls_cert.empty() && config.tls_key.empty()) return std::nullopt;
+  if (config.tls_cert.empty() || config.tls_key.empty()) {
+    throw std::invalid_argument("TLS needs both --tls-cert and --tls-key");
+  }
+  net::ssl::context ctx(net::ssl::context::tls_server);
+  ctx.set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 |
+                  net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 |
+                  net::ssl::context::no_tlsv1_1);
+  ctx.use_certificate_chain_file(config.tls_cert);
+  ctx.use_private_key_file(config.tls_key, net::ssl::context::pem);
+  return ctx;
+}
+
+}  // namespace
+
+int migrate(const ServerConfig& config) {
+  auto db = connect_with_wait(config);
+  auto applied = store::apply_migrations(db);
+  if (applied.empty()) {
+    spdlog::info("migrate: {} is up to date ({} migrations)", store::describe_dsn(config.dsn),
+                 store::embedded_migrations().size());
+  } else {
+    spdlog::info("migrate: applied {} to {}", names(applied), store::describe_dsn(config.dsn));
+  }
+  return 0;
+}
+
+int serve(const ServerConfig& config) {
+  auto tls = make_tls(config);
+  (void)parse_listen_address(config.listen);  // fail on a bad address before anything starts
+
+  // The database must be there and current before we take traffic.
+  std::size_t market_count = 0;
+  {
+    auto db = connect_with_wait(config);
+    auto pending = store::pending_migrations(db);
+    if (!pending.empty()) {
+      if (!config.migrate) {
+        spdlog::critical("the database has {} unapplied migration(s): {}; run `gpuexd migrate` or "
+                         "start with --migrate",
+                         pending.size(), names(pending));
+        return 2;
+      }
+      spdlog::info("applied migrations: {}", names(store::apply_migrations(db)));
+    }
+    market_count = static_cast<std::size_t>(db.exec("SELECT count(*) FROM markets").integer(0, 0));
+  }
+
+  net::io_context ioc(static_cast<int>(config.io_threads));
+  Metrics metrics;
+  store::HealthMonitor health(config.dsn, config.health_interval);
+  store::ReadPool reads(config.dsn, config.read_pool_size);
+  Services services{health, reads, metrics};
+
+  http::Router router;
+  add_system_routes(router, services);
+  add_market_routes(router, services);
+
+  HttpServer server(ioc, config, router, metrics, tls ? &*tls : nullptr);
+  auto bound = server.start();
+  write_port_file(config.port_file, bound.port());
+  spdlog::info("gpuexd {} listening on {}://{}:{}, database {}, {} markets", GPUEX_VERSION,
+               tls ? "https" : "http", bound.address().to_string(), bound.port(),
+               store::describe_dsn(config.dsn), market_count);
+
+  // Graceful stop: no new connections, in-flight requests finish, then everything closes.
+  net::signal_set signals(ioc, SIGINT, SIGTERM);
+  net::steady_timer grace(ioc);
+  net::steady_timer poll(ioc);
+  // Stops early once every connection has closed.
+  std::function<void()> stop_when_idle = [&] {
+    if (server.sessions() == 0) return ioc.stop();
+    poll.expires_after(std::chrono::milliseconds(20));
+    poll.async_wait([&](boost::system::error_code e) {
+      if (!e) stop_when_idle();
+    });
+  };
+  signals.async_wait([&](boost::system::error_code ec, int sig) {
+    if (ec) return;
+    spdlog::info("received signal {}: stopping (in-flight requests get {} s)", sig,
+                 config.shutdown_grace.count());
+    server.shutdown();
+    grace.expires_after(config.shutdown_grace);
+    grace.async_wait([&](boost::system::error_code) {
+      if (server.sessions() > 0) spdlog::warn("closing {} connections still open", server.sessions());
+      ioc.stop();
+    });
+    stop_when_idle();
+  });
+
+  std::vector<std::thread> threads;
+  for (unsigned i = 1; i < config.io_threads; ++i) threads.emplace_back([&ioc] { ioc.run(); });
+  ioc.run();
+  for (auto& t : threads) t.join();
+
+  reads.stop();
+  health.stop();
+  spdlog::info("gpuexd stopped");
+  return 0;
+}
+
+}  // namespace gpuex

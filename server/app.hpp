@@ -1,0 +1,14 @@
+// gpuexd's `serve`: checks the database, starts every service, serves until SIGINT/SIGTERM.
+#pragma once
+
+#include "server/config.hpp"
+
+namespace gpuex {
+
+// Runs the server in the calling thread until a stop signal; returns the process exit code.
+int serve(const ServerConfig& config);
+
+// Applies pending migrations (`gpuexd migrate`); returns the process exit code.
+int migrate(const ServerConfig& config);
+
+}  // namespace gpuex

@@ -1,0 +1,32 @@
+// gpuexd's settings: every limit and interval is here, so tests and benches can turn them.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+
+namespace gpuex {
+
+struct ServerConfig {
+  std::string dsn;                          // PostgreSQL URL or key=value string
+  std::string listen = "127.0.0.1:8080";    // host:port; port 0 picks a free one
+  std::string port_file;                    // where to write the bound port (tests use port 0)
+  std::string tls_cert;                     // PEM certificate chain; with tls_key turns on HTTPS
+  std::string tls_key;
+  bool migrate = false;                     // apply pending migrations at start instead of refusing
+  unsigned io_threads = 2;
+  std::size_t read_pool_size = 4;           // connections for reads (markets, analytics)
+  std::chrono::milliseconds health_interval{1000};
+  std::chrono::seconds db_wait{30};         // how long start-up waits for PostgreSQL
+  std::chrono::seconds shutdown_grace{10};  // in-flight requests get this long after SIGTERM
+
+  // HTTP limits.
+  std::size_t body_limit = 64 * 1024;
+  std::size_t header_limit = 16 * 1024;
+  std::chrono::seconds idle_timeout{60};    // keep-alive connection with nothing to read
+  std::chrono::seconds read_timeout{15};    // a request must arrive whole within this
+  std::size_t max_connections = 10'000;
+  std::size_t max_connections_per_ip = 1'000;
+};
+
+}  // namespace gpuex

@@ -1,0 +1,62 @@
+// Accepts HTTP connections, enforces connection limits, and tracks sessions for graceful shutdown.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "server/config.hpp"
+#include "server/http_session.hpp"
+#include "server/metrics.hpp"
+#include "server/router.hpp"
+
+namespace gpuex {
+
+class HttpServer {
+ public:
+  HttpServer(boost::asio::io_context& ioc, const ServerConfig& config, const http::Router& router,
+             Metrics& metrics, boost::asio::ssl::context* tls);
+
+  // Binds `config.listen` and starts accepting; returns the bound endpoint (port 0 picks one).
+  boost::asio::ip::tcp::endpoint start();
+  // Stops accepting; idle connections close now, busy ones after their response.
+  void shutdown();
+  bool stopping() const { return stopping_.load(); }
+  std::size_t sessions() const;
+
+  const ServerConfig& config() const { return config_; }
+  const http::Router& router() const { return router_; }
+  Metrics& metrics() { return metrics_; }
+
+  // Called by sessions as they start and end.
+  void add_session(const std::shared_ptr<http::Session>& session);
+  void remove_session(http::Session* session, const std::string& ip);
+
+ private:
+  void accept();
+  void on_accept(boost::asio::ip::tcp::socket socket);
+  void refuse(boost::asio::ip::tcp::socket socket, std::string_view why);
+
+  boost::asio::io_context& ioc_;
+  const ServerConfig& config_;
+  const http::Router& router_;
+  Metrics& metrics_;
+  boost::asio::ssl::context* tls_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  std::atomic<bool> stopping_{false};
+
+  mutable std::mutex mutex_;
+  std::unordered_map<http::Session*, std::weak_ptr<http::Session>> sessions_;
+  std::unordered_map<std::string, std::size_t> per_ip_;
+};
+
+// Splits "host:port" ("[::1]:8080" for IPv6); throws std::invalid_argument with a clear message.
+boost::asio::ip::tcp::endpoint parse_listen_address(const std::string& listen);
+
+}  // namespace gpuex

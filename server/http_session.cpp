@@ -1,0 +1,235 @@
+// See http_session.hpp. Modelled on Beast's advanced server: one strand per connection, the session
+// kept alive by shared_from_this() in every handler, a timeout on every read and write.
+#include "server/http_session.hpp"
+
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/write.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
+#include <spdlog/spdlog.h>
+
+#include <array>
+#include <optional>
+
+#include "server/http_server.hpp"
+
+namespace gpuex::http {
+namespace {
+
+namespace beast = boost::beast;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kDrainTime = std::chrono::seconds(1);
+constexpr auto kTlsHandshakeTime = std::chrono::seconds(10);
+
+template <class Stream>
+constexpr bool kIsTls = !std::is_same_v<Stream, beast::tcp_stream>;
+
+template <class Stream>
+class HttpSession : public Session, public std::enable_shared_from_this<HttpSession<Stream>> {
+ public:
+  template <class... Args>
+  HttpSession(HttpServer& server, std::string ip, Args&&... args)
+      : stream_(std::forward<Args>(args)...), server_(server), ip_(std::move(ip)) {}
+
+  ~HttpSession() override { server_.remove_session(this, ip_); }
+
+  void run() {
+    net::dispatch(stream_.get_executor(), [self = this->shared_from_this()] {
+      if constexpr (kIsTls<Stream>) {
+        beast::get_lowest_layer(self->stream_).expires_after(kTlsHandshakeTime);
+        self->stream_.async_handshake(net::ssl::stream_base::server,
+                                      [self](beast::error_code ec) {
+                                        if (ec) return;  // not a TLS client, or gone: nothing to say
+                                        self->read();
+                                      });
+      } else {
+        self->read();
+      }
+    });
+  }
+
+  void shutdown() override {
+    net::post(stream_.get_executor(), [self = this->shared_from_this()] {
+      self->closing_ = true;
+      // Between requests: close now. Mid-request: the response goes out with Connection: close.
+      if (!self->busy_) beast::get_lowest_layer(self->stream_).cancel();
+    });
+  }
+
+ private:
+  const ServerConfig& config() const { return server_.config(); }
+
+  void read() {
+    if (closing_) return close();
+    parser_.emplace();
+    parser_->body_limit(config().body_limit);
+    parser_->header_limit(static_cast<std::uint32_t>(config().header_limit));
+    // One deadline for the whole next request: an idle keep-alive connection or a slow sender
+    // (slow loris) is closed when it passes.
+    beast::get_lowest_layer(stream_).expires_after(config().read_timeout);
+    bhttp::async_read(stream_, buffer_, *parser_,
+                      [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
+                        self->on_read(ec);
+                      });
+  }
+
+  void on_read(beast::error_code ec) {
+    if (ec == bhttp::error::end_of_stream || ec == net::error::operation_aborted ||
+        ec == beast::error::timeout || ec == net::error::connection_reset || ec == net::error::eof ||
+        ec == bhttp::error::partial_message) {
+      return close();
+    }
+    started_ = Clock::now();
+    busy_ = true;
+    if (ec == bhttp::error::body_limit) {
+      return fail_request(error_response(Status::payload_too_large, "body_too_large",
+                                         "the request body is over " +
+                                             std::to_string(config().body_limit / 1024) + " KiB"));
+    }
+    if (ec == bhttp::error::header_limit) {
+      return fail_request(error_response(Status::request_header_fields_too_large, "headers_too_large",
+                                         "the request headers are over " +
+                                             std::to_string(config().header_limit / 1024) + " KiB"));
+    }
+    if (ec) {
+      if (ec.category() != beast::error_code(bhttp::error::bad_target).category()) return close();  // socket error
+      return fail_request(error_response(Status::bad_request, "malformed_request",
+                                         "the request is not valid HTTP/1.1: " + ec.message()));
+    }
+    dispatch_request();
+  }
+
+  // A request we will not route: answer it, then close without reading further.
+  void fail_request(Response res) {
+    closing_ = true;
+    route_ = "(unrouted)";
+    method_ = parser_->get().method_string();
+    send(std::move(res));
+  }
+
+  void dispatch_request() {
+    const Request& req = parser_->get();
+    method_ = req.method_string();
+    std::string_view target = req.target();
+    auto path = target.substr(0, target.find('?'));
+    auto match = server_.router().match(req.method(), path);
+    route_ = match.pattern.empty() ? "(unknown)" : match.pattern;
+
+    if (!match.handler) {
+      if (match.allow.empty()) {
+        return send(error_response(Status::not_found, "not_found", "no such route: " + std::string(path)));
+      }
+      auto res = error_response(Status::method_not_allowed, "method_not_allowed",
+                                std::string(req.method_string()) + " is not allowed here; use " + match.allow);
+      res.set(bhttp::field::allow, match.allow);
+      return send(std::move(res));
+    }
+
+    RequestContext ctx{req, std::move(match.params), ip_};
+    // The handler may answer later from another thread (a database read); the answer hops back
+    // onto this connection's strand.
+    Respond respond = [self = this->shared_from_this()](Response res) {
+      net::post(self->stream_.get_executor(),
+                [self, res = std::move(res)]() mutable { self->send(std::move(res)); });
+    };
+    try {
+      (*match.handler)(ctx, std::move(respond));
+    } catch (const std::exception& e) {
+      spdlog::error("http: {} {} failed: {}", req.method_string(), path, e.what());
+      send(error_response(Status::internal_server_error, "internal_error", "the server failed this request"));
+    }
+  }
+
+  void send(Response res) {
+    server_.metrics().record_request(method_, route_, res.result_int(), Clock::now() - started_);
+    bool keep_alive = !closing_ && !server_.stopping() && parser_->get().keep_alive();
+    res.keep_alive(keep_alive);
+    res.set(bhttp::field::server, "gpuexd/" GPUEX_VERSION);
+    response_ = std::make_shared<Response>(std::move(res));
+    beast::get_lowest_layer(stream_).expires_after(config().read_timeout);
+    bhttp::async_write(stream_, *response_,
+                       [self = this->shared_from_this(), keep_alive](beast::error_code ec, std::size_t) {
+                         self->on_write(ec, keep_alive);
+                       });
+  }
+
+  void on_write(beast::error_code ec, bool keep_alive) {
+    busy_ = false;
+    response_.reset();
+    if (ec) return close();
+    if (!keep_alive) {
+      // The client may still be sending a body we refused: drain it briefly so it can read our
+      // answer before the connection closes (a close with unread data sends a reset).
+      if (!parser_->is_done()) return drain();
+      return close();
+    }
+    read();
+  }
+
+  void drain() {
+    beast::error_code ignored;
+    beast::get_lowest_layer(stream_).socket().shutdown(tcp::socket::shutdown_send, ignored);
+    beast::get_lowest_layer(stream_).expires_after(kDrainTime);
+    drain_some();
+  }
+
+  void drain_some() {
+    stream_.async_read_some(net::buffer(drain_buffer_),
+                            [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
+                              if (ec) return self->close();
+                              self->drain_some();
+                            });
+  }
+
+  void close() {
+    beast::error_code ignored;
+    if constexpr (kIsTls<Stream>) {
+      beast::get_lowest_layer(stream_).expires_after(std::chrono::seconds(2));
+      stream_.async_shutdown([self = this->shared_from_this()](beast::error_code) {
+        beast::error_code e;
+        beast::get_lowest_layer(self->stream_).socket().close(e);
+      });
+    } else {
+      stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+      stream_.socket().close(ignored);
+    }
+  }
+
+  Stream stream_;
+  HttpServer& server_;
+  std::string ip_;
+  beast::flat_buffer buffer_;
+  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  std::shared_ptr<Response> response_;
+  std::array<char, 4096> drain_buffer_{};
+  Clock::time_point started_{};
+  std::string method_;
+  std::string route_;
+  bool busy_ = false;     // a request is being handled or its response written
+  bool closing_ = false;  // close after the current response
+};
+
+}  // namespace
+
+void start_session(tcp::socket socket, net::ssl::context* tls, HttpServer& server, std::string ip) {
+  std::shared_ptr<Session> session;
+  if (tls) {
+    auto s = std::make_shared<HttpSession<beast::ssl_stream<beast::tcp_stream>>>(server, std::move(ip),
+                                                                                  std::move(socket), *tls);
+    s->run();
+    session = std::move(s);
+  } else {
+    auto s = std::make_shared<HttpSession<beast::tcp_stream>>(server, std::move(ip), std::move(socket));
+    s->run();
+    session = std::move(s);
+  }
+  server.add_session(session);
+}
+
+}  // namespace gpuex::http

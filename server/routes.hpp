@@ -1,0 +1,23 @@
+// The HTTP routes of gpuexd, grouped by area; each group adds itself to the router.
+#pragma once
+
+#include "server/metrics.hpp"
+#include "server/router.hpp"
+#include "server/store/health_monitor.hpp"
+#include "server/store/read_pool.hpp"
+
+namespace gpuex {
+
+// What route handlers may use. Owned by the App; outlives every request.
+struct Services {
+  store::HealthMonitor& health;
+  store::ReadPool& reads;
+  Metrics& metrics;
+};
+
+// /healthz, /readyz, /metrics.
+void add_system_routes(http::Router& router, Services& services);
+// /v1/markets.
+void add_market_routes(http::Router& router, Services& services);
+
+}  // namespace gpuex

@@ -1,0 +1,93 @@
+// libpq wrappers: see connection.hpp.
+#include "server/store/connection.hpp"
+
+#include <charconv>
+
+namespace gpuex::store {
+
+std::string_view PgResult::text(int row, int col) const {
+  if (row < 0 || row >= rows() || col < 0 || col >= columns()) {
+    throw std::out_of_range("PgResult: no cell at row " + std::to_string(row) + ", column " +
+                            std::to_string(col));
+  }
+  return {PQgetvalue(res_.get(), row, col),
+          static_cast<std::size_t>(PQgetlength(res_.get(), row, col))};
+}
+
+long long PgResult::integer(int row, int col) const {
+  auto s = text(row, col);
+  long long v = 0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || ptr != s.data() + s.size()) {
+    throw StoreError("expected an integer in column " + std::to_string(col) + ", got '" +
+                     std::string(s) + "'");
+  }
+  return v;
+}
+
+PgConnection PgConnection::connect(const std::string& dsn, std::chrono::seconds connect_timeout) {
+  const std::string timeout = std::to_string(connect_timeout.count());
+  const char* keys[] = {"dbname", "connect_timeout", "application_name", nullptr};
+  const char* values[] = {dsn.c_str(), timeout.c_str(), "gpuexd", nullptr};
+  // expand_dbname=1: the dsn may be a URL or key=value string; later keys fill what it leaves out.
+  PGconn* raw = PQconnectdbParams(keys, values, 1);
+  PgConnection conn(raw);
+  if (raw == nullptr) throw StoreError("out of memory creating a PostgreSQL connection");
+  if (PQstatus(raw) != CONNECTION_OK) {
+    std::string msg = PQerrorMessage(raw);
+    while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+    throw StoreError("cannot connect to PostgreSQL at " + describe_dsn(dsn) + ": " + msg);
+  }
+  // Notices ("table exists, skipping") are not errors; keep them off stderr.
+  PQsetNoticeProcessor(raw, [](void*, const char*) {}, nullptr);
+  return conn;
+}
+
+namespace {
+[[noreturn]] void throw_result_error(PGconn* conn, PGresult* res) {
+  std::string msg = res ? PQresultErrorMessage(res) : PQerrorMessage(conn);
+  while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+  if (res) PQclear(res);
+  throw StoreError(msg.empty() ? "PostgreSQL statement failed" : msg);
+}
+}  // namespace
+
+PgResult PgConnection::exec(const char* sql, const std::vector<Param>& params) {
+  std::vector<const char*> values;
+  values.reserve(params.size());
+  for (const auto& p : params) values.push_back(p ? p->c_str() : nullptr);
+  PGresult* res = PQexecParams(conn_.get(), sql, static_cast<int>(values.size()), nullptr,
+                               values.data(), nullptr, nullptr, 0);
+  auto status = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
+  if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) throw_result_error(conn_.get(), res);
+  return PgResult(res);
+}
+
+void PgConnection::exec_script(std::string_view sql) {
+  std::string text(sql);
+  PGresult* res = PQexec(conn_.get(), text.c_str());
+  auto status = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
+  if (status != PGRES_COMMAND_OK && status != PGRES_TUPLES_OK) throw_result_error(conn_.get(), res);
+  PQclear(res);
+}
+
+std::string describe_dsn(const std::string& dsn) {
+  char* err = nullptr;
+  PQconninfoOption* opts = PQconninfoParse(dsn.c_str(), &err);
+  if (opts == nullptr) {
+    if (err) PQfreemem(err);
+    return "(unparsable DSN)";
+  }
+  std::string host, port, db;
+  for (auto* o = opts; o->keyword; ++o) {
+    if (!o->val) continue;
+    std::string_view key = o->keyword;
+    if (key == "host" || key == "hostaddr") host = o->val;
+    if (key == "port") port = o->val;
+    if (key == "dbname") db = o->val;
+  }
+  PQconninfoFree(opts);
+  return (host.empty() ? "localhost" : host) + ":" + (port.empty() ? "5432" : port) + "/" + db;
+}
+
+}  // namespace gpuex::store

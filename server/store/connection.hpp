@@ -1,0 +1,64 @@
+// A libpq connection and result with RAII, parameterised queries only, and errors as StoreError.
+#pragma once
+
+#include <libpq-fe.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gpuex::store {
+
+// The database cannot be reached or failed a statement: an infrastructure failure, not bad input.
+class StoreError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// One result set, text format. Row and column indexes are checked.
+class PgResult {
+ public:
+  explicit PgResult(PGresult* res) : res_(res, &PQclear) {}
+  int rows() const { return PQntuples(res_.get()); }
+  int columns() const { return PQnfields(res_.get()); }
+  bool is_null(int row, int col) const { return PQgetisnull(res_.get(), row, col) != 0; }
+  std::string_view text(int row, int col) const;
+  long long integer(int row, int col) const;
+  std::string affected() const { return PQcmdTuples(res_.get()); }
+
+ private:
+  std::unique_ptr<PGresult, decltype(&PQclear)> res_;
+};
+
+// A query parameter in text form; nullopt is SQL NULL.
+using Param = std::optional<std::string>;
+
+class PgConnection {
+ public:
+  // Connects or throws StoreError; `connect_timeout` bounds the wait on an unreachable server.
+  static PgConnection connect(const std::string& dsn,
+                              std::chrono::seconds connect_timeout = std::chrono::seconds(5));
+
+  PgResult exec(const char* sql, const std::vector<Param>& params = {});
+  // Runs several statements with no parameters (migrations, BEGIN/COMMIT).
+  void exec_script(std::string_view sql);
+
+  bool healthy() const { return PQstatus(conn_.get()) == CONNECTION_OK; }
+  std::string host() const { return PQhost(conn_.get()); }
+  std::string port() const { return PQport(conn_.get()); }
+  std::string database() const { return PQdb(conn_.get()); }
+  PGconn* raw() { return conn_.get(); }
+
+ private:
+  explicit PgConnection(PGconn* conn) : conn_(conn, &PQfinish) {}
+  std::unique_ptr<PGconn, decltype(&PQfinish)> conn_;
+};
+
+// "host:port/db" of a DSN without its password, for logs.
+std::string describe_dsn(const std::string& dsn);
+
+}  // namespace gpuex::store

@@ -1,0 +1,51 @@
+// See read_pool.hpp.
+#include "server/store/read_pool.hpp"
+
+#include <boost/asio/post.hpp>
+
+namespace gpuex::store {
+
+ReadPool::ReadPool(std::string dsn, std::size_t threads) : dsn_(std::move(dsn)), threads_(threads) {}
+
+ReadPool::~ReadPool() { stop(); }
+
+void ReadPool::stop() { threads_.join(); }
+
+PgConnection ReadPool::acquire() {
+  {
+    std::lock_guard lock(mutex_);
+    while (!idle_.empty()) {
+      PgConnection conn = std::move(idle_.back());
+      idle_.pop_back();
+      if (conn.healthy()) return conn;
+    }
+  }
+  return PgConnection::connect(dsn_, std::chrono::seconds(2));
+}
+
+void ReadPool::release(PgConnection conn) {
+  if (!conn.healthy()) return;
+  std::lock_guard lock(mutex_);
+  idle_.push_back(std::move(conn));
+}
+
+void ReadPool::submit(std::function<void(PgConnection&)> job,
+                      std::function<void(const std::string&)> on_error) {
+  boost::asio::post(threads_, [this, job = std::move(job), on_error = std::move(on_error)] {
+    try {
+      PgConnection conn = acquire();
+      try {
+        job(conn);
+      } catch (const StoreError&) {
+        // A failed statement may leave the connection in a bad state; a broken one is dropped.
+        release(std::move(conn));
+        throw;
+      }
+      release(std::move(conn));
+    } catch (const StoreError& e) {
+      on_error(e.what());
+    }
+  });
+}
+
+}  // namespace gpuex::store

@@ -1,0 +1,149 @@
+// gpuexd against a real PostgreSQL over real sockets: start-up, migrations, markets, errors, shutdown.
+#include <signal.h>
+
+#include <boost/json.hpp>
+#include <catch2/catch.hpp>
+#include <filesystem>
+
+#include "server/store/connection.hpp"
+#include "support/cluster.hpp"
+#include "support/http_client.hpp"
+
+using namespace gpuex::test;
+
+namespace {
+std::size_t migration_files() {
+  std::size_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(std::string(GPUEX_SOURCE_DIR) + "/migrations")) {
+    if (e.path().extension() == ".sql") ++n;
+  }
+  return n;
+}
+
+const boost::json::object* find_market(const boost::json::array& markets, std::string_view id) {
+  for (const auto& m : markets) {
+    if (m.as_object().at("id").as_string() == id) return &m.as_object();
+  }
+  return nullptr;
+}
+}  // namespace
+
+TEST_CASE("gpuexd is ready and lists the seeded markets from PostgreSQL") {
+  TestDatabase db;
+  Gpuexd server(db.dsn());
+  HttpClient client(server.port());
+
+  CHECK(client.get("/healthz").status == 200);
+  REQUIRE(wait_for_status(server.port(), "/readyz", 200, std::chrono::seconds(10)));
+
+  auto reply = client.get("/v1/markets");
+  REQUIRE(reply.status == 200);
+  CHECK(reply.headers["content-type"] == "application/json");
+  auto body = reply.json();
+  const auto& markets = body.at("markets").as_array();
+  // data/gpu-models.csv has 15 models.
+  CHECK(markets.size() == 15);
+
+  const auto* h100 = find_market(markets, "H100-SXM-80G");
+  REQUIRE(h100);
+  CHECK(h100->at("perf_factor").as_string() == "1.000000");  // the reference unit
+  CHECK(h100->at("tick_size").as_string() == "0.0001");
+  CHECK(h100->at("memory_gb").as_int64() == 80);
+  CHECK(h100->at("halted").as_bool() == false);
+
+  // 756 / 989 dense BF16 TFLOPS = 0.7644084..., to 6 decimals.
+  const auto* pcie = find_market(markets, "H100-PCIE-80G");
+  REQUIRE(pcie);
+  CHECK(pcie->at("perf_factor").as_string() == "0.764408");
+  // 2250 / 989 = 2.2750252...
+  const auto* b200 = find_market(markets, "B200-180G");
+  REQUIRE(b200);
+  CHECK(b200->at("perf_factor").as_string() == "2.275025");
+
+  // The markets really come from PostgreSQL: a row added there shows up.
+  auto conn = gpuex::store::PgConnection::connect(db.dsn());
+  conn.exec("INSERT INTO markets (id, vendor, name, memory_gb, bf16_dense_tflops, mem_bw_tbps, tdp_w, perf_factor) "
+            "VALUES ('TEST-GPU-1G', 'Test', 'Test GPU', 1, 989, 1, 1, 1)");
+  CHECK(client.get("/v1/markets").json().at("markets").as_array().size() == 16);
+}
+
+TEST_CASE("unknown routes are 404 and wrong methods 405, as JSON errors") {
+  TestDatabase db;
+  Gpuexd server(db.dsn());
+  HttpClient client(server.port());
+
+  auto missing = client.get("/v1/no-such-thing");
+  CHECK(missing.status == 404);
+  CHECK(missing.json().at("error").at("code").as_string() == "not_found");
+
+  auto wrong = client.request("DELETE", "/v1/markets");
+  CHECK(wrong.status == 405);
+  CHECK(wrong.json().at("error").at("code").as_string() == "method_not_allowed");
+  CHECK(wrong.headers["allow"] == "GET");
+
+  // An over-long body is refused with 413 before the connection closes, and the server goes on.
+  auto big = client.request("POST", "/v1/markets", std::string(100 * 1024, 'x'));
+  CHECK(big.status == 413);
+  CHECK(big.json().at("error").at("code").as_string() == "body_too_large");
+  CHECK(client.get("/healthz").status == 200);
+}
+
+TEST_CASE("metrics count requests by route and status and report the store") {
+  TestDatabase db;
+  Gpuexd server(db.dsn());
+  HttpClient client(server.port());
+  REQUIRE(wait_for_status(server.port(), "/readyz", 200, std::chrono::seconds(10)));
+  for (int i = 0; i < 3; ++i) REQUIRE(client.get("/v1/markets").status == 200);
+  client.get("/v1/nothing");
+
+  auto text = client.get("/metrics").body;
+  CHECK_THAT(text, Catch::Contains(R"x(gpuex_http_requests_total{route="/v1/markets",method="GET",status="200"} 3)x"));
+  CHECK_THAT(text, Catch::Contains(R"x(gpuex_http_requests_total{route="(unknown)",method="GET",status="404"} 1)x"));
+  CHECK_THAT(text, Catch::Contains(R"x(gpuex_http_request_duration_seconds_count{route="/v1/markets"} 3)x"));
+  CHECK_THAT(text, Catch::Contains("gpuex_store_up 1"));
+}
+
+TEST_CASE("serve refuses a database with unapplied migrations unless told to migrate") {
+  TestDatabase db;
+  auto refused = run_gpuexd({"serve", "--dsn", db.dsn(), "--listen", "127.0.0.1:0"});
+  CHECK(refused.exit_code == 2);
+  CHECK_THAT(refused.output, Catch::Contains("unapplied migration"));
+
+  Gpuexd server(db.dsn(), {"--migrate"}, /*migrate_first=*/false);
+  HttpClient client(server.port());
+  CHECK(client.get("/v1/markets").status == 200);
+}
+
+TEST_CASE("migrate applies every migration exactly once") {
+  TestDatabase db;
+  auto first = run_gpuexd({"migrate", "--dsn", db.dsn()});
+  REQUIRE(first.exit_code == 0);
+  CHECK_THAT(first.output, Catch::Contains("applied"));
+  auto second = run_gpuexd({"migrate", "--dsn", db.dsn()});
+  REQUIRE(second.exit_code == 0);
+  CHECK_THAT(second.output, Catch::Contains("up to date"));
+
+  auto conn = gpuex::store::PgConnection::connect(db.dsn());
+  CHECK(static_cast<std::size_t>(conn.exec("SELECT count(*) FROM schema_migrations").integer(0, 0)) ==
+        migration_files());
+  CHECK(conn.exec("SELECT count(*) FROM markets").integer(0, 0) == 15);
+}
+
+TEST_CASE("SIGTERM stops gpuexd cleanly") {
+  TestDatabase db;
+  Gpuexd server(db.dsn());
+  HttpClient client(server.port());
+  REQUIRE(client.get("/healthz").status == 200);  // a keep-alive connection stays open
+  CHECK(server.stop() == 0);
+  CHECK_THAT(server.log(), Catch::Contains("gpuexd stopped"));
+}
+
+TEST_CASE("bad start-up settings fail with a clear message") {
+  auto bad_listen = run_gpuexd({"serve", "--dsn", "postgresql://127.0.0.1:1/none", "--listen", "nowhere"});
+  CHECK(bad_listen.exit_code != 0);
+  CHECK_THAT(bad_listen.output, Catch::Contains("HOST:PORT"));
+
+  auto no_db = run_gpuexd({"migrate", "--dsn", "postgresql://postgres@127.0.0.1:1/none", "--db-wait-s", "0"});
+  CHECK(no_db.exit_code == 1);
+  CHECK_THAT(no_db.output, Catch::Contains("cannot connect to PostgreSQL"));
+}

@@ -1,0 +1,98 @@
+// See cluster.hpp.
+#include "support/cluster.hpp"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "server/store/connection.hpp"
+#include "support/http_client.hpp"
+
+namespace gpuex::test {
+
+std::string test_dsn() {
+  const char* dsn = std::getenv("GPUEX_TEST_DSN");
+  if (!dsn || !*dsn) FAIL("GPUEX_TEST_DSN is not set: run the integration tests through scripts/test");
+  return dsn;
+}
+
+namespace {
+// The same URL with another database name (the last path segment).
+std::string with_database(const std::string& dsn, const std::string& db) {
+  auto slash = dsn.rfind('/');
+  if (slash == std::string::npos || dsn.find("://") == std::string::npos) {
+    FAIL("GPUEX_TEST_DSN must be a postgresql:// URL, got " << dsn);
+  }
+  auto query = dsn.find('?', slash);
+  return dsn.substr(0, slash + 1) + db + (query == std::string::npos ? "" : dsn.substr(query));
+}
+}  // namespace
+
+TestDatabase::TestDatabase() {
+  static std::atomic<int> counter{0};
+  name_ = "gpuex_t_" + std::to_string(::getpid()) + "_" + std::to_string(counter++);
+  auto admin = store::PgConnection::connect(with_database(test_dsn(), "postgres"));
+  admin.exec_script("DROP DATABASE IF EXISTS " + name_);
+  admin.exec_script("CREATE DATABASE " + name_);
+  dsn_ = with_database(test_dsn(), name_);
+}
+
+TestDatabase::~TestDatabase() {
+  try {
+    auto admin = store::PgConnection::connect(with_database(test_dsn(), "postgres"));
+    admin.exec_script("DROP DATABASE IF EXISTS " + name_ + " WITH (FORCE)");
+  } catch (const std::exception&) {
+    // The cluster may be down on purpose in this test; scripts/test starts from a clean slate anyway.
+  }
+}
+
+RunResult run_gpuexd(std::vector<std::string> args) {
+  args.insert(args.begin(), GPUEX_GPUEXD_PATH);
+  return run_command(std::move(args));
+}
+
+Gpuexd::Gpuexd(const std::string& dsn, std::vector<std::string> extra_args, bool migrate_first) {
+  if (migrate_first) {
+    auto migrated = run_gpuexd({"migrate", "--dsn", dsn});
+    INFO(migrated.output);
+    REQUIRE(migrated.exit_code == 0);
+  }
+  std::string port_file = scratch_path("gpuexd.port");
+  std::vector<std::string> argv = {GPUEX_GPUEXD_PATH, "serve",           "--dsn", dsn,
+                                   "--listen",        "127.0.0.1:0",     "--port-file", port_file,
+                                   "--health-interval-ms", "100", "--shutdown-grace-s", "5"};
+  argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+  process_ = std::make_unique<Process>(argv, scratch_path("gpuexd.log"));
+
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (port_ == 0) {
+    std::ifstream in(port_file);
+    unsigned port = 0;
+    if (in >> port && port > 0) port_ = static_cast<unsigned short>(port);
+    if (port_ == 0) {
+      if (!process_->running()) FAIL("gpuexd exited before listening:\n" << process_->log());
+      if (std::chrono::steady_clock::now() > deadline) FAIL("gpuexd did not listen within 60 s:\n" << process_->log());
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  if (!wait_for_status(port_, "/healthz", 200, std::chrono::seconds(10))) {
+    FAIL("gpuexd does not answer /healthz:\n" << process_->log());
+  }
+}
+
+Gpuexd::~Gpuexd() {
+  if (process_ && process_->running()) stop(5);
+}
+
+int Gpuexd::stop(int timeout_s) {
+  process_->signal(SIGTERM);
+  auto code = process_->wait(std::chrono::seconds(timeout_s));
+  return code ? *code : -1;
+}
+
+}  // namespace gpuex::test

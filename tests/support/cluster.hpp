@@ -1,0 +1,51 @@
+// The PostgreSQL the integration tests use, and the gpuexd processes they start against it.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "support/process.hpp"
+
+namespace gpuex::test {
+
+// GPUEX_TEST_DSN (set by scripts/test to the private test cluster); fails the test when unset.
+std::string test_dsn();
+
+// A fresh, empty database on the test cluster, dropped when this goes out of scope.
+class TestDatabase {
+ public:
+  TestDatabase();
+  ~TestDatabase();
+  TestDatabase(const TestDatabase&) = delete;
+  TestDatabase& operator=(const TestDatabase&) = delete;
+  const std::string& dsn() const { return dsn_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  std::string name_;
+  std::string dsn_;
+};
+
+// A real gpuexd, started on a free loopback port and waited for until /healthz answers.
+class Gpuexd {
+ public:
+  // `extra_args` are appended to `serve`; `migrate_first` runs `gpuexd migrate` before it.
+  explicit Gpuexd(const std::string& dsn, std::vector<std::string> extra_args = {}, bool migrate_first = true);
+  ~Gpuexd();
+
+  unsigned short port() const { return port_; }
+  Process& process() { return *process_; }
+  std::string log() const { return process_->log(); }
+  // SIGTERM, then the exit code (or -1 if it did not exit within `timeout_s`).
+  int stop(int timeout_s = 20);
+
+ private:
+  std::unique_ptr<Process> process_;
+  unsigned short port_ = 0;
+};
+
+// Runs `gpuexd ARGS...` to completion; returns exit code and output.
+RunResult run_gpuexd(std::vector<std::string> args);
+
+}  // namespace gpuex::test
