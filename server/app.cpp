@@ -7,11 +7,15 @@
 #include <boost/asio/steady_timer.hpp>
 #include <spdlog/spdlog.h>
 
+#include <boost/json.hpp>
+
 #include <filesystem>
+#include <iostream>
 #include <fstream>
 #include <optional>
 #include <thread>
 
+#include "server/auth.hpp"
 #include "server/http_server.hpp"
 #include "server/routes.hpp"
 #include "server/store/migrations.hpp"
@@ -77,6 +81,36 @@ int migrate(const ServerConfig& config) {
   return 0;
 }
 
+int admin_create_account(const ServerConfig& config, const std::string& name, const std::string& scope_list) {
+  auto scopes = parse_scopes(scope_list);
+  if (!scopes) {
+    spdlog::critical("--scopes must be a comma-separated list of read, trade, provide, admin");
+    return 2;
+  }
+  if (name.empty() || name.size() > 100) {
+    spdlog::critical("--name must have 1 to 100 characters");
+    return 2;
+  }
+  auto db = connect_with_wait(config);
+  if (!store::pending_migrations(db).empty()) {
+    spdlog::critical("the database has unapplied migrations; run `gpuexd migrate` first");
+    return 2;
+  }
+  auto [id, key] = create_account(db, name, *scopes);
+  boost::json::array scope_names;
+  for (auto s : {Scope::read, Scope::trade, Scope::provide, Scope::admin}) {
+    if (has_scope(*scopes, s)) scope_names.emplace_back(scopes_to_string(static_cast<Scopes>(s)));
+  }
+  // The key goes to stdout only (logs go to stderr): `gpuexd admin create-account ... | jq -r .api_key`.
+  std::cout << boost::json::serialize(boost::json::object{{"account_id", std::to_string(id)},
+                                                          {"name", name},
+                                                          {"key_id", key.id},
+                                                          {"api_key", key.key},
+                                                          {"scopes", scope_names}})
+            << std::endl;
+  return 0;
+}
+
 int serve(const ServerConfig& config) {
   auto tls = make_tls(config);
   (void)parse_listen_address(config.listen);  // fail on a bad address before anything starts
@@ -101,12 +135,17 @@ int serve(const ServerConfig& config) {
   net::io_context ioc(static_cast<int>(config.io_threads));
   Metrics metrics;
   store::HealthMonitor health(config.dsn, config.health_interval);
-  store::ReadPool reads(config.dsn, config.read_pool_size);
-  Services services{health, reads, metrics};
+  store::QueryPool queries(config.dsn, config.query_pool_size);
+  KeyStore keys(queries);
+  RateLimiter per_key(config.key_rate_per_s, config.key_burst);
+  RateLimiter per_ip(config.ip_rate_per_s, config.ip_burst);
+  Gate gate(keys, per_key, per_ip);
+  Services services{health, queries, metrics, keys, gate};
 
   http::Router router;
   add_system_routes(router, services);
   add_market_routes(router, services);
+  add_account_routes(router, services);
 
   HttpServer server(ioc, config, router, metrics, tls ? &*tls : nullptr);
   auto bound = server.start();
@@ -145,7 +184,7 @@ int serve(const ServerConfig& config) {
   ioc.run();
   for (auto& t : threads) t.join();
 
-  reads.stop();
+  queries.stop();
   health.stop();
   spdlog::info("gpuexd stopped");
   return 0;

@@ -1,6 +1,8 @@
 // gpuexd's `serve`: checks the database, starts every service, serves until SIGINT/SIGTERM.
 #pragma once
 
+#include <string>
+
 #include "server/config.hpp"
 
 namespace gpuex {
@@ -10,5 +12,8 @@ int serve(const ServerConfig& config);
 
 // Applies pending migrations (`gpuexd migrate`); returns the process exit code.
 int migrate(const ServerConfig& config);
+
+// `gpuexd admin create-account`: prints the new account and its key (shown once) as JSON.
+int admin_create_account(const ServerConfig& config, const std::string& name, const std::string& scopes);
 
 }  // namespace gpuex

@@ -15,7 +15,13 @@ struct ServerConfig {
   std::string tls_key;
   bool migrate = false;                     // apply pending migrations at start instead of refusing
   unsigned io_threads = 2;
-  std::size_t read_pool_size = 4;           // connections for reads (markets, analytics)
+  std::size_t query_pool_size = 4;          // connections for reads and admin writes
+
+  // Rate limits (API.md): per API key, and per client IP for public data.
+  double key_rate_per_s = 100;
+  double key_burst = 200;
+  double ip_rate_per_s = 50;
+  double ip_burst = 100;
   std::chrono::milliseconds health_interval{1000};
   std::chrono::seconds db_wait{30};         // how long start-up waits for PostgreSQL
   std::chrono::seconds shutdown_grace{10};  // in-flight requests get this long after SIGTERM

@@ -67,6 +67,7 @@ class HttpSession : public Session, public std::enable_shared_from_this<HttpSess
 
   void read() {
     if (closing_) return close();
+    ctx_.reset();
     parser_.emplace();
     parser_->body_limit(config().body_limit);
     parser_->header_limit(static_cast<std::uint32_t>(config().header_limit));
@@ -131,7 +132,7 @@ class HttpSession : public Session, public std::enable_shared_from_this<HttpSess
       return send(std::move(res));
     }
 
-    RequestContext ctx{req, std::move(match.params), ip_};
+    ctx_.emplace(req, std::move(match.params), ip_, std::nullopt);
     // The handler may answer later from another thread (a database read); the answer hops back
     // onto this connection's strand.
     Respond respond = [self = this->shared_from_this()](Response res) {
@@ -139,7 +140,7 @@ class HttpSession : public Session, public std::enable_shared_from_this<HttpSess
                 [self, res = std::move(res)]() mutable { self->send(std::move(res)); });
     };
     try {
-      (*match.handler)(ctx, std::move(respond));
+      (*match.handler)(*ctx_, std::move(respond));
     } catch (const std::exception& e) {
       spdlog::error("http: {} {} failed: {}", req.method_string(), path, e.what());
       send(error_response(Status::internal_server_error, "internal_error", "the server failed this request"));
@@ -206,6 +207,7 @@ class HttpSession : public Session, public std::enable_shared_from_this<HttpSess
   std::string ip_;
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  std::optional<RequestContext> ctx_;  // the request being handled, until its response is written
   std::shared_ptr<Response> response_;
   std::array<char, 4096> drain_buffer_{};
   Clock::time_point started_{};

@@ -1,5 +1,6 @@
 // gpuexd: the gpuex exchange server. Sub-commands: serve, migrate.
 #include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "server/app.hpp"
@@ -43,7 +44,7 @@ int main(int argc, char** argv) {
   serve->add_option("--io-threads", config.io_threads, "Threads serving connections")
       ->check(CLI::Range(1u, 64u))
       ->capture_default_str();
-  serve->add_option("--read-pool", config.read_pool_size, "PostgreSQL connections for reads")
+  serve->add_option("--query-pool", config.query_pool_size, "PostgreSQL connections for queries outside the engine")
       ->check(CLI::Range(std::size_t{1}, std::size_t{64}))
       ->capture_default_str();
   serve->add_option("--health-interval-ms", config.health_interval, "How often PostgreSQL is probed")
@@ -53,6 +54,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   serve->add_option("--read-timeout-s", config.read_timeout, "A request must arrive whole within this")
       ->capture_default_str();
+  serve->add_option("--key-rate", config.key_rate_per_s, "Requests per second per API key")->capture_default_str();
+  serve->add_option("--key-burst", config.key_burst, "Burst per API key")->capture_default_str();
+  serve->add_option("--ip-rate", config.ip_rate_per_s, "Public requests per second per client IP")
+      ->capture_default_str();
+  serve->add_option("--ip-burst", config.ip_burst, "Public burst per client IP")->capture_default_str();
   serve->add_option("--max-connections", config.max_connections, "Open connections in total")
       ->capture_default_str();
   serve->add_option("--max-connections-per-ip", config.max_connections_per_ip, "Open connections per client IP")
@@ -61,12 +67,23 @@ int main(int argc, char** argv) {
   auto* migrate = app.add_subcommand("migrate", "Apply pending database migrations and exit");
   add_database_options(*migrate, config);
 
+  auto* admin = app.add_subcommand("admin", "Administration on the database directly");
+  admin->require_subcommand(1);
+  auto* create_account = admin->add_subcommand("create-account", "Create an account and print its first API key");
+  add_database_options(*create_account, config);
+  std::string account_name, account_scopes;
+  create_account->add_option("--name", account_name, "Account name")->required();
+  create_account->add_option("--scopes", account_scopes, "Comma-separated: read, trade, provide, admin")->required();
+
   CLI11_PARSE(app, argc, argv);
 
+  // Logs go to stderr; stdout carries only what a command prints for scripts (an API key, say).
+  spdlog::set_default_logger(spdlog::stderr_color_mt("gpuexd"));
   spdlog::set_level(spdlog::level::from_str(log_level));
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e%z %^%l%$ %v");
   try {
     if (*serve) return gpuex::serve(config);
+    if (*create_account) return gpuex::admin_create_account(config, account_name, account_scopes);
     return gpuex::migrate(config);
   } catch (const gpuex::store::StoreError& e) {
     spdlog::critical("database: {}", e.what());

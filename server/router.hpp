@@ -3,21 +3,26 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "server/http_response.hpp"
+#include "server/principal.hpp"
 
 namespace gpuex::http {
 
 // Sends the response; may be called from any thread, exactly once.
 using Respond = std::function<void(Response)>;
 
+// One request as handlers see it. It lives until the response is sent, so a handler that answers
+// later (after a database read) may keep a reference.
 struct RequestContext {
   const Request& request;
   std::map<std::string, std::string, std::less<>> path_params;
   std::string remote_address;
+  std::optional<Principal> principal;  // set by the gate on authenticated routes
 };
 
 using Handler = std::function<void(RequestContext& ctx, Respond respond)>;

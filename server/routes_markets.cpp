@@ -15,8 +15,8 @@ FROM markets ORDER BY id)sql";
 }  // namespace
 
 void add_market_routes(http::Router& router, Services& services) {
-  router.add(verb::get, "/v1/markets", [&services](http::RequestContext&, http::Respond respond) {
-    services.reads.submit(
+  router.add(verb::get, "/v1/markets", services.gate.open([&services](http::RequestContext&, http::Respond respond) {
+    services.queries.submit(
         [respond](store::PgConnection& db) {
           auto rows = db.exec(kSelectMarkets);
           boost::json::array markets;
@@ -37,7 +37,7 @@ void add_market_routes(http::Router& router, Services& services) {
           respond(http::error_response(http::Status::service_unavailable, "store_unavailable",
                                        "the market list cannot be read: PostgreSQL does not answer"));
         });
-  });
+  }));
 }
 
 }  // namespace gpuex

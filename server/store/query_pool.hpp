@@ -1,4 +1,5 @@
-// Read queries on their own PostgreSQL connections and threads, never on I/O or engine threads.
+// PostgreSQL work outside the engine's write path (reads, account and key admin), on its own
+// connections and threads, never on I/O or engine threads.
 #pragma once
 
 #include <boost/asio/thread_pool.hpp>
@@ -12,12 +13,12 @@
 
 namespace gpuex::store {
 
-class ReadPool {
+class QueryPool {
  public:
-  ReadPool(std::string dsn, std::size_t threads);
-  ~ReadPool();
-  ReadPool(const ReadPool&) = delete;
-  ReadPool& operator=(const ReadPool&) = delete;
+  QueryPool(std::string dsn, std::size_t threads);
+  ~QueryPool();
+  QueryPool(const QueryPool&) = delete;
+  QueryPool& operator=(const QueryPool&) = delete;
 
   // Runs `job` on a pool thread with a healthy connection. When no connection can be had, or the job
   // throws StoreError, `on_error` runs instead (on the same pool thread) with the message.

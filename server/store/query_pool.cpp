@@ -1,17 +1,17 @@
-// See read_pool.hpp.
-#include "server/store/read_pool.hpp"
+// See query_pool.hpp.
+#include "server/store/query_pool.hpp"
 
 #include <boost/asio/post.hpp>
 
 namespace gpuex::store {
 
-ReadPool::ReadPool(std::string dsn, std::size_t threads) : dsn_(std::move(dsn)), threads_(threads) {}
+QueryPool::QueryPool(std::string dsn, std::size_t threads) : dsn_(std::move(dsn)), threads_(threads) {}
 
-ReadPool::~ReadPool() { stop(); }
+QueryPool::~QueryPool() { stop(); }
 
-void ReadPool::stop() { threads_.join(); }
+void QueryPool::stop() { threads_.join(); }
 
-PgConnection ReadPool::acquire() {
+PgConnection QueryPool::acquire() {
   {
     std::lock_guard lock(mutex_);
     while (!idle_.empty()) {
@@ -23,13 +23,13 @@ PgConnection ReadPool::acquire() {
   return PgConnection::connect(dsn_, std::chrono::seconds(2));
 }
 
-void ReadPool::release(PgConnection conn) {
+void QueryPool::release(PgConnection conn) {
   if (!conn.healthy()) return;
   std::lock_guard lock(mutex_);
   idle_.push_back(std::move(conn));
 }
 
-void ReadPool::submit(std::function<void(PgConnection&)> job,
+void QueryPool::submit(std::function<void(PgConnection&)> job,
                       std::function<void(const std::string&)> on_error) {
   boost::asio::post(threads_, [this, job = std::move(job), on_error = std::move(on_error)] {
     try {

@@ -1,0 +1,179 @@
+// See auth.hpp.
+#include "server/auth.hpp"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+
+#include <stdexcept>
+
+namespace gpuex {
+namespace {
+
+constexpr const char* kInsertAccount = "INSERT INTO accounts (name) VALUES ($1) RETURNING id";
+constexpr const char* kInsertKey =
+    "INSERT INTO api_keys (id, account_id, key_sha256, scopes) VALUES ($1, $2::bigint, $3::bytea, $4::text[])";
+constexpr const char* kSelectKey =
+    "SELECT account_id, key_sha256, array_to_string(scopes, ','), revoked_at IS NOT NULL "
+    "FROM api_keys WHERE id = $1";
+
+constexpr std::string_view kKeyPrefix = "gpx_";
+constexpr std::size_t kIdHex = 16;
+constexpr std::size_t kSecretHex = 64;
+
+std::string hex(const unsigned char* data, std::size_t n) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(n * 2);
+  for (std::size_t i = 0; i < n; ++i) {
+    out += kHex[data[i] >> 4];
+    out += kHex[data[i] & 15];
+  }
+  return out;
+}
+
+bool is_hex(std::string_view s) {
+  for (char c : s) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+std::string random_hex(std::size_t bytes) {
+  std::array<unsigned char, 64> buf{};
+  if (bytes > buf.size() || RAND_bytes(buf.data(), static_cast<int>(bytes)) != 1) {
+    throw std::runtime_error("the system's random generator failed");
+  }
+  return hex(buf.data(), bytes);
+}
+
+std::string to_bytea(const KeyHash& hash) { return "\\x" + hex(hash.data(), hash.size()); }
+
+std::optional<KeyHash> from_bytea(std::string_view text) {
+  if (text.size() != 2 + 64 || text.substr(0, 2) != "\\x") return std::nullopt;
+  KeyHash out{};
+  auto nibble = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    out[i] = static_cast<unsigned char>(nibble(text[2 + 2 * i]) * 16 + nibble(text[3 + 2 * i]));
+  }
+  return out;
+}
+
+std::string pg_array(Scopes scopes) { return "{" + scopes_to_string(scopes) + "}"; }
+
+}  // namespace
+
+std::optional<Scopes> parse_scopes(std::string_view list) {
+  Scopes out = 0;
+  while (!list.empty()) {
+    auto comma = list.find(',');
+    auto word = list.substr(0, comma);
+    list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
+    if (word == "read") out |= static_cast<Scopes>(Scope::read);
+    else if (word == "trade") out |= static_cast<Scopes>(Scope::trade);
+    else if (word == "provide") out |= static_cast<Scopes>(Scope::provide);
+    else if (word == "admin") out |= static_cast<Scopes>(Scope::admin);
+    else return std::nullopt;
+  }
+  if (out == 0) return std::nullopt;
+  return out;
+}
+
+std::string scopes_to_string(Scopes scopes) {
+  std::string out;
+  for (auto [scope, name] : {std::pair{Scope::read, "read"}, {Scope::trade, "trade"},
+                             {Scope::provide, "provide"}, {Scope::admin, "admin"}}) {
+    if (has_scope(scopes, scope)) out += (out.empty() ? "" : ",") + std::string(name);
+  }
+  return out;
+}
+
+KeyHash hash_key(std::string_view key) {
+  KeyHash out{};
+  unsigned int len = 0;
+  EVP_Digest(key.data(), key.size(), out.data(), &len, EVP_sha256(), nullptr);
+  return out;
+}
+
+NewKey generate_key() {
+  NewKey k;
+  k.id = "k_" + random_hex(kIdHex / 2);
+  k.key = std::string(kKeyPrefix) + k.id + "_" + random_hex(kSecretHex / 2);
+  k.hash = hash_key(k.key);
+  return k;
+}
+
+std::optional<std::string> key_id_of(std::string_view key) {
+  // gpx_ k_ <16 hex> _ <64 hex>
+  if (key.size() != kKeyPrefix.size() + 2 + kIdHex + 1 + kSecretHex) return std::nullopt;
+  if (key.substr(0, kKeyPrefix.size()) != kKeyPrefix) return std::nullopt;
+  auto id = key.substr(kKeyPrefix.size(), 2 + kIdHex);
+  if (id.substr(0, 2) != "k_" || !is_hex(id.substr(2)) || key[kKeyPrefix.size() + 2 + kIdHex] != '_' ||
+      !is_hex(key.substr(key.size() - kSecretHex))) {
+    return std::nullopt;
+  }
+  return std::string(id);
+}
+
+NewKey create_key(store::PgConnection& db, std::int64_t account_id, Scopes scopes) {
+  NewKey k = generate_key();
+  db.exec(kInsertKey, {k.id, std::to_string(account_id), to_bytea(k.hash), pg_array(scopes)});
+  return k;
+}
+
+std::pair<std::int64_t, NewKey> create_account(store::PgConnection& db, std::string_view name, Scopes scopes) {
+  db.exec_script("BEGIN");
+  try {
+    auto id = db.exec(kInsertAccount, {std::string(name)}).integer(0, 0);
+    NewKey k = create_key(db, id, scopes);
+    db.exec_script("COMMIT");
+    return {id, std::move(k)};
+  } catch (...) {
+    if (db.healthy()) db.exec_script("ROLLBACK");
+    throw;
+  }
+}
+
+bool KeyStore::matches(const Entry& entry, const KeyHash& hash) {
+  return !entry.revoked && CRYPTO_memcmp(entry.hash.data(), hash.data(), hash.size()) == 0;
+}
+
+void KeyStore::authenticate(std::string_view key, std::function<void(Outcome, Principal)> done) {
+  auto id = key_id_of(key);
+  if (!id) return done(Outcome::unknown, {});
+  KeyHash hash = hash_key(key);
+  {
+    std::lock_guard lock(mutex_);
+    auto it = cache_.find(*id);
+    if (it != cache_.end()) {
+      if (matches(it->second, hash)) return done(Outcome::ok, it->second.principal);
+      return done(Outcome::unknown, {});
+    }
+  }
+  queries_.submit(
+      [this, id = *id, hash, done](store::PgConnection& db) {
+        auto row = db.exec(kSelectKey, {id});
+        if (row.rows() == 0) return done(Outcome::unknown, {});
+        auto stored = from_bytea(row.text(0, 1));
+        auto scopes = parse_scopes(row.text(0, 2));
+        if (!stored || !scopes) return done(Outcome::unknown, {});
+        Entry entry{*stored, Principal{row.integer(0, 0), id, *scopes}, row.text(0, 3) == "t"};
+        {
+          // A revocation that raced with this lookup wins: its tombstone stays.
+          std::lock_guard lock(mutex_);
+          auto [it, inserted] = cache_.try_emplace(id, entry);
+          if (!inserted && !it->second.revoked) it->second = entry;
+          entry = it->second;
+        }
+        bool ok = matches(entry, hash);
+        done(ok ? Outcome::ok : Outcome::unknown, ok ? entry.principal : Principal{});
+      },
+      [done](const std::string&) { done(Outcome::store_unavailable, {}); });
+}
+
+void KeyStore::revoke(const std::string& key_id) {
+  std::lock_guard lock(mutex_);
+  cache_[key_id].revoked = true;  // a tombstone if it was not cached
+}
+
+}  // namespace gpuex

@@ -1,0 +1,64 @@
+// API keys: 256-bit random secrets, stored as SHA-256, checked in constant time, with scopes.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "server/principal.hpp"
+#include "server/store/connection.hpp"
+#include "server/store/query_pool.hpp"
+
+namespace gpuex {
+
+using KeyHash = std::array<unsigned char, 32>;
+
+// A new key: "gpx_" + id (k_ + 16 hex) + "_" + 64 hex of secret. The id is public; the whole string
+// is the secret the client sends.
+struct NewKey {
+  std::string id;
+  std::string key;
+  KeyHash hash;
+};
+NewKey generate_key();
+KeyHash hash_key(std::string_view key);
+// The id inside a key string, if it has the right shape.
+std::optional<std::string> key_id_of(std::string_view key);
+
+// Creates an account with one key, in one transaction; returns (account id, key).
+std::pair<std::int64_t, NewKey> create_account(store::PgConnection& db, std::string_view name, Scopes scopes);
+NewKey create_key(store::PgConnection& db, std::int64_t account_id, Scopes scopes);
+
+// Checks bearer keys. Known keys are cached in memory; a key not in the cache is looked up in
+// PostgreSQL once (keys created by `gpuexd admin` while the server runs). Revocation through this
+// server takes effect at once.
+class KeyStore {
+ public:
+  explicit KeyStore(store::QueryPool& queries) : queries_(queries) {}
+
+  enum class Outcome { ok, unknown, store_unavailable };
+  // Calls `done` exactly once, possibly on another thread.
+  void authenticate(std::string_view key, std::function<void(Outcome, Principal)> done);
+
+  // Forget a key now (after it was revoked in the database).
+  void revoke(const std::string& key_id);
+
+ private:
+  struct Entry {
+    KeyHash hash;
+    Principal principal;
+    bool revoked = false;
+  };
+  static bool matches(const Entry& entry, const KeyHash& hash);
+
+  store::QueryPool& queries_;
+  std::mutex mutex_;
+  std::unordered_map<std::string, Entry> cache_;
+};
+
+}  // namespace gpuex

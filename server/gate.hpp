@@ -1,0 +1,30 @@
+// What every route passes before its handler: rate limits (per IP for public data, per key for
+// accounts), authentication and scopes. Adds RateLimit-* headers to the answer.
+#pragma once
+
+#include "server/auth.hpp"
+#include "server/rate_limiter.hpp"
+#include "server/router.hpp"
+
+namespace gpuex {
+
+class Gate {
+ public:
+  Gate(KeyStore& keys, RateLimiter& per_key, RateLimiter& per_ip)
+      : keys_(keys), per_key_(per_key), per_ip_(per_ip) {}
+
+  // Public market data: no key, limited per client IP.
+  http::Handler open(http::Handler handler);
+  // Needs a valid key holding at least one of `any_of`; limited per key.
+  http::Handler scoped(Scopes any_of, http::Handler handler);
+
+ private:
+  KeyStore& keys_;
+  RateLimiter& per_key_;
+  RateLimiter& per_ip_;
+};
+
+// The bearer token of an Authorization header, if it has one.
+std::optional<std::string_view> bearer_token(const http::Request& request);
+
+}  // namespace gpuex

@@ -1,0 +1,154 @@
+// See json_fields.hpp.
+#include "server/json_fields.hpp"
+
+#include <boost/json/parse.hpp>
+
+#include <algorithm>
+
+#include "server/decimal.hpp"
+#include "server/rfc3339.hpp"
+
+namespace gpuex {
+
+std::variant<boost::json::object, http::Response> parse_json_body(const http::Request& request) {
+  boost::json::parse_options options;
+  options.max_depth = 16;
+  boost::system::error_code ec;
+  auto value = boost::json::parse(request.body(), ec, {}, options);
+  if (ec) {
+    return http::error_response(http::Status::bad_request, "malformed_json",
+                                "the body is not valid JSON: " + ec.message());
+  }
+  if (!value.is_object()) {
+    return http::error_response(http::Status::bad_request, "malformed_json", "the body must be a JSON object");
+  }
+  return std::move(value.as_object());
+}
+
+void JsonFields::fail(std::string_view code, std::string_view field, std::string message) {
+  if (!error_) error_ = http::error_response(http::Status::bad_request, code, message, field);
+}
+
+const boost::json::value* JsonFields::lookup(std::string_view name, Need need) {
+  seen_.emplace_back(name);
+  auto it = body_.find(name);
+  if (it == body_.end() || it->value().is_null()) {
+    if (need == Need::required) fail("missing_field", name, std::string(name) + " is required");
+    return nullptr;
+  }
+  return &it->value();
+}
+
+std::optional<std::string> JsonFields::string(std::string_view name, Need need, std::size_t max_length) {
+  const auto* v = lookup(name, need);
+  if (!v) return std::nullopt;
+  if (!v->is_string()) {
+    fail("invalid_field", name, std::string(name) + " must be a string");
+    return std::nullopt;
+  }
+  const auto& s = v->get_string();
+  if (s.size() > max_length) {
+    fail("invalid_field", name, std::string(name) + " is longer than " + std::to_string(max_length) + " characters");
+    return std::nullopt;
+  }
+  return std::string(s);
+}
+
+std::optional<std::string> JsonFields::one_of(std::string_view name, Need need,
+                                              std::initializer_list<std::string_view> allowed) {
+  auto s = string(name, need, 64);
+  if (!s) return std::nullopt;
+  if (std::find(allowed.begin(), allowed.end(), *s) == allowed.end()) {
+    std::string list;
+    for (auto a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
+    fail("invalid_field", name, std::string(name) + " must be one of: " + list);
+    return std::nullopt;
+  }
+  return s;
+}
+
+std::optional<std::int64_t> JsonFields::integer(std::string_view name, Need need, std::int64_t min, std::int64_t max) {
+  const auto* v = lookup(name, need);
+  if (!v) return std::nullopt;
+  std::optional<std::int64_t> n;
+  if (v->is_int64()) n = v->get_int64();
+  if (v->is_uint64() && v->get_uint64() <= static_cast<std::uint64_t>(max)) n = static_cast<std::int64_t>(v->get_uint64());
+  if (!n || *n < min || *n > max) {
+    fail("invalid_field", name,
+         std::string(name) + " must be a whole number from " + std::to_string(min) + " to " + std::to_string(max));
+    return std::nullopt;
+  }
+  return n;
+}
+
+std::optional<bool> JsonFields::boolean(std::string_view name, Need need) {
+  const auto* v = lookup(name, need);
+  if (!v) return std::nullopt;
+  if (!v->is_bool()) {
+    fail("invalid_field", name, std::string(name) + " must be true or false");
+    return std::nullopt;
+  }
+  return v->get_bool();
+}
+
+std::optional<std::int64_t> JsonFields::decimal(std::string_view name, Need need, int scale, std::int64_t min,
+                                                std::int64_t max) {
+  const auto* v = lookup(name, need);
+  if (!v) return std::nullopt;
+  std::optional<std::int64_t> n;
+  if (v->is_string()) n = parse_fixed(v->get_string(), scale);
+  if (!n || *n < min || *n > max) {
+    fail("invalid_field", name,
+         std::string(name) + " must be a decimal string from " + format_fixed(min, scale, 0) + " to " +
+             format_fixed(max, scale, 0) + " with at most " + std::to_string(scale) + " decimals, e.g. \"2.05\"");
+    return std::nullopt;
+  }
+  return n;
+}
+
+std::optional<std::int64_t> JsonFields::time(std::string_view name, Need need) {
+  const auto* v = lookup(name, need);
+  if (!v) return std::nullopt;
+  std::optional<std::int64_t> t;
+  if (v->is_string()) t = parse_rfc3339(v->get_string());
+  if (!t) {
+    fail("invalid_field", name, std::string(name) + " must be an RFC 3339 time, e.g. \"2027-01-01T00:00:00Z\"");
+    return std::nullopt;
+  }
+  return t;
+}
+
+std::optional<std::vector<std::string>> JsonFields::strings(std::string_view name, Need need, std::size_t max_items,
+                                                            std::size_t max_length) {
+  const auto* v = lookup(name, need);
+  if (!v) return std::nullopt;
+  if (!v->is_array() || v->get_array().size() > max_items) {
+    fail("invalid_field", name,
+         std::string(name) + " must be an array of at most " + std::to_string(max_items) + " strings");
+    return std::nullopt;
+  }
+  std::vector<std::string> out;
+  for (const auto& item : v->get_array()) {
+    if (!item.is_string() || item.get_string().size() > max_length) {
+      fail("invalid_field", name, std::string(name) + " must hold strings of at most " + std::to_string(max_length) +
+                                      " characters");
+      return std::nullopt;
+    }
+    out.emplace_back(item.get_string());
+  }
+  return out;
+}
+
+std::optional<http::Response> JsonFields::finish() {
+  if (!error_) {
+    for (const auto& kv : body_) {
+      if (std::find(seen_.begin(), seen_.end(), kv.key()) == seen_.end()) {
+        fail("unknown_field", kv.key(), "unknown field: " + std::string(kv.key()));
+        break;
+      }
+    }
+  }
+  return error_;
+}
+
+}  // namespace gpuex

@@ -1,0 +1,57 @@
+// Strict reading of JSON request bodies: exact types, limits on every field, unknown fields refused.
+// The first problem found becomes the 400 answer, naming the field at fault.
+#pragma once
+
+#include <boost/json/object.hpp>
+
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "server/http_response.hpp"
+
+namespace gpuex {
+
+// The body as a JSON object, or the 400 to send (malformed_json).
+std::variant<boost::json::object, http::Response> parse_json_body(const http::Request& request);
+
+enum class Need { required, optional };
+
+class JsonFields {
+ public:
+  explicit JsonFields(const boost::json::object& body) : body_(body) {}
+
+  std::optional<std::string> string(std::string_view name, Need need, std::size_t max_length = 200);
+  // One of `allowed` exactly.
+  std::optional<std::string> one_of(std::string_view name, Need need, std::initializer_list<std::string_view> allowed);
+  std::optional<std::int64_t> integer(std::string_view name, Need need, std::int64_t min, std::int64_t max);
+  std::optional<bool> boolean(std::string_view name, Need need);
+  // A decimal string ("2.05") as value x 10^scale, within [min, max] in those units.
+  std::optional<std::int64_t> decimal(std::string_view name, Need need, int scale, std::int64_t min, std::int64_t max);
+  // An RFC 3339 time as Unix seconds.
+  std::optional<std::int64_t> time(std::string_view name, Need need);
+  std::optional<std::vector<std::string>> strings(std::string_view name, Need need, std::size_t max_items,
+                                                  std::size_t max_length);
+
+  bool has(std::string_view name) const { return body_.contains(name); }
+  // Records a rule broken by a combination of fields (first problem wins).
+  void fail(std::string_view code, std::string_view field, std::string message);
+
+  // Call after reading every field the route knows: any other field is `unknown_field`. Returns the
+  // 400 to send, or nullopt when the body was good.
+  std::optional<http::Response> finish();
+  bool ok() const { return !error_; }
+
+ private:
+  const boost::json::value* lookup(std::string_view name, Need need);
+
+  const boost::json::object& body_;
+  std::vector<std::string> seen_;
+  std::optional<http::Response> error_;
+};
+
+}  // namespace gpuex

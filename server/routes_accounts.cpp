@@ -1,0 +1,122 @@
+// Admin: accounts and their API keys. A key is returned once, at creation; only its hash is kept.
+#include <boost/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <charconv>
+
+#include "server/json_fields.hpp"
+#include "server/routes.hpp"
+
+namespace gpuex {
+
+using http::bhttp::verb;
+
+namespace {
+
+constexpr const char* kAccountExists = "SELECT 1 FROM accounts WHERE id = $1::bigint";
+constexpr const char* kRevokeKey =
+    "UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1 "
+    "RETURNING account_id, to_char(revoked_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')";
+
+http::Response store_unavailable() {
+  return http::error_response(http::Status::service_unavailable, "store_unavailable",
+                              "PostgreSQL does not answer; nothing was changed");
+}
+
+// Reads {"scopes": ["read", "trade", ...]} into bits.
+std::optional<Scopes> read_scopes(JsonFields& fields) {
+  auto list = fields.strings("scopes", Need::required, 4, 16);
+  if (!list) return std::nullopt;
+  std::string joined;
+  for (const auto& s : *list) joined += (joined.empty() ? "" : ",") + s;
+  auto scopes = parse_scopes(joined);
+  if (!scopes) fields.fail("invalid_field", "scopes", "scopes must be a non-empty list of read, trade, provide, admin");
+  return scopes;
+}
+
+boost::json::object key_json(const NewKey& key, std::int64_t account_id, Scopes scopes) {
+  boost::json::array scope_list;
+  auto text = scopes_to_string(scopes);
+  for (std::size_t i = 0; i < text.size();) {
+    auto comma = text.find(',', i);
+    if (comma == std::string::npos) comma = text.size();
+    scope_list.emplace_back(text.substr(i, comma - i));
+    i = comma + 1;
+  }
+  return {{"id", key.id}, {"account_id", std::to_string(account_id)}, {"api_key", key.key}, {"scopes", scope_list}};
+}
+
+std::optional<std::int64_t> parse_id(std::string_view text) {
+  std::int64_t v = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || ptr != text.data() + text.size() || v <= 0) return std::nullopt;
+  return v;
+}
+
+}  // namespace
+
+void add_account_routes(http::Router& router, Services& services) {
+  const Scopes admin = static_cast<Scopes>(Scope::admin);
+
+  router.add(verb::post, "/v1/accounts", services.gate.scoped(admin, [&services](http::RequestContext& ctx,
+                                                                                 http::Respond respond) {
+    auto body = parse_json_body(ctx.request);
+    if (auto* err = std::get_if<http::Response>(&body)) return respond(std::move(*err));
+    JsonFields fields(std::get<boost::json::object>(body));
+    auto name = fields.string("name", Need::required, 100);
+    auto scopes = read_scopes(fields);
+    if (name && name->empty()) fields.fail("invalid_field", "name", "name must not be empty");
+    if (auto err = fields.finish()) return respond(std::move(*err));
+
+    services.queries.submit(
+        [respond, name = *name, scopes = *scopes, by = ctx.principal->account_id](store::PgConnection& db) {
+          auto [id, key] = create_account(db, name, scopes);
+          spdlog::info("admin: account {} created account {} ({}) with key {} [{}]", by, id, name, key.id,
+                       scopes_to_string(scopes));
+          respond(http::json_response(
+              http::Status::created,
+              {{"account", {{"id", std::to_string(id)}, {"name", name}}}, {"api_key", key_json(key, id, scopes)}}));
+        },
+        [respond](const std::string&) { respond(store_unavailable()); });
+  }));
+
+  router.add(verb::post, "/v1/accounts/{id}/keys", services.gate.scoped(admin, [&services](http::RequestContext& ctx,
+                                                                                           http::Respond respond) {
+    auto account = parse_id(ctx.path_params.at("id"));
+    if (!account) return respond(http::error_response(http::Status::not_found, "not_found", "no such account"));
+    auto body = parse_json_body(ctx.request);
+    if (auto* err = std::get_if<http::Response>(&body)) return respond(std::move(*err));
+    JsonFields fields(std::get<boost::json::object>(body));
+    auto scopes = read_scopes(fields);
+    if (auto err = fields.finish()) return respond(std::move(*err));
+
+    services.queries.submit(
+        [respond, account = *account, scopes = *scopes](store::PgConnection& db) {
+          if (db.exec(kAccountExists, {std::to_string(account)}).rows() == 0) {
+            return respond(http::error_response(http::Status::not_found, "not_found", "no such account"));
+          }
+          auto key = create_key(db, account, scopes);
+          spdlog::info("admin: key {} issued to account {} [{}]", key.id, account, scopes_to_string(scopes));
+          respond(http::json_response(http::Status::created, key_json(key, account, scopes)));
+        },
+        [respond](const std::string&) { respond(store_unavailable()); });
+  }));
+
+  router.add(verb::delete_, "/v1/keys/{key_id}", services.gate.scoped(admin, [&services](http::RequestContext& ctx,
+                                                                                         http::Respond respond) {
+    std::string key_id = ctx.path_params.at("key_id");
+    services.queries.submit(
+        [&services, respond, key_id](store::PgConnection& db) {
+          auto row = db.exec(kRevokeKey, {key_id});
+          if (row.rows() == 0) return respond(http::error_response(http::Status::not_found, "not_found", "no such key"));
+          services.keys.revoke(key_id);  // after the commit: no request is let in by this key from now on
+          spdlog::info("admin: key {} revoked", key_id);
+          respond(http::json_response(http::Status::ok, {{"id", key_id},
+                                                         {"account_id", std::string(row.text(0, 0))},
+                                                         {"revoked_at", std::string(row.text(0, 1))}}));
+        },
+        [respond](const std::string&) { respond(store_unavailable()); });
+  }));
+}
+
+}  // namespace gpuex

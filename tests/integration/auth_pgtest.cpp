@@ -1,0 +1,195 @@
+// Accounts and API keys over real HTTP: scopes, revocation at once, hashes only, rate limits.
+#include <boost/json.hpp>
+#include <catch2/catch.hpp>
+
+#include "server/auth.hpp"
+#include "server/store/connection.hpp"
+#include "support/cluster.hpp"
+#include "support/http_client.hpp"
+
+using namespace gpuex::test;
+
+namespace {
+
+struct CreatedAccount {
+  std::string account_id;
+  std::string key_id;
+  std::string api_key;
+};
+
+CreatedAccount cli_create_account(const std::string& dsn, const std::string& name, const std::string& scopes) {
+  auto r = run_gpuexd({"admin", "create-account", "--dsn", dsn, "--name", name, "--scopes", scopes});
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  // stdout carries one JSON line; logs (if any) are on stderr, captured in the same file here.
+  auto start = r.output.find("{\"account_id\"");
+  REQUIRE(start != std::string::npos);
+  auto json = boost::json::parse(r.output.substr(start, r.output.find('\n', start) - start)).as_object();
+  return {std::string(json.at("account_id").as_string()), std::string(json.at("key_id").as_string()),
+          std::string(json.at("api_key").as_string())};
+}
+
+std::vector<std::pair<std::string, std::string>> bearer(const std::string& key) {
+  return {{"Authorization", "Bearer " + key}};
+}
+
+std::string error_code(const HttpReply& reply) {
+  return std::string(reply.json().at("error").at("code").as_string());
+}
+
+}  // namespace
+
+TEST_CASE("admin keys create accounts and keys; scopes are enforced") {
+  TestDatabase db;
+  REQUIRE(run_gpuexd({"migrate", "--dsn", db.dsn()}).exit_code == 0);
+  auto ops = cli_create_account(db.dsn(), "ops", "admin");
+  Gpuexd server(db.dsn(), {}, /*migrate_first=*/false);
+  HttpClient client(server.port());
+
+  auto created = client.request("POST", "/v1/accounts", R"({"name": "acme", "scopes": ["read", "trade"]})",
+                                bearer(ops.api_key));
+  REQUIRE(created.status == 201);
+  auto body = created.json();
+  std::string acme_id(body.at("account").at("id").as_string());
+  std::string acme_key(body.at("api_key").at("api_key").as_string());
+  CHECK(body.at("account").at("name").as_string() == "acme");
+  CHECK(body.at("api_key").at("scopes") == boost::json::parse(R"(["read","trade"])"));
+  CHECK(created.headers.count("ratelimit-limit") == 1);
+  CHECK(created.headers.count("ratelimit-remaining") == 1);
+
+  // A trade key is not an admin key: scopes are independent.
+  auto forbidden = client.request("POST", "/v1/accounts", R"({"name": "x", "scopes": ["read"]})", bearer(acme_key));
+  CHECK(forbidden.status == 403);
+  CHECK(error_code(forbidden) == "forbidden");
+
+  // No key, a malformed key, a well-formed unknown key.
+  auto none = client.request("POST", "/v1/accounts", R"({"name": "x", "scopes": ["read"]})");
+  CHECK(none.status == 401);
+  CHECK(error_code(none) == "unauthenticated");
+  CHECK(client.request("POST", "/v1/accounts", "{}", bearer("not-a-key")).status == 401);
+  auto forged = gpuex::generate_key();
+  CHECK(client.request("POST", "/v1/accounts", "{}", bearer(forged.key)).status == 401);
+  // The right id with a wrong secret.
+  std::string tampered = ops.api_key;
+  tampered.back() = tampered.back() == '0' ? '1' : '0';
+  CHECK(client.request("POST", "/v1/accounts", "{}", bearer(tampered)).status == 401);
+
+  // A second key for acme, then an unknown account.
+  auto issued = client.request("POST", "/v1/accounts/" + acme_id + "/keys", R"({"scopes": ["provide"]})",
+                               bearer(ops.api_key));
+  REQUIRE(issued.status == 201);
+  CHECK(issued.json().at("account_id").as_string() == acme_id);
+  CHECK(client.request("POST", "/v1/accounts/999999/keys", R"({"scopes": ["read"]})", bearer(ops.api_key)).status == 404);
+  CHECK(client.request("POST", "/v1/accounts/abc/keys", R"({"scopes": ["read"]})", bearer(ops.api_key)).status == 404);
+
+  // A key made with the CLI while the server runs works at once.
+  auto late = cli_create_account(db.dsn(), "late-admin", "admin,read");
+  CHECK(client.request("POST", "/v1/accounts", R"({"name": "y", "scopes": ["read"]})", bearer(late.api_key)).status == 201);
+}
+
+TEST_CASE("a revoked key stops working at once") {
+  TestDatabase db;
+  REQUIRE(run_gpuexd({"migrate", "--dsn", db.dsn()}).exit_code == 0);
+  auto ops = cli_create_account(db.dsn(), "ops", "admin");
+  auto other = cli_create_account(db.dsn(), "other-admin", "admin");
+  Gpuexd server(db.dsn(), {}, false);
+  HttpClient client(server.port());
+
+  // Used once (cached), then revoked by another admin.
+  REQUIRE(client.request("POST", "/v1/accounts", R"({"name": "a", "scopes": ["read"]})", bearer(other.api_key)).status == 201);
+  auto revoked = client.request("DELETE", "/v1/keys/" + other.key_id, "", bearer(ops.api_key));
+  REQUIRE(revoked.status == 200);
+  CHECK(revoked.json().at("id").as_string() == other.key_id);
+  auto after = client.request("POST", "/v1/accounts", R"({"name": "b", "scopes": ["read"]})", bearer(other.api_key));
+  CHECK(after.status == 401);
+  CHECK(client.request("DELETE", "/v1/keys/k_0000000000000000", "", bearer(ops.api_key)).status == 404);
+
+  // And after a restart, from the database.
+  server.stop();
+  Gpuexd again(db.dsn(), {}, false);
+  HttpClient client2(again.port());
+  CHECK(client2.request("POST", "/v1/accounts", R"({"name": "c", "scopes": ["read"]})", bearer(other.api_key)).status == 401);
+  CHECK(client2.request("POST", "/v1/accounts", R"({"name": "c", "scopes": ["read"]})", bearer(ops.api_key)).status == 201);
+}
+
+TEST_CASE("keys are stored only as SHA-256 hashes") {
+  TestDatabase db;
+  REQUIRE(run_gpuexd({"migrate", "--dsn", db.dsn()}).exit_code == 0);
+  auto ops = cli_create_account(db.dsn(), "ops", "admin");
+  CHECK(ops.api_key.size() == 4 + 18 + 1 + 64);  // gpx_ + k_<16 hex> + _ + 256 bits in hex
+
+  auto conn = gpuex::store::PgConnection::connect(db.dsn());
+  auto row = conn.exec("SELECT encode(key_sha256, 'hex'), api_keys::text FROM api_keys WHERE id = $1", {ops.key_id});
+  REQUIRE(row.rows() == 1);
+  auto hash = gpuex::hash_key(ops.api_key);
+  std::string hex;
+  for (unsigned char c : hash) {
+    static const char* d = "0123456789abcdef";
+    hex += d[c >> 4];
+    hex += d[c & 15];
+  }
+  CHECK(row.text(0, 0) == hex);
+  std::string secret = ops.api_key.substr(ops.api_key.size() - 64);
+  CHECK(std::string(row.text(0, 1)).find(secret) == std::string::npos);
+}
+
+TEST_CASE("bad admin bodies get 400 with the field at fault") {
+  TestDatabase db;
+  REQUIRE(run_gpuexd({"migrate", "--dsn", db.dsn()}).exit_code == 0);
+  auto ops = cli_create_account(db.dsn(), "ops", "admin");
+  Gpuexd server(db.dsn(), {}, false);
+  HttpClient client(server.port());
+
+  struct Case {
+    const char* body;
+    const char* code;
+    const char* field;
+  };
+  for (const Case& c : {Case{"{", "malformed_json", ""}, Case{"[]", "malformed_json", ""},
+                        Case{R"({"scopes": ["read"]})", "missing_field", "name"},
+                        Case{R"({"name": 5, "scopes": ["read"]})", "invalid_field", "name"},
+                        Case{R"({"name": "", "scopes": ["read"]})", "invalid_field", "name"},
+                        Case{R"({"name": "a", "scopes": ["root"]})", "invalid_field", "scopes"},
+                        Case{R"({"name": "a", "scopes": []})", "invalid_field", "scopes"},
+                        Case{R"({"name": "a", "scopes": "read"})", "invalid_field", "scopes"},
+                        Case{R"({"name": "a", "scopes": ["read"], "admin": true})", "unknown_field", "admin"},
+                        Case{R"({"name": "Robert'); DROP TABLE accounts;--", "scopes": ["read", 1]})", "invalid_field", "scopes"}}) {
+    INFO(c.body);
+    auto reply = client.request("POST", "/v1/accounts", c.body, bearer(ops.api_key));
+    CHECK(reply.status == 400);
+    CHECK(error_code(reply) == c.code);
+    if (*c.field) CHECK(reply.json().at("error").at("field").as_string() == c.field);
+  }
+  // SQL in a string is data, nothing more.
+  auto odd = client.request("POST", "/v1/accounts", R"({"name": "Robert'); DROP TABLE accounts;--", "scopes": ["read"]})",
+                            bearer(ops.api_key));
+  CHECK(odd.status == 201);
+  CHECK(odd.json().at("account").at("name").as_string() == "Robert'); DROP TABLE accounts;--");
+}
+
+TEST_CASE("rate limits answer 429 with Retry-After and publish their headers") {
+  TestDatabase db;
+  REQUIRE(run_gpuexd({"migrate", "--dsn", db.dsn()}).exit_code == 0);
+  auto ops = cli_create_account(db.dsn(), "ops", "admin");
+  Gpuexd server(db.dsn(), {"--key-rate", "0.5", "--key-burst", "3", "--ip-rate", "0.5", "--ip-burst", "2"}, false);
+  HttpClient client(server.port());
+
+  std::vector<unsigned> statuses;
+  for (int i = 0; i < 4; ++i) {
+    statuses.push_back(client.request("POST", "/v1/accounts/999999/keys", R"({"scopes": ["read"]})", bearer(ops.api_key)).status);
+  }
+  CHECK(statuses == std::vector<unsigned>{404, 404, 404, 429});
+  auto limited = client.request("POST", "/v1/accounts/999999/keys", R"({"scopes": ["read"]})", bearer(ops.api_key));
+  CHECK(limited.status == 429);
+  CHECK(error_code(limited) == "rate_limited");
+  CHECK(limited.headers["retry-after"] == "2");
+  CHECK(limited.headers["ratelimit-limit"] == "3");
+  CHECK(limited.headers["ratelimit-remaining"] == "0");
+
+  // Public data is limited per IP, apart from keys.
+  CHECK(client.get("/v1/markets").headers["ratelimit-remaining"] == "1");
+  CHECK(client.get("/v1/markets").status == 200);
+  CHECK(client.get("/v1/markets").status == 429);
+  // Health and metrics are for operators and load balancers: never limited.
+  for (int i = 0; i < 5; ++i) CHECK(client.get("/healthz").status == 200);
+}
