@@ -4,6 +4,8 @@
 #include <boost/json/parse.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "server/decimal.hpp"
 #include "server/rfc3339.hpp"
@@ -101,6 +103,33 @@ std::optional<std::int64_t> JsonFields::decimal(std::string_view name, Need need
     fail("invalid_field", name,
          std::string(name) + " must be a decimal string from " + format_fixed(min, scale, 0) + " to " +
              format_fixed(max, scale, 0) + " with at most " + std::to_string(scale) + " decimals, e.g. \"2.05\"");
+    return std::nullopt;
+  }
+  return n;
+}
+
+std::optional<std::int64_t> JsonFields::measure(std::string_view name, Need need, int scale, std::int64_t min,
+                                                std::int64_t max) {
+  const auto* v = lookup(name, need);
+  if (!v) return std::nullopt;
+  std::optional<std::int64_t> n;
+  std::int64_t unit = 1;
+  for (int i = 0; i < scale; ++i) unit *= 10;
+  if (v->is_string()) {
+    n = parse_fixed(v->get_string(), scale);
+  } else if (v->is_int64() && v->get_int64() > std::numeric_limits<std::int64_t>::min() / unit &&
+             v->get_int64() < std::numeric_limits<std::int64_t>::max() / unit) {
+    n = v->get_int64() * unit;
+  } else if (v->is_double() && std::isfinite(v->get_double()) && std::fabs(v->get_double()) < 1e12) {
+    // A measure, not money: accept a double only when it has no more decimals than the scale.
+    double scaled = v->get_double() * static_cast<double>(unit);
+    double rounded = std::round(scaled);
+    if (std::fabs(scaled - rounded) < 1e-6) n = static_cast<std::int64_t>(rounded);
+  }
+  if (!n || *n < min || *n > max) {
+    fail("invalid_field", name,
+         std::string(name) + " must be a number from " + format_fixed(min, scale, 0) + " to " +
+             format_fixed(max, scale, 0) + " with at most " + std::to_string(scale) + " decimals");
     return std::nullopt;
   }
   return n;

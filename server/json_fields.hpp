@@ -32,6 +32,9 @@ class JsonFields {
   std::optional<bool> boolean(std::string_view name, Need need);
   // A decimal string ("2.05") as value x 10^scale, within [min, max] in those units.
   std::optional<std::int64_t> decimal(std::string_view name, Need need, int scale, std::int64_t min, std::int64_t max);
+  // A JSON number or decimal string with at most `scale` decimals (a non-money measure such as a
+  // percentage), as value x 10^scale.
+  std::optional<std::int64_t> measure(std::string_view name, Need need, int scale, std::int64_t min, std::int64_t max);
   // An RFC 3339 time as Unix seconds.
   std::optional<std::int64_t> time(std::string_view name, Need need);
   std::optional<std::vector<std::string>> strings(std::string_view name, Need need, std::size_t max_items,

@@ -1,0 +1,42 @@
+// The wire form (API.md) of the market's values: JSON requests into matching types, matching types
+// into JSON responses. Validation that needs no market state happens here and becomes a 400.
+#pragma once
+
+#include <boost/json/object.hpp>
+
+#include <optional>
+#include <string>
+
+#include "matching/lease.hpp"
+#include "matching/order.hpp"
+#include "matching/pool.hpp"
+#include "matching/trade.hpp"
+#include "server/json_fields.hpp"
+
+namespace gpuex::wire {
+
+// Limits on what a request may ask for (every input has a limit).
+inline constexpr std::int64_t kMaxPriceMicros = 10'000'000'000;   // USD 10,000 per GPU-hour
+inline constexpr std::int64_t kMaxQuantity = 100'000;              // GPUs in one order
+inline constexpr std::int64_t kMaxWindowSeconds = 2 * 366 * 86400; // an order's window: two years
+inline constexpr std::int64_t kMaxNodes = 100'000;
+inline constexpr std::int64_t kMaxGpusPerNode = 64;
+
+// POST /v1/orders body -> OrderRequest. Field errors are recorded in `fields` (call finish()).
+matching::OrderRequest read_order_request(JsonFields& fields);
+// POST /v1/pools body -> PoolSpec.
+matching::PoolSpec read_pool_spec(JsonFields& fields);
+
+boost::json::object order_json(const matching::Order& order);
+boost::json::object pool_json(const matching::Pool& pool);
+// A lease as `account` sees it (role buyer or provider).
+boost::json::object lease_json(const matching::Lease& lease, matching::AccountId account);
+// A trade as one side's fill.
+boost::json::object fill_json(const matching::Trade& trade, matching::Side side);
+// A public trade print.
+boost::json::object print_json(const matching::Trade& trade);
+
+std::string time_string(matching::Seconds t);
+std::string price_string(matching::Price p);
+
+}  // namespace gpuex::wire
