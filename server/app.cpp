@@ -10,12 +10,15 @@
 #include <boost/json.hpp>
 
 #include <filesystem>
+#include <map>
 #include <iostream>
 #include <fstream>
 #include <optional>
 #include <thread>
 
 #include "server/auth.hpp"
+#include "server/book_views.hpp"
+#include "server/engine_runner.hpp"
 #include "server/http_server.hpp"
 #include "server/routes.hpp"
 #include "server/store/migrations.hpp"
@@ -116,7 +119,8 @@ int serve(const ServerConfig& config) {
   (void)parse_listen_address(config.listen);  // fail on a bad address before anything starts
 
   // The database must be there and current before we take traffic.
-  std::size_t market_count = 0;
+  matching::EngineConfig engine_config;
+  std::map<std::string, matching::MarketSpec> markets;
   {
     auto db = connect_with_wait(config);
     auto pending = store::pending_migrations(db);
@@ -129,7 +133,13 @@ int serve(const ServerConfig& config) {
       }
       spdlog::info("applied migrations: {}", names(store::apply_migrations(db)));
     }
-    market_count = static_cast<std::size_t>(db.exec("SELECT count(*) FROM markets").integer(0, 0));
+    auto rows = db.exec("SELECT id, tick_size_micros, round(perf_factor * 1000)::int FROM markets ORDER BY id");
+    for (int i = 0; i < rows.rows(); ++i) {
+      matching::MarketSpec m{matching::MarketId{std::string(rows.text(i, 0))}, matching::Price(rows.integer(i, 1)),
+                             static_cast<std::int32_t>(rows.integer(i, 2))};
+      markets.emplace(m.id.value, m);
+      engine_config.markets.push_back(m);
+    }
   }
 
   net::io_context ioc(static_cast<int>(config.io_threads));
@@ -140,19 +150,50 @@ int serve(const ServerConfig& config) {
   RateLimiter per_key(config.key_rate_per_s, config.key_burst);
   RateLimiter per_ip(config.ip_rate_per_s, config.ip_burst);
   Gate gate(keys, per_key, per_ip);
-  Services services{health, queries, metrics, keys, gate};
+
+  // The engine thread and the store writer (DESIGN.md §2); the published books follow commits.
+  BookViews views;
+  EngineRunner* runner_ptr = nullptr;
+  store::Writer writer(config.dsn, [&runner_ptr](const std::string&) {
+    if (runner_ptr) runner_ptr->store_failed();
+  });
+  writer.add_listener([&views](const store::Batch& batch) {
+    for (const auto& logged : batch) {
+      for (const auto& e : logged.events) {
+        if (const auto* d = std::get_if<matching::BookDelta>(&e)) views.apply(*d);
+      }
+    }
+  });
+  EngineRunner runner(engine_config, writer,
+                      {config.dsn, config.tick_interval, 2048, [&views](const matching::Engine& e) { views.reset(e); }});
+  runner_ptr = &runner;
+  if (config.test_clock) spdlog::warn("test clock on: POST /v1/admin/clock can move server time (never in production)");
+  {
+    auto db = connect_with_wait(config);
+    auto r = runner.recover(db);
+    spdlog::info("recovered the engine from PostgreSQL in {} ms: {} commands replayed, {} pools, {} open orders, "
+                 "{} leases; at seq {}, state digest {:016x}",
+                 r.took.count(), r.commands, r.pools, r.open_orders, r.leases, r.last_seq, r.digest);
+  }
+  writer.start();
+  runner.start();
+  Services services{health, queries, metrics, keys, gate, runner, views, markets, config.test_clock};
 
   http::Router router;
   add_system_routes(router, services);
   add_market_routes(router, services);
   add_account_routes(router, services);
+  add_pool_routes(router, services);
+  add_order_routes(router, services);
+  add_lease_routes(router, services);
+  add_admin_routes(router, services);
 
   HttpServer server(ioc, config, router, metrics, tls ? &*tls : nullptr);
   auto bound = server.start();
   write_port_file(config.port_file, bound.port());
   spdlog::info("gpuexd {} listening on {}://{}:{}, database {}, {} markets", GPUEX_VERSION,
                tls ? "https" : "http", bound.address().to_string(), bound.port(),
-               store::describe_dsn(config.dsn), market_count);
+               store::describe_dsn(config.dsn), markets.size());
 
   // Graceful stop: no new connections, in-flight requests finish, then everything closes.
   net::signal_set signals(ioc, SIGINT, SIGTERM);
@@ -184,6 +225,8 @@ int serve(const ServerConfig& config) {
   ioc.run();
   for (auto& t : threads) t.join();
 
+  runner.stop();  // logs a last tick and waits for its commit
+  writer.stop();
   queries.stop();
   health.stop();
   spdlog::info("gpuexd stopped");

@@ -25,6 +25,8 @@ struct ServerConfig {
   std::chrono::milliseconds health_interval{1000};
   std::chrono::seconds db_wait{30};         // how long start-up waits for PostgreSQL
   std::chrono::seconds shutdown_grace{10};  // in-flight requests get this long after SIGTERM
+  std::chrono::milliseconds tick_interval{1000};  // how often time is applied to the books
+  bool test_clock = false;                  // POST /v1/admin/clock may move server time forward
 
   // HTTP limits.
   std::size_t body_limit = 64 * 1024;

@@ -50,6 +50,10 @@ int main(int argc, char** argv) {
   serve->add_option("--health-interval-ms", config.health_interval, "How often PostgreSQL is probed")
       ->check(CLI::Range(10, 60'000))
       ->capture_default_str();
+  serve->add_option("--tick-ms", config.tick_interval, "How often time (expiries, leases) is applied")
+      ->check(CLI::Range(10, 60'000))
+      ->capture_default_str();
+  serve->add_flag("--test-clock", config.test_clock, "Tests only: POST /v1/admin/clock moves server time forward");
   serve->add_option("--shutdown-grace-s", config.shutdown_grace, "In-flight requests get this long on SIGTERM")
       ->capture_default_str();
   serve->add_option("--read-timeout-s", config.read_timeout, "A request must arrive whole within this")

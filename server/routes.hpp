@@ -1,7 +1,15 @@
 // The HTTP routes of gpuexd, grouped by area; each group adds itself to the router.
 #pragma once
 
+#include <limits>
+#include <map>
+#include <optional>
+#include <string>
+#include <variant>
+
 #include "server/auth.hpp"
+#include "server/book_views.hpp"
+#include "server/engine_runner.hpp"
 #include "server/gate.hpp"
 #include "server/metrics.hpp"
 #include "server/router.hpp"
@@ -17,7 +25,31 @@ struct Services {
   Metrics& metrics;
   KeyStore& keys;
   Gate& gate;
+  EngineRunner& runner;
+  BookViews& views;
+  std::map<std::string, matching::MarketSpec> markets;  // by id
+  bool test_clock = false;
 };
+
+// Runs a command through the engine and answers after commit: `answer` builds the response from
+// the command's events; `refused` answers when `admit` said no; a batch that did not commit is 503.
+void run_command(Services& services, matching::AccountId account, matching::CommandBody body,
+                 EngineRunner::Admit admit, std::function<http::Response(const matching::EventSink&, matching::Seq)> answer,
+                 std::function<http::Response()> refused, http::Respond respond);
+
+// Common answers.
+http::Response not_found(std::string_view what, std::string_view field = {});
+http::Response store_unavailable_response();
+// A positive id in a path segment, or nullopt.
+std::optional<std::int64_t> path_id(const http::RequestContext& ctx, std::string_view name);
+// Reads `limit` (default 100, at most 1000) and `cursor` (an id) of a list request.
+struct Page {
+  std::int64_t limit = 100;
+  std::int64_t before = std::numeric_limits<std::int64_t>::max();
+};
+std::variant<Page, http::Response> read_page(const http::RequestContext& ctx);
+// One query-string parameter, if present.
+std::optional<std::string> query_param(const http::RequestContext& ctx, std::string_view name);
 
 // /healthz, /readyz, /metrics.
 void add_system_routes(http::Router& router, Services& services);
@@ -25,5 +57,13 @@ void add_system_routes(http::Router& router, Services& services);
 void add_market_routes(http::Router& router, Services& services);
 // /v1/accounts, /v1/keys (admin).
 void add_account_routes(http::Router& router, Services& services);
+// /v1/pools.
+void add_pool_routes(http::Router& router, Services& services);
+// /v1/orders, /v1/fills.
+void add_order_routes(http::Router& router, Services& services);
+// /v1/leases.
+void add_lease_routes(http::Router& router, Services& services);
+// Halt/resume, limits, state digest, test clock.
+void add_admin_routes(http::Router& router, Services& services);
 
 }  // namespace gpuex

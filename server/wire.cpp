@@ -174,6 +174,77 @@ PoolSpec read_pool_spec(JsonFields& f) {
   return p;
 }
 
+namespace {
+json::object constraints_json(const BidConstraints& c) {
+  json::object cj;
+  if (!c.tiers.empty()) {
+    json::array a;
+    for (auto t : c.tiers) a.emplace_back(to_string(t));
+    cj["tiers"] = std::move(a);
+  }
+  if (!c.regions.empty()) {
+    json::array a;
+    for (const auto& g : c.regions) a.emplace_back(g);
+    cj["regions"] = std::move(a);
+  }
+  if (c.nvlink) cj["nvlink"] = true;
+  if (c.min_fabric) cj["min_fabric"] = to_string(*c.min_fabric);
+  if (c.min_fabric_gbps) cj["min_fabric_gbps"] = *c.min_fabric_gbps;
+  if (c.min_sla_pct_x1000) cj["min_sla_pct"] = measure(*c.min_sla_pct_x1000, 3);
+  if (c.green_only) cj["green_only"] = true;
+  if (c.max_pue_x1000) cj["max_pue"] = measure(*c.max_pue_x1000, 3);
+  if (c.min_renewable_pct_x100) cj["min_renewable_pct"] = measure(*c.min_renewable_pct_x100, 2);
+  if (c.max_carbon_g_per_kwh_x100) cj["max_carbon_g_per_kwh"] = measure(*c.max_carbon_g_per_kwh_x100, 2);
+  if (c.single_pool) cj["single_pool"] = true;
+  if (c.interruptible) cj["interruptible"] = true;
+  return cj;
+}
+}  // namespace
+
+json::object order_request_body(const OrderRequest& r) {
+  json::object j;
+  j["side"] = to_string(r.side);
+  j["price"] = price_string(r.price);
+  j["quantity"] = r.quantity.value;
+  j["min_chunk"] = r.min_chunk.value;
+  if (!r.client_order_id.empty()) j["client_order_id"] = r.client_order_id;
+  j["time_in_force"] = to_string(r.time_in_force);
+  if (r.expire_at) j["expire_at"] = time_string(*r.expire_at);
+  j["post_only"] = r.post_only;
+  j["stp"] = to_string(r.stp);
+  if (r.start) j["start"] = time_string(*r.start);
+  if (r.end) j["end"] = time_string(*r.end);
+  if (r.side == Side::buy) {
+    j["market"] = r.market.value;
+    if (r.duration) j["duration"] = r.duration->value;
+    for (auto& kv : constraints_json(r.constraints)) j[kv.key()] = kv.value();
+  } else {
+    j["pool_id"] = std::to_string(r.pool.value);
+    j["min_duration"] = r.min_duration.value;
+  }
+  return j;
+}
+
+json::object pool_spec_body(const PoolSpec& s) {
+  return {
+      {"market", s.market.value},
+      {"region", s.region},
+      {"tier", to_string(s.tier)},
+      {"gpus_per_node", s.gpus_per_node},
+      {"nodes", s.nodes},
+      {"nvlink", s.nvlink},
+      {"fabric", to_string(s.fabric)},
+      {"fabric_gbps", s.fabric_gbps},
+      {"sla_pct", measure(s.sla_pct_x1000, 3)},
+      {"pue", measure(s.energy.pue_x1000, 3)},
+      {"renewable_pct", measure(s.energy.renewable_pct_x100, 2)},
+      {"carbon_g_per_kwh", measure(s.energy.carbon_g_per_kwh_x100, 2)},
+      {"egress_usd_per_gb", format_usd(s.egress_per_gb)},
+      {"storage_usd_per_gb_month", format_usd(s.storage_per_gb_month)},
+      {"ip_usd_per_month", format_usd(s.ip_per_month)},
+  };
+}
+
 json::object order_json(const Order& o) {
   const auto& r = o.request;
   json::object j;
@@ -200,29 +271,8 @@ json::object order_json(const Order& o) {
     }
     j["filled_quantity"] = o.filled.value;
     j["remaining_quantity"] = o.remaining.value;
-    const auto& c = r.constraints;
-    json::object cj;
-    if (!c.tiers.empty()) {
-      json::array a;
-      for (auto t : c.tiers) a.emplace_back(to_string(t));
-      cj["tiers"] = std::move(a);
-    }
-    if (!c.regions.empty()) {
-      json::array a;
-      for (const auto& g : c.regions) a.emplace_back(g);
-      cj["regions"] = std::move(a);
-    }
-    if (c.nvlink) cj["nvlink"] = true;
-    if (c.min_fabric) cj["min_fabric"] = to_string(*c.min_fabric);
-    if (c.min_fabric_gbps) cj["min_fabric_gbps"] = *c.min_fabric_gbps;
-    if (c.min_sla_pct_x1000) cj["min_sla_pct"] = measure(*c.min_sla_pct_x1000, 3);
-    if (c.green_only) cj["green_only"] = true;
-    if (c.max_pue_x1000) cj["max_pue"] = measure(*c.max_pue_x1000, 3);
-    if (c.min_renewable_pct_x100) cj["min_renewable_pct"] = measure(*c.min_renewable_pct_x100, 2);
-    if (c.max_carbon_g_per_kwh_x100) cj["max_carbon_g_per_kwh"] = measure(*c.max_carbon_g_per_kwh_x100, 2);
-    if (c.single_pool) cj["single_pool"] = true;
-    if (c.interruptible) cj["interruptible"] = true;
-    j["constraints"] = std::move(cj);
+    // The constraints as sent, beside the other request fields.
+    for (auto& kv : constraints_json(r.constraints)) j[kv.key()] = kv.value();
   } else {
     j["pool_id"] = std::to_string(r.pool.value);
     j["effective_price"] = price_string(o.effective_price);

@@ -27,6 +27,11 @@ matching::OrderRequest read_order_request(JsonFields& fields);
 // POST /v1/pools body -> PoolSpec.
 matching::PoolSpec read_pool_spec(JsonFields& fields);
 
+// The request bodies that read_order_request / read_pool_spec read back into equal values (the
+// command log stores commands in this form).
+boost::json::object order_request_body(const matching::OrderRequest& request);
+boost::json::object pool_spec_body(const matching::PoolSpec& spec);
+
 boost::json::object order_json(const matching::Order& order);
 boost::json::object pool_json(const matching::Pool& pool);
 // A lease as `account` sees it (role buyer or provider).

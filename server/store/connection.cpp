@@ -71,6 +71,55 @@ void PgConnection::exec_script(std::string_view sql) {
   PQclear(res);
 }
 
+Pipeline::Pipeline(PgConnection& conn) : conn_(conn) {
+  if (PQenterPipelineMode(conn_.raw()) != 1) throw StoreError("cannot enter pipeline mode: " + std::string(PQerrorMessage(conn_.raw())));
+}
+
+Pipeline::~Pipeline() {
+  // Only possible once every answer was read; after a failure the connection is dropped anyway.
+  if (PQpipelineStatus(conn_.raw()) != PQ_PIPELINE_OFF) PQexitPipelineMode(conn_.raw());
+}
+
+void Pipeline::send(const char* sql, const std::vector<Param>& params) {
+  std::vector<const char*> values;
+  values.reserve(params.size());
+  for (const auto& p : params) values.push_back(p ? p->c_str() : nullptr);
+  if (PQsendQueryParams(conn_.raw(), sql, static_cast<int>(values.size()), nullptr, values.data(), nullptr, nullptr,
+                        0) != 1) {
+    throw StoreError("cannot send a statement: " + std::string(PQerrorMessage(conn_.raw())));
+  }
+  // Reading answers now and then keeps both sides' socket buffers from filling up.
+  if (++pending_ >= 256) sync();
+}
+
+void Pipeline::sync() {
+  if (PQpipelineSync(conn_.raw()) != 1) throw StoreError("cannot sync the pipeline: " + std::string(PQerrorMessage(conn_.raw())));
+  std::string first_error;
+  int remaining = pending_;
+  pending_ = 0;
+  // One or more results then a null per statement, then the sync's own result.
+  while (remaining > 0) {
+    PGresult* res = PQgetResult(conn_.raw());
+    if (res == nullptr) {
+      --remaining;
+      continue;
+    }
+    auto status = PQresultStatus(res);
+    if (status == PGRES_FATAL_ERROR && first_error.empty()) first_error = PQresultErrorMessage(res);
+    if (status == PGRES_PIPELINE_ABORTED && first_error.empty()) first_error = "statement skipped after an earlier error";
+    PQclear(res);
+    if (PQstatus(conn_.raw()) != CONNECTION_OK) throw StoreError("connection lost: " + std::string(PQerrorMessage(conn_.raw())));
+  }
+  PGresult* res = PQgetResult(conn_.raw());
+  bool synced = res && PQresultStatus(res) == PGRES_PIPELINE_SYNC;
+  if (res) PQclear(res);
+  if (!synced) throw StoreError("pipeline out of step: " + std::string(PQerrorMessage(conn_.raw())));
+  if (!first_error.empty()) {
+    while (!first_error.empty() && (first_error.back() == '\n' || first_error.back() == ' ')) first_error.pop_back();
+    throw StoreError(first_error);
+  }
+}
+
 std::string describe_dsn(const std::string& dsn) {
   char* err = nullptr;
   PQconninfoOption* opts = PQconninfoParse(dsn.c_str(), &err);

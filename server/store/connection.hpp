@@ -58,6 +58,23 @@ class PgConnection {
   std::unique_ptr<PGconn, decltype(&PQfinish)> conn_;
 };
 
+// Sends statements without waiting for each answer (libpq pipeline mode); sync() then reads every
+// answer and throws StoreError with the first failure. Leaves pipeline mode when destroyed.
+class Pipeline {
+ public:
+  explicit Pipeline(PgConnection& conn);
+  ~Pipeline();
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
+
+  void send(const char* sql, const std::vector<Param>& params = {});
+  void sync();
+
+ private:
+  PgConnection& conn_;
+  int pending_ = 0;  // statements sent since the last sync
+};
+
 // "host:port/db" of a DSN without its password, for logs.
 std::string describe_dsn(const std::string& dsn);
 

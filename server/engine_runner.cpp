@@ -1,0 +1,231 @@
+// See engine_runner.hpp.
+#include "server/engine_runner.hpp"
+
+#include <boost/json/parse.hpp>
+#include <spdlog/spdlog.h>
+
+#include "server/store/command_codec.hpp"
+
+namespace gpuex {
+
+using namespace matching;
+using SteadyClock = std::chrono::steady_clock;
+
+namespace {
+constexpr const char* kSelectCommands =
+    "SELECT seq, at, account_id, kind, body::text FROM engine_commands WHERE seq > $1 ORDER BY seq LIMIT 10000";
+
+// The engine remembers client_order_ids of ended orders this long after their commit. A repeat that
+// arrives later is answered from the store, whose check must therefore have started after that commit;
+// orders.cpp refuses a check older than half this (see kMaxCheckAge there).
+constexpr auto kRememberEndedIds = std::chrono::seconds(10);
+}  // namespace
+
+EngineRunner::EngineRunner(EngineConfig config, store::Writer& writer, Options options)
+    : config_(config), engine_(std::move(config)), writer_(writer), options_(std::move(options)) {
+  writer_.add_listener([this](const store::Batch& batch) {
+    if (batch.empty()) return;
+    std::lock_guard lock(committed_mutex_);
+    committed_.emplace_back(SteadyClock::now(), batch.back().command.seq);
+  });
+}
+
+EngineRunner::~EngineRunner() { stop(); }
+
+std::int64_t EngineRunner::server_time() const {
+  auto wall = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch());
+  return wall.count() + clock_offset_.load();
+}
+
+EngineRunner::Recovery EngineRunner::recover(store::PgConnection& db) {
+  auto started = SteadyClock::now();
+  Engine engine(config_);
+  Recovery r;
+  Seq last = 0;
+  EventSink discard;
+  for (;;) {
+    auto rows = db.exec(kSelectCommands, {std::to_string(last)});
+    if (rows.rows() == 0) break;
+    for (int i = 0; i < rows.rows(); ++i) {
+      Command cmd;
+      cmd.seq = rows.integer(i, 0);
+      cmd.now = Seconds(rows.integer(i, 1));
+      cmd.account = AccountId(rows.integer(i, 2));
+      auto body = boost::json::parse(rows.text(i, 4));
+      if (!body.is_object()) throw store::StoreError("command log: body of seq " + std::to_string(cmd.seq) + " is not an object");
+      cmd.body = store::command_body_from_json(rows.text(i, 3), body.as_object());
+      discard.clear();
+      engine.apply(cmd, discard);
+      last = cmd.seq;
+      last_now_ = std::max(last_now_, cmd.now.value);
+      ++r.commands;
+    }
+  }
+  engine_ = std::move(engine);
+  next_seq_ = last + 1;
+  auto state = engine_.snapshot();
+  r.pools = state.pools.size();
+  r.open_orders = state.open_orders.size();
+  r.leases = state.leases.size();
+  r.last_seq = engine_.last_seq();
+  r.digest = engine_.digest();
+  r.took = std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - started);
+  if (options_.on_rebuilt) options_.on_rebuilt(engine_);
+  return r;
+}
+
+void EngineRunner::start() { thread_ = std::thread([this] { run(); }); }
+
+void EngineRunner::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_ || !thread_.joinable()) return;
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+void EngineRunner::submit(AccountId account, CommandBody body, Admit admit, Done done) {
+  {
+    std::lock_guard lock(mutex_);
+    jobs_.push_back(Submit{account, std::move(body), std::move(admit), std::move(done)});
+  }
+  wake_.notify_one();
+}
+
+void EngineRunner::read(std::function<void(const Engine&)> fn) {
+  {
+    std::lock_guard lock(mutex_);
+    jobs_.push_back(Read{std::move(fn)});
+  }
+  wake_.notify_one();
+}
+
+void EngineRunner::apply(AccountId account, CommandBody body, Done done, store::Batch& batch) {
+  const bool is_tick = std::holds_alternative<Tick>(body);
+  // A time that never goes backwards: the later of the clock and the previous stamp.
+  last_now_ = std::max(last_now_, server_time());
+  Command cmd{next_seq_, Seconds(last_now_), account, std::move(body)};
+  EventSink events;
+  engine_.apply(cmd, events);
+  // A tick that changed nothing is not sequenced (DESIGN.md §2).
+  if (is_tick && events.empty() && !done) return;
+  ++next_seq_;
+  Seq seq = cmd.seq;
+  auto on_done = [done = std::move(done), seq](const EventSink* committed) {
+    if (done) done(committed ? Outcome::committed : Outcome::store_unavailable, committed, seq);
+  };
+  batch.push_back(store::LoggedCommand{std::move(cmd), std::move(events), std::move(on_done)});
+}
+
+void EngineRunner::forget_committed_ids() {
+  Seq through = 0;
+  auto horizon = SteadyClock::now() - kRememberEndedIds;
+  {
+    std::lock_guard lock(committed_mutex_);
+    while (!committed_.empty() && committed_.front().first < horizon) {
+      through = committed_.front().second;
+      committed_.pop_front();
+    }
+  }
+  if (through > 0) engine_.committed_through(through);
+}
+
+void EngineRunner::store_failed() {
+  accepting_ = false;
+  rebuild_needed_ = true;
+  wake_.notify_all();
+}
+
+void EngineRunner::rebuild() {
+  // Everything the engine did since the last commit may be lost: start again from what PostgreSQL
+  // holds, once it answers, after the writer has failed every batch still queued.
+  writer_.wait_idle();
+  for (int attempt = 0;; ++attempt) {
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_) return;
+    }
+    try {
+      auto db = store::PgConnection::connect(options_.dsn, std::chrono::seconds(2));
+      auto r = recover(db);
+      writer_.reset();
+      rebuild_needed_ = false;
+      accepting_ = true;
+      spdlog::info("engine: rebuilt from PostgreSQL after a failed commit ({} commands, {} ms); taking writes again",
+                   r.commands, r.took.count());
+      return;
+    } catch (const std::exception& e) {
+      if (attempt == 0) spdlog::warn("engine: waiting for PostgreSQL to rebuild: {}", e.what());
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+  }
+}
+
+void EngineRunner::run() {
+  auto next_tick = SteadyClock::now() + options_.tick_interval;
+  for (;;) {
+    std::deque<Job> jobs;
+    bool stopping;
+    {
+      std::unique_lock lock(mutex_);
+      wake_.wait_until(lock, next_tick, [this] { return stopping_ || !jobs_.empty() || rebuild_needed_; });
+      stopping = stopping_;
+      std::size_t n = stopping_ ? jobs_.size() : std::min(jobs_.size(), options_.max_batch);
+      for (std::size_t i = 0; i < n; ++i) {
+        jobs.push_back(std::move(jobs_.front()));
+        jobs_.pop_front();
+      }
+    }
+    if (rebuild_needed_ && !stopping) {
+      // Refuse what waits, then rebuild; reads wait for the rebuilt engine.
+      for (auto& job : jobs) {
+        if (auto* s = std::get_if<Submit>(&job)) {
+          if (s->done) s->done(Outcome::store_unavailable, nullptr, 0);
+        } else {
+          std::get<Read>(job).fn(engine_);
+        }
+      }
+      rebuild();
+      continue;
+    }
+
+    store::Batch batch;
+    for (auto& job : jobs) {
+      if (auto* r = std::get_if<Read>(&job)) {
+        r->fn(engine_);
+        continue;
+      }
+      auto& s = std::get<Submit>(job);
+      if (!accepting_) {
+        if (s.done) s.done(Outcome::store_unavailable, nullptr, 0);
+        continue;
+      }
+      if (s.admit && !s.admit(engine_)) {
+        if (s.done) s.done(Outcome::refused, nullptr, 0);
+        continue;
+      }
+      apply(s.account, std::move(s.body), std::move(s.done), batch);
+    }
+    if (SteadyClock::now() >= next_tick) {
+      next_tick = SteadyClock::now() + options_.tick_interval;
+      if (accepting_) apply(AccountId(0), Tick{}, nullptr, batch);
+      forget_committed_ids();
+    }
+    if (stopping) {
+      // A last tick, always logged, so that replay on restart reaches the same time and state.
+      if (accepting_) {
+        std::promise<void> written;
+        apply(AccountId(0), Tick{}, [&written](Outcome, const EventSink*, Seq) { written.set_value(); }, batch);
+        writer_.submit(std::move(batch));
+        written.get_future().wait();
+      }
+      spdlog::info("engine stopped at seq {}, state digest {:016x}", engine_.last_seq(), engine_.digest());
+      return;
+    }
+    if (!batch.empty()) writer_.submit(std::move(batch));
+  }
+}
+
+}  // namespace gpuex

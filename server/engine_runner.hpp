@@ -1,0 +1,111 @@
+// The engine thread (DESIGN.md §2): the single writer that owns every book. I/O threads hand it
+// commands; it stamps each with the next sequence number and a time that never goes backwards,
+// applies it, and passes the command with its events to the store writer. Callers hear the outcome
+// only after the transaction holding the command has committed.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <thread>
+#include <variant>
+
+#include "matching/engine.hpp"
+#include "server/store/connection.hpp"
+#include "server/store/writer.hpp"
+
+namespace gpuex {
+
+class EngineRunner {
+ public:
+  struct Options {
+    std::string dsn;
+    std::chrono::milliseconds tick_interval{1000};
+    std::size_t max_batch = 2048;  // commands per batch handed to the writer
+    // Called on the rebuilt engine after recover() (at start, and after a failed commit).
+    std::function<void(const matching::Engine&)> on_rebuilt;
+  };
+
+  EngineRunner(matching::EngineConfig config, store::Writer& writer, Options options);
+  ~EngineRunner();
+  EngineRunner(const EngineRunner&) = delete;
+  EngineRunner& operator=(const EngineRunner&) = delete;
+
+  struct Recovery {
+    std::int64_t commands = 0;
+    std::size_t pools = 0, open_orders = 0, leases = 0;
+    matching::Seq last_seq = 0;
+    std::uint64_t digest = 0;
+    std::chrono::milliseconds took{0};
+  };
+  // Rebuilds the engine by replaying the command log (before start()).
+  Recovery recover(store::PgConnection& db);
+
+  void start();
+  // Logs a last tick (so a restart reaches the same time), waits for it to commit, and stops.
+  void stop();
+
+  enum class Outcome { committed, refused, store_unavailable };
+  using Done = std::function<void(Outcome, const matching::EventSink* events, matching::Seq seq)>;
+  using Admit = std::function<bool(const matching::Engine&)>;
+
+  // On the engine thread: `admit` (may be empty) runs first with read-only access; if it returns
+  // false, `done(refused)`. Otherwise the command is sequenced, applied and logged, and `done` hears
+  // the events after commit, or store_unavailable if the batch did not commit.
+  void submit(matching::AccountId account, matching::CommandBody body, Admit admit, Done done);
+  // Runs `fn` on the engine thread with read-only access to the live engine.
+  void read(std::function<void(const matching::Engine&)> fn);
+
+  bool accepting() const { return accepting_.load(); }
+  // The writer calls this when a batch did not commit: writes stop until the engine is rebuilt.
+  void store_failed();
+  // Test clock (gpuexd serve --test-clock): moves server time forward.
+  void advance_clock(std::int64_t seconds) { clock_offset_.fetch_add(seconds); }
+  // Server time: the wall clock plus any test-clock advance, Unix seconds.
+  std::int64_t server_time() const;
+
+ private:
+  struct Submit {
+    matching::AccountId account;
+    matching::CommandBody body;
+    Admit admit;
+    Done done;
+  };
+  struct Read {
+    std::function<void(const matching::Engine&)> fn;
+  };
+  using Job = std::variant<Submit, Read>;
+
+  void run();
+  void apply(matching::AccountId account, matching::CommandBody body, Done done, store::Batch& batch);
+  void rebuild();
+  void forget_committed_ids();
+
+  matching::EngineConfig config_;
+  matching::Engine engine_;
+  store::Writer& writer_;
+  Options options_;
+  matching::Seq next_seq_ = 1;
+  std::int64_t last_now_ = 0;
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<Job> jobs_;
+  bool stopping_ = false;
+  std::atomic<bool> accepting_{true};
+  std::atomic<bool> rebuild_needed_{false};
+  std::atomic<std::int64_t> clock_offset_{0};
+
+  // Committed sequence numbers with their commit time: client_order_ids of terminal orders are
+  // forgotten by the engine only some seconds after commit (see engine_runner.cpp).
+  std::mutex committed_mutex_;
+  std::deque<std::pair<std::chrono::steady_clock::time_point, matching::Seq>> committed_;
+
+  std::thread thread_;
+};
+
+}  // namespace gpuex

@@ -1,0 +1,167 @@
+// Pools: a provider's inventory. Register, read with capacity, resize, retire; admins verify energy.
+#include <boost/json.hpp>
+
+#include "server/decimal.hpp"
+#include "server/json_fields.hpp"
+#include "server/routes.hpp"
+#include "server/rfc3339.hpp"
+#include "server/wire.hpp"
+
+namespace gpuex {
+
+using http::bhttp::verb;
+using namespace matching;
+namespace json = boost::json;
+
+namespace {
+
+constexpr const char* kOwnPools = "SELECT id FROM pools WHERE provider_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3";
+
+// The pool with its capacity now: GPUs held by leases, offered by open asks, and unallocated.
+json::object pool_with_capacity(const Engine& engine, const Pool& pool) {
+  auto j = wire::pool_json(pool);
+  Seconds now = engine.now();
+  if (auto cap = engine.pool_capacity(pool.id, now, now + Seconds(1))) {
+    j["leased_gpus"] = cap->leased.at(now);
+    j["offered_gpus"] = cap->offered.at(now);
+    j["free_gpus"] = cap->unallocated.at(now);
+  }
+  return j;
+}
+
+const PoolChanged* changed_pool(const EventSink& events) {
+  for (const auto& e : events) {
+    if (const auto* p = std::get_if<PoolChanged>(&e)) return p;
+  }
+  return nullptr;
+}
+
+// The answer to a pool command: the pool, or the engine's refusal (pool_busy, ...).
+http::Response pool_answer(const EventSink& events, http::Status ok) {
+  for (const auto& e : events) {
+    if (const auto* r = std::get_if<CommandRejected>(&e)) {
+      if (r->reason == Reason::not_found) return not_found("pool");
+      return http::error_response(http::Status::unprocessable_entity, to_string(r->reason),
+                                  r->reason == Reason::pool_busy
+                                      ? "open asks or leases hold the pool's GPUs"
+                                      : "refused: " + std::string(to_string(r->reason)));
+    }
+  }
+  const auto* p = changed_pool(events);
+  if (!p) return http::error_response(http::Status::conflict, "no_change", "the pool did not change");
+  return http::json_response(ok, wire::pool_json(p->pool));
+}
+
+EngineRunner::Admit own_pool(PoolId id, AccountId account) {
+  return [id, account](const Engine& engine) {
+    const Pool* p = engine.pool(id);
+    return p && p->provider == account && !p->retired;
+  };
+}
+
+}  // namespace
+
+void add_pool_routes(http::Router& router, Services& services) {
+  const Scopes provide = static_cast<Scopes>(Scope::provide);
+
+  router.add(verb::post, "/v1/pools", services.gate.scoped(provide, [&services](http::RequestContext& ctx,
+                                                                              http::Respond respond) {
+    auto body = parse_json_body(ctx.request);
+    if (auto* err = std::get_if<http::Response>(&body)) return respond(std::move(*err));
+    JsonFields fields(std::get<json::object>(body));
+    PoolSpec spec = wire::read_pool_spec(fields);
+    if (auto err = fields.finish()) return respond(std::move(*err));
+    if (!services.markets.count(spec.market.value)) return respond(not_found("market", "market"));
+    run_command(
+        services, AccountId(ctx.principal->account_id), AddPool{std::move(spec)}, nullptr,
+        [](const EventSink& events, Seq) { return pool_answer(events, http::Status::created); },
+        [] { return not_found("market", "market"); }, std::move(respond));
+  }));
+
+  router.add(verb::get, "/v1/pools", services.gate.scoped(provide, [&services](http::RequestContext& ctx,
+                                                                             http::Respond respond) {
+    auto page = read_page(ctx);
+    if (auto* err = std::get_if<http::Response>(&page)) return respond(std::move(*err));
+    services.queries.submit(
+        [&services, respond, account = ctx.principal->account_id, p = std::get<Page>(page)](store::PgConnection& db) {
+          auto rows = db.exec(kOwnPools, {std::to_string(account), std::to_string(p.before), std::to_string(p.limit + 1)});
+          std::vector<PoolId> ids;
+          for (int i = 0; i < rows.rows() && i < p.limit; ++i) ids.emplace_back(rows.integer(i, 0));
+          json::value next = rows.rows() > p.limit ? json::value(std::to_string(ids.back().value)) : json::value(nullptr);
+          // Capacity is the engine's; the list of ids is the store's (committed pools only).
+          services.runner.read([respond, ids, next](const Engine& engine) {
+            json::array pools;
+            for (PoolId id : ids) {
+              if (const Pool* pool = engine.pool(id)) pools.push_back(pool_with_capacity(engine, *pool));
+            }
+            respond(http::json_response(http::Status::ok, {{"pools", std::move(pools)}, {"next_cursor", next}}));
+          });
+        },
+        [respond](const std::string&) { respond(store_unavailable_response()); });
+  }));
+
+  router.add(verb::get, "/v1/pools/{id}", services.gate.scoped(provide, [&services](http::RequestContext& ctx,
+                                                                                  http::Respond respond) {
+    auto id = path_id(ctx, "id");
+    if (!id) return respond(not_found("pool"));
+    services.runner.read([respond, id = PoolId(*id), account = AccountId(ctx.principal->account_id)](const Engine& engine) {
+      const Pool* pool = engine.pool(id);
+      if (!pool || pool->provider != account) return respond(not_found("pool"));
+      respond(http::json_response(http::Status::ok, pool_with_capacity(engine, *pool)));
+    });
+  }));
+
+  router.add(verb::patch, "/v1/pools/{id}", services.gate.scoped(provide, [&services](http::RequestContext& ctx,
+                                                                                    http::Respond respond) {
+    auto id = path_id(ctx, "id");
+    if (!id) return respond(not_found("pool"));
+    auto body = parse_json_body(ctx.request);
+    if (auto* err = std::get_if<http::Response>(&body)) return respond(std::move(*err));
+    JsonFields fields(std::get<json::object>(body));
+    auto nodes = fields.integer("nodes", Need::required, 1, wire::kMaxNodes);
+    if (auto err = fields.finish()) return respond(std::move(*err));
+    AccountId account(ctx.principal->account_id);
+    run_command(
+        services, account, ResizePool{PoolId(*id), static_cast<std::int32_t>(*nodes)}, own_pool(PoolId(*id), account),
+        [](const EventSink& events, Seq) { return pool_answer(events, http::Status::ok); },
+        [] { return not_found("pool"); }, std::move(respond));
+  }));
+
+  router.add(verb::delete_, "/v1/pools/{id}", services.gate.scoped(provide, [&services](http::RequestContext& ctx,
+                                                                                      http::Respond respond) {
+    auto id = path_id(ctx, "id");
+    if (!id) return respond(not_found("pool"));
+    AccountId account(ctx.principal->account_id);
+    run_command(
+        services, account, RetirePool{PoolId(*id)}, own_pool(PoolId(*id), account),
+        [](const EventSink& events, Seq) { return pool_answer(events, http::Status::ok); },
+        [] { return not_found("pool"); }, std::move(respond));
+  }));
+
+  router.add(verb::post, "/v1/pools/{id}/verify", services.gate.scoped(static_cast<Scopes>(Scope::admin), [&services](
+                                                                           http::RequestContext& ctx, http::Respond respond) {
+    auto id = path_id(ctx, "id");
+    if (!id) return respond(not_found("pool"));
+    auto body = parse_json_body(ctx.request);
+    if (auto* err = std::get_if<http::Response>(&body)) return respond(std::move(*err));
+    JsonFields fields(std::get<json::object>(body));
+    VerifyPool verify{PoolId(*id), fields.boolean("verified", Need::required).value_or(false), Seconds(0), {}};
+    if (verify.verified) {
+      if (auto t = fields.time("expires_at", Need::required)) verify.expires_at = Seconds(*t);
+      if (auto e = fields.string("evidence", Need::required, 2000)) verify.evidence = *e;
+    }
+    if (auto err = fields.finish()) return respond(std::move(*err));
+    if (verify.verified && verify.expires_at.value <= services.runner.server_time()) {
+      return respond(http::error_response(http::Status::bad_request, "invalid_field", "expires_at must be in the future",
+                                          "expires_at"));
+    }
+    PoolId pool(*id);
+    run_command(
+        services, AccountId(ctx.principal->account_id), verify,
+        [pool](const Engine& engine) { return engine.pool(pool) != nullptr; },
+        [](const EventSink& events, Seq) { return pool_answer(events, http::Status::ok); },
+        [] { return not_found("pool"); }, std::move(respond));
+  }));
+}
+
+}  // namespace gpuex

@@ -1,0 +1,73 @@
+// The store writer: commits the engine's commands and events in batches (one transaction per
+// batch, libpq pipeline mode), then hands each committed batch to the listeners the server
+// registered. It knows nothing of HTTP or WebSocket.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "matching/command.hpp"
+#include "matching/event.hpp"
+
+namespace gpuex::store {
+
+struct LoggedCommand {
+  matching::Command command;
+  matching::EventSink events;
+  // Called once on the writer thread: with the events after COMMIT, or with nullptr when the batch
+  // holding this command did not commit (the command never happened).
+  std::function<void(const matching::EventSink*)> done;
+};
+using Batch = std::vector<LoggedCommand>;
+
+// The stored hash of an order's request ("\\x..." for a bytea parameter): a repeat of a
+// client_order_id with the same hash is the same order.
+std::string request_sha256(const matching::OrderRequest& request);
+
+class Writer {
+ public:
+  using Listener = std::function<void(const Batch&)>;
+  using FailureListener = std::function<void(const std::string& why)>;
+
+  Writer(std::string dsn, FailureListener on_failure);
+  ~Writer();
+  Writer(const Writer&) = delete;
+  Writer& operator=(const Writer&) = delete;
+
+  // After-commit listeners, called in commit order on the writer thread (register before start).
+  void add_listener(Listener listener) { listeners_.push_back(std::move(listener)); }
+  void start();
+  void submit(Batch batch);
+  // Once a batch failed, every later one fails too until reset() (the engine was rebuilt).
+  void reset();
+  // Blocks until nothing is queued or being written.
+  void wait_idle();
+  // Commits what is queued, then stops.
+  void stop();
+  std::uint64_t committed_batches() const;
+
+ private:
+  void run();
+  void commit(std::vector<Batch>& batches);
+  void fail(std::vector<Batch>& batches);
+
+  std::string dsn_;
+  FailureListener on_failure_;
+  std::vector<Listener> listeners_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<Batch> queue_;
+  bool stopping_ = false;
+  bool failed_ = false;
+  bool busy_ = false;
+  std::condition_variable idle_;
+  std::uint64_t committed_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace gpuex::store
