@@ -68,6 +68,34 @@ json::object order_with_fills(const EventSink& events, OrderId id) {
   return out;
 }
 
+// Engine rejects answer 422 (with the stored order's id) every time the same body is sent;
+// matching outcomes (would_take, self_trade, unfilled ioc/fok) are a 201 order.
+bool is_engine_reject(std::string_view reason) {
+  for (auto r : {Reason::insufficient_pool_capacity, Reason::window_in_past, Reason::quantity_not_multiple_of_chunk,
+                 Reason::exposure_limit, Reason::market_halted, Reason::off_tick, Reason::not_found}) {
+    if (to_string(r) == reason) return true;
+  }
+  return false;
+}
+
+http::Response engine_reject(std::string_view reason, std::string_view order_id) {
+  if (reason == to_string(Reason::not_found)) return not_found("market or pool");
+  json::object error{{"code", reason},
+                     {"message", "the order was rejected: " + std::string(reason)},
+                     {"order_id", order_id}};
+  return http::json_response(http::Status::unprocessable_entity, {{"error", std::move(error)}});
+}
+
+// The answer to an order that already exists (a repeat): its stored state, or its engine reject again.
+http::Response existing_order(json::value order, json::array fills) {
+  const auto& o = order.as_object();
+  if (o.at("status").as_string() == "rejected" && o.contains("reject_reason") &&
+      is_engine_reject(o.at("reject_reason").as_string())) {
+    return engine_reject(o.at("reject_reason").as_string(), o.at("id").as_string());
+  }
+  return http::json_response(http::Status::ok, {{"order", std::move(order)}, {"fills", std::move(fills)}});
+}
+
 const CommandRejected* rejection(const EventSink& events) {
   for (const auto& e : events) {
     if (const auto* r = std::get_if<CommandRejected>(&e)) return r;
@@ -78,14 +106,11 @@ const CommandRejected* rejection(const EventSink& events) {
 http::Response answer_placement(const EventSink& events, Seq seq) {
   for (const auto& e : events) {
     if (const auto* dup = std::get_if<OrderDuplicate>(&e)) {
-      return http::json_response(http::Status::ok, order_with_fills(events, dup->order.id));
+      // Fills of an in-flight original are in its own answer; the repeat shows the order as it is.
+      return existing_order(wire::order_json(dup->order), {});
     }
     if (const auto* rej = std::get_if<OrderRejected>(&e); rej && rej->order.id == OrderId(seq)) {
-      auto res = http::error_response(http::Status::unprocessable_entity, to_string(rej->order.reason),
-                                      "the order was rejected: " + std::string(to_string(rej->order.reason)));
-      auto body = json::parse(res.body()).as_object();
-      body["error"].as_object()["order_id"] = std::to_string(seq);
-      return http::json_response(http::Status::unprocessable_entity, body);
+      return engine_reject(to_string(rej->order.reason), std::to_string(seq));
     }
   }
   if (const auto* r = rejection(events)) {
@@ -154,8 +179,7 @@ void add_order_routes(http::Router& router, Services& services) {
           json::array fills;
           auto fill_rows = db.exec(kFillsOfOrder, {id, account});
           for (int i = 0; i < fill_rows.rows(); ++i) fills.push_back(json::parse(fill_rows.text(i, 0)));
-          respond(http::json_response(http::Status::ok,
-                                      {{"order", json::parse(row.text(0, 0))}, {"fills", std::move(fills)}}));
+          respond(existing_order(json::parse(row.text(0, 0)), std::move(fills)));
         },
         [respond](const std::string&) { respond(store_unavailable_response()); });
   }));

@@ -11,28 +11,6 @@ using namespace gpuex::test;
 
 namespace {
 
-struct CreatedAccount {
-  std::string account_id;
-  std::string key_id;
-  std::string api_key;
-};
-
-CreatedAccount cli_create_account(const std::string& dsn, const std::string& name, const std::string& scopes) {
-  auto r = run_gpuexd({"admin", "create-account", "--dsn", dsn, "--name", name, "--scopes", scopes});
-  INFO(r.output);
-  REQUIRE(r.exit_code == 0);
-  // stdout carries one JSON line; logs (if any) are on stderr, captured in the same file here.
-  auto start = r.output.find("{\"account_id\"");
-  REQUIRE(start != std::string::npos);
-  auto json = boost::json::parse(r.output.substr(start, r.output.find('\n', start) - start)).as_object();
-  return {std::string(json.at("account_id").as_string()), std::string(json.at("key_id").as_string()),
-          std::string(json.at("api_key").as_string())};
-}
-
-std::vector<std::pair<std::string, std::string>> bearer(const std::string& key) {
-  return {{"Authorization", "Bearer " + key}};
-}
-
 std::string error_code(const HttpReply& reply) {
   return std::string(reply.json().at("error").at("code").as_string());
 }
@@ -42,7 +20,7 @@ std::string error_code(const HttpReply& reply) {
 TEST_CASE("admin keys create accounts and keys; scopes are enforced") {
   TestDatabase db;
   REQUIRE(run_gpuexd({"migrate", "--dsn", db.dsn()}).exit_code == 0);
-  auto ops = cli_create_account(db.dsn(), "ops", "admin");
+  auto ops = create_account(db.dsn(), "ops", "admin");
   Gpuexd server(db.dsn(), {}, /*migrate_first=*/false);
   HttpClient client(server.port());
 
@@ -83,15 +61,15 @@ TEST_CASE("admin keys create accounts and keys; scopes are enforced") {
   CHECK(client.request("POST", "/v1/accounts/abc/keys", R"({"scopes": ["read"]})", bearer(ops.api_key)).status == 404);
 
   // A key made with the CLI while the server runs works at once.
-  auto late = cli_create_account(db.dsn(), "late-admin", "admin,read");
+  auto late = create_account(db.dsn(), "late-admin", "admin,read");
   CHECK(client.request("POST", "/v1/accounts", R"({"name": "y", "scopes": ["read"]})", bearer(late.api_key)).status == 201);
 }
 
 TEST_CASE("a revoked key stops working at once") {
   TestDatabase db;
   REQUIRE(run_gpuexd({"migrate", "--dsn", db.dsn()}).exit_code == 0);
-  auto ops = cli_create_account(db.dsn(), "ops", "admin");
-  auto other = cli_create_account(db.dsn(), "other-admin", "admin");
+  auto ops = create_account(db.dsn(), "ops", "admin");
+  auto other = create_account(db.dsn(), "other-admin", "admin");
   Gpuexd server(db.dsn(), {}, false);
   HttpClient client(server.port());
 
@@ -115,7 +93,7 @@ TEST_CASE("a revoked key stops working at once") {
 TEST_CASE("keys are stored only as SHA-256 hashes") {
   TestDatabase db;
   REQUIRE(run_gpuexd({"migrate", "--dsn", db.dsn()}).exit_code == 0);
-  auto ops = cli_create_account(db.dsn(), "ops", "admin");
+  auto ops = create_account(db.dsn(), "ops", "admin");
   CHECK(ops.api_key.size() == 4 + 18 + 1 + 64);  // gpx_ + k_<16 hex> + _ + 256 bits in hex
 
   auto conn = gpuex::store::PgConnection::connect(db.dsn());
@@ -136,7 +114,7 @@ TEST_CASE("keys are stored only as SHA-256 hashes") {
 TEST_CASE("bad admin bodies get 400 with the field at fault") {
   TestDatabase db;
   REQUIRE(run_gpuexd({"migrate", "--dsn", db.dsn()}).exit_code == 0);
-  auto ops = cli_create_account(db.dsn(), "ops", "admin");
+  auto ops = create_account(db.dsn(), "ops", "admin");
   Gpuexd server(db.dsn(), {}, false);
   HttpClient client(server.port());
 
@@ -170,7 +148,7 @@ TEST_CASE("bad admin bodies get 400 with the field at fault") {
 TEST_CASE("rate limits answer 429 with Retry-After and publish their headers") {
   TestDatabase db;
   REQUIRE(run_gpuexd({"migrate", "--dsn", db.dsn()}).exit_code == 0);
-  auto ops = cli_create_account(db.dsn(), "ops", "admin");
+  auto ops = create_account(db.dsn(), "ops", "admin");
   Gpuexd server(db.dsn(), {"--key-rate", "0.5", "--key-burst", "3", "--ip-rate", "0.5", "--ip-burst", "2"}, false);
   HttpClient client(server.port());
 

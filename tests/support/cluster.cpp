@@ -10,6 +10,8 @@
 #include <fstream>
 #include <thread>
 
+#include <boost/json.hpp>
+
 #include "server/store/connection.hpp"
 #include "support/http_client.hpp"
 
@@ -54,6 +56,22 @@ TestDatabase::~TestDatabase() {
 RunResult run_gpuexd(std::vector<std::string> args) {
   args.insert(args.begin(), GPUEX_GPUEXD_PATH);
   return run_command(std::move(args));
+}
+
+CreatedAccount create_account(const std::string& dsn, const std::string& name, const std::string& scopes) {
+  auto r = run_gpuexd({"admin", "create-account", "--dsn", dsn, "--name", name, "--scopes", scopes});
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  // One JSON line on stdout; the log lines beside it (stderr, same file here) are not JSON objects.
+  auto start = r.output.find("{\"account_id\"");
+  REQUIRE(start != std::string::npos);
+  auto json = boost::json::parse(r.output.substr(start, r.output.find('\n', start) - start)).as_object();
+  return {std::string(json.at("account_id").as_string()), std::string(json.at("key_id").as_string()),
+          std::string(json.at("api_key").as_string())};
+}
+
+std::vector<std::pair<std::string, std::string>> bearer(const std::string& key) {
+  return {{"Authorization", "Bearer " + key}};
 }
 
 Gpuexd::Gpuexd(const std::string& dsn, std::vector<std::string> extra_args, bool migrate_first) {

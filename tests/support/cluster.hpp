@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -47,5 +48,16 @@ class Gpuexd {
 
 // Runs `gpuexd ARGS...` to completion; returns exit code and output.
 RunResult run_gpuexd(std::vector<std::string> args);
+
+// `gpuexd admin create-account` on a migrated database: the account's id and its first key.
+struct CreatedAccount {
+  std::string account_id;
+  std::string key_id;
+  std::string api_key;
+};
+CreatedAccount create_account(const std::string& dsn, const std::string& name, const std::string& scopes);
+
+// An Authorization header for `key`.
+std::vector<std::pair<std::string, std::string>> bearer(const std::string& key);
 
 }  // namespace gpuex::test

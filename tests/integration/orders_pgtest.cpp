@@ -1,0 +1,318 @@
+// Order entry over real HTTP against a real PostgreSQL: cases written from DESIGN.md §4's rules.
+#include <boost/json.hpp>
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <random>
+#include <regex>
+
+#include "server/rfc3339.hpp"
+#include "support/cluster.hpp"
+#include "support/http_client.hpp"
+
+using namespace gpuex::test;
+namespace json = boost::json;
+
+namespace {
+
+std::int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+std::string at(std::int64_t t) { return gpuex::format_rfc3339(t); }
+
+// A market with a provider, a buyer and an admin, on a fresh database and server.
+struct Market {
+  TestDatabase db;
+  CreatedAccount admin, provider, buyer, other;
+  std::unique_ptr<Gpuexd> server;
+  std::unique_ptr<HttpClient> http;
+
+  explicit Market(std::vector<std::string> args = {}) {
+    REQUIRE(run_gpuexd({"migrate", "--dsn", db.dsn()}).exit_code == 0);
+    admin = create_account(db.dsn(), "ops", "admin");
+    provider = create_account(db.dsn(), "provider", "provide,read");
+    buyer = create_account(db.dsn(), "buyer", "trade,read");
+    other = create_account(db.dsn(), "other", "trade,provide,read");
+    args.insert(args.end(), {"--tick-ms", "100"});
+    server = std::make_unique<Gpuexd>(db.dsn(), args, false);
+    http = std::make_unique<HttpClient>(server->port());
+  }
+
+  HttpReply post(const CreatedAccount& who, const std::string& path, const json::value& body) {
+    return http->request("POST", path, json::serialize(body), bearer(who.api_key));
+  }
+  HttpReply get(const CreatedAccount& who, const std::string& path) {
+    return http->request("GET", path, "", bearer(who.api_key));
+  }
+
+  std::string pool(const std::string& region, int nodes = 2, const std::string& tier = "bare_metal") {
+    auto r = post(provider, "/v1/pools",
+                  {{"market", "H100-SXM-80G"}, {"region", region}, {"tier", tier}, {"gpus_per_node", 8},
+                   {"nodes", nodes}, {"pue", "1.3"}, {"renewable_pct", 40}, {"carbon_g_per_kwh", 300}});
+    INFO(r.body);
+    REQUIRE(r.status == 201);
+    return std::string(r.json().at("id").as_string());
+  }
+
+  // An ask open from now (a start in the past is clipped to now) for 30 days.
+  json::object ask(const std::string& pool_id, const char* price, int gpus) {
+    auto r = post(provider, "/v1/orders",
+                  {{"side", "sell"}, {"pool_id", pool_id}, {"price", price}, {"quantity", gpus},
+                   {"start", at(unix_now() - 60)}, {"end", at(unix_now() + 30 * 86400)}});
+    INFO(r.body);
+    REQUIRE(r.status == 201);
+    return r.json().at("order").as_object();
+  }
+
+  json::value book(const std::string& bucket = "spot") {
+    auto r = http->get("/v1/markets/H100-SXM-80G/book?bucket=" + bucket);
+    REQUIRE(r.status == 200);
+    return r.json();
+  }
+};
+
+json::object spot_bid(const char* price, int gpus) {
+  return {{"side", "buy"}, {"market", "H100-SXM-80G"}, {"price", price}, {"quantity", gpus}, {"duration", 3600}};
+}
+
+std::string code(const HttpReply& r) { return std::string(r.json().at("error").at("code").as_string()); }
+
+}  // namespace
+
+TEST_CASE("a spot bid meets the cheapest ask first and trades at the ask's price") {
+  Market m;
+  auto de = m.pool("DE");
+  auto us = m.pool("US");
+  m.ask(de, "2.0000", 8);
+  m.ask(us, "1.8000", 8);
+
+  auto r = m.post(m.buyer, "/v1/orders", spot_bid("2.5000", 4));
+  INFO(r.body);
+  REQUIRE(r.status == 201);
+  auto body = r.json();
+  const auto& order = body.at("order").as_object();
+  CHECK(order.at("status").as_string() == "filled");
+  CHECK(order.at("filled_quantity").as_int64() == 4);
+  CHECK(order.at("remaining_quantity").as_int64() == 0);
+  const auto& fills = body.at("fills").as_array();
+  REQUIRE(fills.size() == 1);
+  CHECK(fills[0].at("price").as_string() == "1.8000");  // the resting ask's price, not the bid's limit
+  CHECK(fills[0].at("quantity").as_int64() == 4);
+  CHECK(fills[0].at("liquidity").as_string() == "taker");
+
+  // The lease: 4 GPUs for an hour at 1.80 = USD 7.20 owed.
+  auto leases = m.get(m.buyer, "/v1/leases").json().at("leases").as_array();
+  REQUIRE(leases.size() == 1);
+  CHECK(leases[0].at("role").as_string() == "buyer");
+  CHECK(leases[0].at("quantity").as_int64() == 4);
+  CHECK(leases[0].at("price").as_string() == "1.8000");
+  CHECK(leases[0].at("pool_id").as_string() == us);
+  CHECK(leases[0].at("owed_usd").as_string() == "7.200000");
+  auto provider_leases = m.get(m.provider, "/v1/leases").json().at("leases").as_array();
+  REQUIRE(provider_leases.size() == 1);
+  CHECK(provider_leases[0].at("role").as_string() == "provider");
+
+  auto provider_fills = m.get(m.provider, "/v1/fills").json().at("fills").as_array();
+  REQUIRE(provider_fills.size() == 1);
+  CHECK(provider_fills[0].at("liquidity").as_string() == "maker");
+  CHECK(provider_fills[0].at("side").as_string() == "sell");
+
+  // The published book: what is left of each ask, cheapest first.
+  auto book = m.book();
+  CHECK(book.at("asks") == json::parse(R"([["1.8000", 4], ["2.0000", 8]])"));
+  CHECK(book.at("bids").as_array().empty());
+  CHECK(book.at("sequence").as_int64() >= 3);
+}
+
+TEST_CASE("ioc takes what it can and cancels the rest; fok fills whole or not at all") {
+  Market m;
+  m.ask(m.pool("DE"), "2.0000", 8);
+
+  auto fok = m.post(m.buyer, "/v1/orders", [] {
+    auto b = spot_bid("3.0000", 10);
+    b["time_in_force"] = "fok";
+    return b;
+  }());
+  REQUIRE(fok.status == 201);
+  CHECK(fok.json().at("order").at("status").as_string() == "cancelled");
+  CHECK(fok.json().at("order").at("filled_quantity").as_int64() == 0);
+  CHECK(fok.json().at("fills").as_array().empty());
+
+  auto ioc = m.post(m.buyer, "/v1/orders", [] {
+    auto b = spot_bid("3.0000", 10);
+    b["time_in_force"] = "ioc";
+    return b;
+  }());
+  REQUIRE(ioc.status == 201);
+  auto order = ioc.json().at("order").as_object();
+  CHECK(order.at("status").as_string() == "cancelled");
+  CHECK(order.at("filled_quantity").as_int64() == 8);
+  CHECK(order.at("remaining_quantity").as_int64() == 2);
+  CHECK(m.book().at("asks").as_array().empty());
+}
+
+TEST_CASE("a constrained bid rests outside the levels and is counted apart") {
+  Market m;
+  m.ask(m.pool("DE"), "2.0000", 8);
+  auto bid = spot_bid("5.0000", 2);
+  bid["regions"] = json::array{"US"};
+  auto r = m.post(m.buyer, "/v1/orders", bid);
+  REQUIRE(r.status == 201);
+  CHECK(r.json().at("order").at("status").as_string() == "open");
+  CHECK(r.json().at("fills").as_array().empty());  // the only ask is in DE
+  auto book = m.book();
+  CHECK(book.at("bids").as_array().empty());
+  CHECK(book.at("constrained_bids") == json::parse(R"({"orders": 1, "gpus": 2})"));
+}
+
+TEST_CASE("engine rejects are 422, stored, and answered the same way on a retry") {
+  Market m;
+  auto bid = spot_bid("2.0000", 3);
+  bid["min_chunk"] = 2;
+  bid["client_order_id"] = "odd-lot";
+  auto first = m.post(m.buyer, "/v1/orders", bid);
+  REQUIRE(first.status == 422);
+  CHECK(code(first) == "quantity_not_multiple_of_chunk");
+  auto order_id = std::string(first.json().at("error").at("order_id").as_string());
+  auto again = m.post(m.buyer, "/v1/orders", bid);
+  CHECK(again.status == 422);
+  CHECK(code(again) == "quantity_not_multiple_of_chunk");
+  CHECK(again.json().at("error").at("order_id").as_string() == order_id);
+  auto stored = m.get(m.buyer, "/v1/orders/" + order_id);
+  REQUIRE(stored.status == 200);
+  CHECK(stored.json().at("status").as_string() == "rejected");
+
+  // Halted market: rejected, then accepted again after resume.
+  REQUIRE(m.post(m.admin, "/v1/markets/H100-SXM-80G/halt", json::object{}).status == 200);
+  auto halted = m.post(m.buyer, "/v1/orders", spot_bid("2.0000", 2));
+  CHECK(halted.status == 422);
+  CHECK(code(halted) == "market_halted");
+  REQUIRE(m.post(m.admin, "/v1/markets/H100-SXM-80G/resume", json::object{}).status == 200);
+  CHECK(m.post(m.buyer, "/v1/orders", spot_bid("2.0000", 2)).status == 201);
+}
+
+TEST_CASE("a client_order_id is never recycled: a repeat returns the original, a new body conflicts") {
+  Market m;
+  auto bid = spot_bid("1.0000", 2);
+  bid["client_order_id"] = "job-7";
+  auto first = m.post(m.buyer, "/v1/orders", bid);
+  REQUIRE(first.status == 201);
+  auto id = first.json().at("order").at("id");
+
+  auto repeat = m.post(m.buyer, "/v1/orders", bid);
+  CHECK(repeat.status == 200);
+  CHECK(repeat.json().at("order").at("id") == id);
+
+  auto changed = bid;
+  changed["price"] = "1.1000";
+  auto conflict = m.post(m.buyer, "/v1/orders", changed);
+  CHECK(conflict.status == 422);
+  CHECK(code(conflict) == "idempotency_conflict");
+
+  // Another account may use the same id.
+  auto theirs = m.post(m.other, "/v1/orders", bid);
+  CHECK(theirs.status == 201);
+  CHECK(theirs.json().at("order").at("id") != id);
+
+  // After the order ended and a restart, the store answers.
+  REQUIRE(m.http->request("DELETE", "/v1/orders/" + std::string(id.as_string()), "", bearer(m.buyer.api_key)).status == 200);
+  m.server->stop();
+  m.server = std::make_unique<Gpuexd>(m.db.dsn(), std::vector<std::string>{}, false);
+  m.http = std::make_unique<HttpClient>(m.server->port());
+  auto after = m.post(m.buyer, "/v1/orders", bid);
+  CHECK(after.status == 200);
+  CHECK(after.json().at("order").at("id") == id);
+  CHECK(after.json().at("order").at("status").as_string() == "cancelled");
+  CHECK(m.post(m.buyer, "/v1/orders", changed).status == 422);
+}
+
+TEST_CASE("amend lowers quantity, cancel ends the order, and other accounts see 404") {
+  Market m;
+  auto placed = m.post(m.buyer, "/v1/orders", spot_bid("1.5000", 6));
+  REQUIRE(placed.status == 201);
+  std::string id(placed.json().at("order").at("id").as_string());
+  CHECK(m.book().at("bids") == json::parse(R"([["1.5000", 6]])"));
+
+  auto amended = m.http->request("PATCH", "/v1/orders/" + id, R"({"quantity": 4})", bearer(m.buyer.api_key));
+  REQUIRE(amended.status == 200);
+  CHECK(amended.json().at("order").at("quantity").as_int64() == 4);
+  CHECK(m.book().at("bids") == json::parse(R"([["1.5000", 4]])"));
+
+  CHECK(m.get(m.other, "/v1/orders/" + id).status == 404);
+  CHECK(m.http->request("DELETE", "/v1/orders/" + id, "", bearer(m.other.api_key)).status == 404);
+
+  auto cancelled = m.http->request("DELETE", "/v1/orders/" + id, "", bearer(m.buyer.api_key));
+  REQUIRE(cancelled.status == 200);
+  CHECK(cancelled.json().at("status").as_string() == "cancelled");
+  CHECK(m.book().at("bids").as_array().empty());
+  CHECK(m.http->request("DELETE", "/v1/orders/" + id, "", bearer(m.buyer.api_key)).status == 404);
+
+  auto open = m.get(m.buyer, "/v1/orders?status=open").json().at("orders").as_array();
+  CHECK(open.empty());
+  auto all = m.get(m.buyer, "/v1/orders?status=all").json().at("orders").as_array();
+  CHECK(all.size() == 1);
+}
+
+TEST_CASE("a post_only order that would take is rejected with would_take, as a 201 order") {
+  Market m;
+  m.ask(m.pool("DE"), "2.0000", 8);
+  auto bid = spot_bid("2.0000", 2);
+  bid["post_only"] = true;
+  auto r = m.post(m.buyer, "/v1/orders", bid);
+  REQUIRE(r.status == 201);
+  CHECK(r.json().at("order").at("status").as_string() == "rejected");
+  CHECK(r.json().at("order").at("reject_reason").as_string() == "would_take");
+}
+
+TEST_CASE("selling needs the provide scope and one's own pool") {
+  Market m;
+  auto pool = m.pool("DE");
+  json::object sell{{"side", "sell"}, {"pool_id", pool}, {"price", "2.0000"}, {"quantity", 8},
+                    {"start", at(unix_now())}, {"end", at(unix_now() + 86400)}};
+  auto by_buyer = m.post(m.buyer, "/v1/orders", sell);
+  CHECK(by_buyer.status == 403);
+  auto by_other = m.post(m.other, "/v1/orders", sell);  // has provide, but not this pool
+  CHECK(by_other.status == 404);
+  sell["pool_id"] = "999999";
+  CHECK(m.post(m.provider, "/v1/orders", sell).status == 404);
+  auto unknown_market = spot_bid("1.0000", 1);
+  unknown_market["market"] = "NO-SUCH-GPU";
+  CHECK(m.post(m.buyer, "/v1/orders", unknown_market).status == 404);
+}
+
+TEST_CASE("the engine's state after a clean stop equals the state rebuilt on restart") {
+  Market m;
+  auto de = m.pool("DE");
+  auto us = m.pool("US", 4);
+  std::mt19937 rng(20261129);
+  for (int i = 0; i < 60; ++i) {
+    int kind = static_cast<int>(rng() % 4);
+    int price = 15000 + static_cast<int>(rng() % 10000);
+    char p[16];
+    std::snprintf(p, sizeof p, "%d.%04d", price / 10000, price % 10000);
+    if (kind == 0) {
+      auto r = m.post(m.provider, "/v1/orders",
+                      {{"side", "sell"}, {"pool_id", rng() % 2 ? de : us}, {"price", p}, {"quantity", 1 + static_cast<int>(rng() % 4)},
+                       {"start", at(unix_now())}, {"end", at(unix_now() + 86400 * (1 + static_cast<int>(rng() % 60)))}});
+      CHECK((r.status == 201 || r.status == 422));
+    } else if (kind == 1) {
+      auto r = m.post(m.buyer, "/v1/orders",
+                      {{"side", "buy"}, {"market", "H100-SXM-80G"}, {"price", p}, {"quantity", 1 + static_cast<int>(rng() % 6)},
+                       {"start", at(unix_now() + 86400 * (3 + static_cast<int>(rng() % 30)))},
+                       {"end", at(unix_now() + 86400 * 40)}});
+      CHECK(r.status == 201);
+    } else {
+      CHECK(m.post(m.buyer, "/v1/orders", spot_bid(p, 1 + static_cast<int>(rng() % 4))).status == 201);
+    }
+  }
+  REQUIRE(m.server->stop() == 0);
+  std::smatch stopped, recovered;
+  std::string before = m.server->log();
+  REQUIRE(std::regex_search(before, stopped, std::regex("engine stopped at seq (\\d+), state digest ([0-9a-f]+)")));
+
+  Gpuexd again(m.db.dsn(), {}, false);
+  std::string after = again.log();
+  REQUIRE(std::regex_search(after, recovered, std::regex("at seq (\\d+), state digest ([0-9a-f]+)")));
+  CHECK(recovered[1].str() == stopped[1].str());
+  CHECK(recovered[2].str() == stopped[2].str());
+}
