@@ -3,6 +3,7 @@
 
 #include <boost/json.hpp>
 #include <catch2/catch.hpp>
+#include <thread>
 
 #include "support/cluster.hpp"
 #include "support/http_client.hpp"
@@ -34,10 +35,17 @@ class OwnCluster {
 };
 }  // namespace
 
-TEST_CASE("readyz follows PostgreSQL down and up while gpuexd keeps running") {
+TEST_CASE("readyz follows PostgreSQL down and up while gpuexd keeps running; writes wait for it") {
   OwnCluster cluster;
-  Gpuexd server(cluster.url());
+  REQUIRE(run_gpuexd({"migrate", "--dsn", cluster.url()}).exit_code == 0);
+  auto buyer = create_account(cluster.url(), "buyer", "trade,read");
+  Gpuexd server(cluster.url(), {}, false);
   REQUIRE(wait_for_status(server.port(), "/readyz", 200, std::chrono::seconds(10)));
+  const std::string bid = R"({"side": "buy", "market": "H100-SXM-80G", "price": "1.0000", "quantity": 2, "duration": 3600})";
+  {
+    HttpClient client(server.port());
+    REQUIRE(client.request("POST", "/v1/orders", bid, bearer(buyer.api_key)).status == 201);
+  }
 
   REQUIRE(cluster.pg("stop").exit_code == 0);
   CHECK(wait_for_status(server.port(), "/readyz", 503, std::chrono::seconds(10)));
@@ -48,10 +56,27 @@ TEST_CASE("readyz follows PostgreSQL down and up while gpuexd keeps running") {
   CHECK(markets.status == 503);
   CHECK(markets.json().at("error").at("code").as_string() == "store_unavailable");
   CHECK_THAT(client.get("/metrics").body, Catch::Contains("gpuex_store_up 0"));
+  // A write that cannot be stored is refused whole; the published book still answers.
+  auto refused = client.request("POST", "/v1/orders", bid, bearer(buyer.api_key));
+  CHECK(refused.status == 503);
+  CHECK(refused.json().at("error").at("code").as_string() == "store_unavailable");
+  auto book = client.get("/v1/markets/H100-SXM-80G/book");
+  CHECK(book.status == 200);
+  CHECK(book.json().at("bids") == boost::json::parse(R"([["1.0000", 2]])"));
 
   REQUIRE(cluster.pg("start").exit_code == 0);
   CHECK(wait_for_status(server.port(), "/readyz", 200, std::chrono::seconds(20)));
   CHECK(client.get("/v1/markets").status == 200);
+  // Writes resume by themselves once the engine is rebuilt; the refused order never existed.
+  bool accepted = false;
+  for (int i = 0; i < 100 && !accepted; ++i) {
+    accepted = client.request("POST", "/v1/orders", bid, bearer(buyer.api_key)).status == 201;
+    if (!accepted) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  CHECK(accepted);
+  auto orders = client.request("GET", "/v1/orders?status=all", "", bearer(buyer.api_key));
+  CHECK(orders.json().at("orders").as_array().size() == 2);
+  CHECK(client.get("/v1/markets/H100-SXM-80G/book").json().at("bids") == boost::json::parse(R"([["1.0000", 4]])"));
   CHECK(server.process().running());
   CHECK(server.stop() == 0);
 }
