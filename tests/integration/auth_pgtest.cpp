@@ -17,7 +17,7 @@ std::string error_code(const HttpReply& reply) {
 
 }  // namespace
 
-TEST_CASE("admin keys create accounts and keys; scopes are enforced") {
+TEST_CASE("admin keys create accounts and keys, and scopes are enforced") {
   TestDatabase db;
   REQUIRE(run_gpuexd({"migrate", "--dsn", db.dsn()}).exit_code == 0);
   auto ops = create_account(db.dsn(), "ops", "admin");

@@ -124,7 +124,7 @@ TEST_CASE("a spot bid meets the cheapest ask first and trades at the ask's price
   CHECK(book.at("sequence").as_int64() >= 3);
 }
 
-TEST_CASE("ioc takes what it can and cancels the rest; fok fills whole or not at all") {
+TEST_CASE("ioc takes what it can and cancels the rest, fok fills whole or not at all") {
   Market m;
   m.ask(m.pool("DE"), "2.0000", 8);
 

@@ -35,7 +35,7 @@ class OwnCluster {
 };
 }  // namespace
 
-TEST_CASE("readyz follows PostgreSQL down and up while gpuexd keeps running; writes wait for it") {
+TEST_CASE("readyz follows PostgreSQL down and up while gpuexd keeps running, and writes wait for it") {
   OwnCluster cluster;
   REQUIRE(run_gpuexd({"migrate", "--dsn", cluster.url()}).exit_code == 0);
   auto buyer = create_account(cluster.url(), "buyer", "trade,read");

@@ -1,0 +1,182 @@
+#!/usr/bin/python3
+"""Checks real gpuexd responses against schema/openapi.yaml.
+
+Starts a gpuexd on a fresh database of the test cluster (GPUEX_TEST_DSN), calls every operation the
+contract lists (and a few error cases), and validates each response body against the schema the
+contract gives for that path, method and status. Fails when a response does not match, when a status
+is not in the contract, or when an operation of the contract was never exercised.
+Usage: check_openapi.py GPUEXD OPENAPI_YAML
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from datetime import datetime, timedelta, timezone
+
+import jsonschema
+import yaml
+
+
+def main():
+    gpuexd, spec_path = sys.argv[1], sys.argv[2]
+    with open(spec_path) as f:
+        spec = yaml.safe_load(f)
+    dsn = os.environ.get("GPUEX_TEST_DSN")
+    if not dsn:
+        sys.exit("GPUEX_TEST_DSN is not set: run through scripts/test")
+    base, _ = dsn.rsplit("/", 1)
+    db = "gpuex_t_contract_%d" % os.getpid()
+    subprocess.run(["psql", base + "/postgres", "-qc", "CREATE DATABASE " + db], check=True)
+    dsn = base + "/" + db
+    server = None
+    try:
+        subprocess.run([gpuexd, "migrate", "--dsn", dsn], check=True, capture_output=True)
+
+        def account(name, scopes):
+            out = subprocess.run([gpuexd, "admin", "create-account", "--dsn", dsn, "--name", name, "--scopes", scopes],
+                                 check=True, capture_output=True, text=True).stdout
+            return json.loads(out)
+
+        admin, provider, buyer = account("ops", "admin"), account("provider", "provide,read"), account("buyer", "trade,read")
+        port_file = tempfile.mktemp(prefix="gpuex-contract-port-")
+        log = open(tempfile.mktemp(prefix="gpuex-contract-log-"), "w")
+        server = subprocess.Popen([gpuexd, "serve", "--dsn", dsn, "--listen", "127.0.0.1:0", "--port-file", port_file,
+                                   "--test-clock", "--tick-ms", "100"], stdout=log, stderr=log)
+        for _ in range(600):
+            if os.path.exists(port_file) and open(port_file).read().strip():
+                break
+            time.sleep(0.05)
+        port = int(open(port_file).read())
+        run_checks(spec, port, admin, provider, buyer)
+    finally:
+        if server:
+            server.terminate()
+            server.wait(timeout=30)
+        subprocess.run(["psql", base + "/postgres", "-qc", "DROP DATABASE IF EXISTS %s WITH (FORCE)" % db])
+
+
+def run_checks(spec, port, admin, provider, buyer):
+    seen = set()
+    failures = []
+    checked = 0
+
+    def call(method, path, template, key=None, body=None):
+        nonlocal checked
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), data=data, method=method)
+        if key:
+            req.add_header("Authorization", "Bearer " + key["api_key"])
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=20) as r:
+                status, text, ctype = r.status, r.read().decode(), r.headers.get("Content-Type", "")
+        except urllib.error.HTTPError as e:
+            status, text, ctype = e.code, e.read().decode(), e.headers.get("Content-Type", "")
+        seen.add((template, method.lower()))
+        op = spec["paths"].get(template, {}).get(method.lower())
+        what = "%s %s -> %d" % (method, path, status)
+        if op is None:
+            failures.append("%s: the contract has no %s %s" % (what, method, template))
+            return status, None
+        response = op["responses"].get(str(status))
+        if response is None:
+            failures.append("%s: status %d is not in the contract" % (what, status))
+            return status, None
+        if "$ref" in response:
+            response = resolve(spec, response["$ref"])
+        content = response.get("content", {})
+        if "application/json" in content:
+            payload = json.loads(text)
+            schema = content["application/json"]["schema"]
+            validator = jsonschema.Draft202012Validator(
+                schema, resolver=jsonschema.RefResolver.from_schema(spec))
+            errors = sorted(validator.iter_errors(payload), key=lambda e: e.path)
+            for e in errors[:3]:
+                failures.append("%s: %s at %s\n  body: %s" % (what, e.message, list(e.absolute_path), text[:400]))
+            checked += 1
+            return status, payload
+        return status, text
+
+    now = datetime.now(timezone.utc)
+    iso = lambda t: t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    call("GET", "/healthz", "/healthz")
+    call("GET", "/readyz", "/readyz")
+    call("GET", "/metrics", "/metrics")
+    call("GET", "/v1/markets", "/v1/markets")
+    _, created = call("POST", "/v1/accounts", "/v1/accounts", admin, {"name": "acme", "scopes": ["read", "trade"]})
+    acme = created["account"]["id"]
+    _, key = call("POST", "/v1/accounts/%s/keys" % acme, "/v1/accounts/{id}/keys", admin, {"scopes": ["read"]})
+    call("DELETE", "/v1/keys/%s" % key["id"], "/v1/keys/{key_id}", admin)
+    call("PUT", "/v1/accounts/%s/limits" % buyer["account_id"], "/v1/accounts/{id}/limits", admin,
+         {"max_open_gpus": 1000, "max_open_notional": "100000", "max_open_orders": 500})
+    _, pool = call("POST", "/v1/pools", "/v1/pools", provider,
+                   {"market": "H100-SXM-80G", "region": "DE", "tier": "bare_metal", "gpus_per_node": 8, "nodes": 2,
+                    "nvlink": True, "fabric": "infiniband", "fabric_gbps": 400, "sla_pct": "99.9", "pue": "1.1",
+                    "renewable_pct": 90, "carbon_g_per_kwh": 50, "egress_usd_per_gb": "0.01"})
+    pid = pool["id"]
+    call("GET", "/v1/pools", "/v1/pools", provider)
+    call("GET", "/v1/pools/%s" % pid, "/v1/pools/{id}", provider)
+    call("PATCH", "/v1/pools/%s" % pid, "/v1/pools/{id}", provider, {"nodes": 3})
+    call("POST", "/v1/pools/%s/verify" % pid, "/v1/pools/{id}/verify", admin,
+         {"verified": True, "expires_at": iso(now + timedelta(days=90)), "evidence": "audit 2026-11"})
+    _, ask = call("POST", "/v1/orders", "/v1/orders", provider,
+                  {"side": "sell", "pool_id": pid, "price": "2.5000", "quantity": 16, "start": iso(now),
+                   "end": iso(now + timedelta(days=60)), "client_order_id": "ask-1"})
+    call("POST", "/v1/orders", "/v1/orders", provider,
+         {"side": "sell", "pool_id": pid, "price": "2.5000", "quantity": 16, "start": iso(now),
+          "end": iso(now + timedelta(days=60)), "client_order_id": "ask-1"})
+    _, bid = call("POST", "/v1/orders", "/v1/orders", buyer,
+                  {"side": "buy", "market": "H100-SXM-80G", "price": "3.0000", "quantity": 4, "duration": 7200,
+                   "green_only": True, "regions": ["DE"]})
+    _, fwd = call("POST", "/v1/orders", "/v1/orders", buyer,
+                  {"side": "buy", "market": "H100-SXM-80G", "price": "1.0000", "quantity": 2,
+                   "start": iso(now + timedelta(days=40)), "end": iso(now + timedelta(days=41)), "client_order_id": "fwd"})
+    call("POST", "/v1/orders", "/v1/orders", buyer,
+         {"side": "buy", "market": "H100-SXM-80G", "price": "1.0000", "quantity": 3, "min_chunk": 2, "duration": 3600})
+    call("POST", "/v1/orders", "/v1/orders", buyer, {"side": "buy"})
+    call("GET", "/v1/orders?status=all", "/v1/orders", buyer)
+    call("GET", "/v1/orders/%s" % fwd["order"]["id"], "/v1/orders/{id}", buyer)
+    call("GET", "/v1/orders/by-client-id/fwd", "/v1/orders/by-client-id/{cid}", buyer)
+    call("PATCH", "/v1/orders/%s" % fwd["order"]["id"], "/v1/orders/{id}", buyer, {"quantity": 1})
+    call("DELETE", "/v1/orders/%s" % fwd["order"]["id"], "/v1/orders/{id}", buyer)
+    call("DELETE", "/v1/orders", "/v1/orders", buyer)
+    call("GET", "/v1/fills", "/v1/fills", buyer)
+    _, leases = call("GET", "/v1/leases", "/v1/leases", buyer)
+    lease = leases["leases"][0]["id"]
+    call("GET", "/v1/leases/%s" % lease, "/v1/leases/{id}", provider)
+    call("POST", "/v1/leases/%s/release" % lease, "/v1/leases/{id}/release", buyer)
+    call("GET", "/v1/markets/H100-SXM-80G/book?bucket=spot", "/v1/markets/{m}/book")
+    call("GET", "/v1/markets/H100-SXM-80G/book?bucket=2027-13", "/v1/markets/{m}/book")
+    call("POST", "/v1/markets/H100-SXM-80G/halt", "/v1/markets/{m}/halt", admin)
+    call("POST", "/v1/markets/H100-SXM-80G/resume", "/v1/markets/{m}/resume", admin)
+    call("POST", "/v1/admin/clock", "/v1/admin/clock", admin, {"advance_s": 3600})
+    call("GET", "/v1/admin/state-digest", "/v1/admin/state-digest", admin)
+    call("DELETE", "/v1/orders/%s" % ask["order"]["id"], "/v1/orders/{id}", provider)
+    call("DELETE", "/v1/pools/%s" % pid, "/v1/pools/{id}", provider)
+
+    for template, ops in spec["paths"].items():
+        for method in ops:
+            if (template, method) not in seen:
+                failures.append("never exercised: %s %s" % (method.upper(), template))
+    for f in failures:
+        print("FAIL " + f)
+    print("%d passed, %d failed" % (checked, len(failures)))
+    if failures:
+        sys.exit(1)
+
+
+def resolve(spec, ref):
+    node = spec
+    for part in ref.lstrip("#/").split("/"):
+        node = node[part]
+    return node
+
+
+if __name__ == "__main__":
+    main()
