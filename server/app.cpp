@@ -177,7 +177,7 @@ int serve(const ServerConfig& config) {
   }
   writer.start();
   runner.start();
-  Services services{health, queries, metrics, keys, gate, runner, views, markets, config.test_clock};
+  Services services{health, queries, metrics, keys, gate, runner, writer, views, markets, config.test_clock};
 
   http::Router router;
   add_system_routes(router, services);

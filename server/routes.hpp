@@ -26,6 +26,7 @@ struct Services {
   KeyStore& keys;
   Gate& gate;
   EngineRunner& runner;
+  store::Writer& writer;
   BookViews& views;
   std::map<std::string, matching::MarketSpec> markets;  // by id
   bool test_clock = false;

@@ -31,6 +31,22 @@ void add_system_routes(http::Router& router, Services& services) {
     text += "# HELP gpuex_store_probe_failures_total Health probes of PostgreSQL that failed.\n";
     text += "# TYPE gpuex_store_probe_failures_total counter\n";
     text += fmt::format("gpuex_store_probe_failures_total {}\n", services.health.failures());
+    auto w = services.writer.counters();
+    text += "# HELP gpuex_store_transactions_total Transactions the store writer committed.\n";
+    text += "# TYPE gpuex_store_transactions_total counter\n";
+    text += fmt::format("gpuex_store_transactions_total {}\n", w.transactions);
+    text += "# HELP gpuex_store_commands_total Engine commands committed.\n";
+    text += "# TYPE gpuex_store_commands_total counter\n";
+    text += fmt::format("gpuex_store_commands_total {}\n", w.commands);
+    text += "# HELP gpuex_store_rows_total Rows written with those commands (the commands included).\n";
+    text += "# TYPE gpuex_store_rows_total counter\n";
+    text += fmt::format("gpuex_store_rows_total {}\n", w.statements);
+    text += "# HELP gpuex_store_failed_transactions_total Transactions that did not commit.\n";
+    text += "# TYPE gpuex_store_failed_transactions_total counter\n";
+    text += fmt::format("gpuex_store_failed_transactions_total {}\n", w.failed_transactions);
+    text += "# HELP gpuex_engine_accepting 1 while the engine takes writes.\n";
+    text += "# TYPE gpuex_engine_accepting gauge\n";
+    text += fmt::format("gpuex_engine_accepting {}\n", services.runner.accepting() ? 1 : 0);
     respond(http::text_response(http::Status::ok, std::move(text), "text/plain; version=0.0.4"));
   });
 }

@@ -50,6 +50,8 @@ struct Rows {
   std::vector<const Trade*> trades;
   std::vector<std::pair<MarketId, bool>> halts;
 
+  std::size_t size() const { return orders.size() + pools.size() + leases.size() + trades.size() + halts.size(); }
+
   void add(const Event& event) {
     std::visit(
         [this](const auto& e) {
@@ -120,13 +122,14 @@ void Writer::wait_idle() {
   idle_.wait(lock, [this] { return queue_.empty() && !busy_; });
 }
 
-std::uint64_t Writer::committed_batches() const {
+Writer::Counters Writer::counters() const {
   std::lock_guard lock(mutex_);
-  return committed_;
+  return counters_;
 }
 
 void Writer::run() {
   std::optional<PgConnection> conn;
+  std::uint64_t statements = 0;
   for (;;) {
     std::vector<Batch> batches;
     bool failed;
@@ -151,6 +154,7 @@ void Writer::run() {
     try {
       if (!conn || !conn->healthy()) conn = PgConnection::connect(dsn_, std::chrono::seconds(2));
       Pipeline pipe(*conn);
+      statements = 0;
       pipe.send("BEGIN");
       for (const auto& batch : batches) {
         for (const auto& logged : batch) {
@@ -159,6 +163,7 @@ void Writer::run() {
                                      std::string(command_kind(cmd.body)), json::serialize(command_body_json(cmd.body))});
           Rows rows;
           for (const auto& e : logged.events) rows.add(e);
+          statements += 1 + rows.size();
           for (const auto& [id, p] : rows.pools) {
             pipe.send(kUpsertPool, {num(id.value), num(p.provider.value), p.spec.market.value, boolean(p.retired),
                                     json::serialize(wire::pool_json(p))});
@@ -196,20 +201,23 @@ void Writer::run() {
       {
         std::lock_guard lock(mutex_);
         failed_ = true;
+        ++counters_.failed_transactions;
       }
       fail(batches);
       on_failure_(e.what());
       continue;
+    }
+    {
+      std::lock_guard lock(mutex_);
+      ++counters_.transactions;
+      counters_.statements += statements;
+      for (const auto& b : batches) counters_.commands += b.size();
     }
     commit(batches);
   }
 }
 
 void Writer::commit(std::vector<Batch>& batches) {
-  {
-    std::lock_guard lock(mutex_);
-    committed_ += batches.size();
-  }
   for (const auto& batch : batches) {
     for (const auto& listener : listeners_) listener(batch);
     for (const auto& logged : batch) {

@@ -49,7 +49,14 @@ class Writer {
   void wait_idle();
   // Commits what is queued, then stops.
   void stop();
-  std::uint64_t committed_batches() const;
+  // What has been committed so far, for /metrics and the benchmarks.
+  struct Counters {
+    std::uint64_t transactions = 0;
+    std::uint64_t commands = 0;
+    std::uint64_t statements = 0;  // rows written, BEGIN/COMMIT excluded
+    std::uint64_t failed_transactions = 0;
+  };
+  Counters counters() const;
 
  private:
   void run();
@@ -66,7 +73,7 @@ class Writer {
   bool failed_ = false;
   bool busy_ = false;
   std::condition_variable idle_;
-  std::uint64_t committed_ = 0;
+  Counters counters_;
   std::thread thread_;
 };
 

@@ -1,0 +1,381 @@
+// bench_e2e: orders per second acknowledged after commit, and latency from send to durable ack, beside
+// the rate at which PostgreSQL itself commits the same rows in the same batches.
+//
+// Workload (10 markets): ~80 % resting bids and asks, ~10 % crossing (ioc orders that trade), ~10 %
+// cancels of the connection's own resting orders; providers and buyers on separate keep-alive
+// connections. Run with `scripts/bench e2e [--connections N] [--seconds S] [--json]`, which provides a
+// private PostgreSQL (GPUEX_BENCH_DSN) and the gpuexd to start (GPUEX_GPUEXD).
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/json.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "server/rfc3339.hpp"
+#include "server/store/connection.hpp"
+
+extern char** environ;
+
+namespace {
+
+namespace beast = boost::beast;
+namespace bhttp = beast::http;
+namespace net = boost::asio;
+namespace json = boost::json;
+using Clock = std::chrono::steady_clock;
+
+const char* kMarkets[] = {"H100-SXM-80G", "H100-PCIE-80G", "H200-SXM-141G", "H200-NVL-141G", "B200-180G",
+                          "A100-SXM-80G", "A100-PCIE-80G", "L40S-48G",     "RTX4090-24G",   "V100-SXM2-32G"};
+
+std::string getenv_or_die(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) {
+    std::fprintf(stderr, "%s is not set: run through scripts/bench e2e\n", name);
+    std::exit(2);
+  }
+  return v;
+}
+
+std::string run(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) throw std::runtime_error("cannot run " + cmd);
+  char buf[4096];
+  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  if (pclose(p) != 0) throw std::runtime_error("failed: " + cmd + "\n" + out);
+  return out;
+}
+
+// One blocking keep-alive HTTP connection.
+class Connection {
+ public:
+  explicit Connection(unsigned short port) : socket_(ioc_) {
+    socket_.connect(net::ip::tcp::endpoint(net::ip::make_address("127.0.0.1"), port));
+    socket_.set_option(net::ip::tcp::no_delay(true));
+  }
+  std::pair<unsigned, std::string> call(bhttp::verb method, const std::string& target, const std::string& key,
+                                        const std::string& body = {}) {
+    bhttp::request<bhttp::string_body> req{method, target, 11};
+    req.set(bhttp::field::host, "127.0.0.1");
+    if (!key.empty()) req.set(bhttp::field::authorization, "Bearer " + key);
+    if (!body.empty()) req.set(bhttp::field::content_type, "application/json");
+    req.body() = body;
+    req.prepare_payload();
+    bhttp::write(socket_, req);
+    bhttp::response<bhttp::string_body> res;
+    bhttp::read(socket_, buffer_, res);
+    return {res.result_int(), std::move(res.body())};
+  }
+
+ private:
+  net::io_context ioc_;
+  net::ip::tcp::socket socket_;
+  beast::flat_buffer buffer_;
+};
+
+struct Options {
+  int connections = 32;
+  int seconds = 20;
+  int warmup_seconds = 3;
+  bool json = false;
+};
+
+double percentile(std::vector<double>& v, double p) {
+  if (v.empty()) return 0;
+  std::size_t i = std::min(v.size() - 1, static_cast<std::size_t>(p * static_cast<double>(v.size())));
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(i), v.end());
+  return v[i];
+}
+
+std::int64_t metric(const std::string& text, const std::string& name) {
+  std::smatch m;
+  if (!std::regex_search(text, m, std::regex("\n" + name + " ([0-9]+)"))) return 0;
+  return std::stoll(m[1]);
+}
+
+// PostgreSQL's own ceiling: one connection writes `transactions` transactions of `per_tx` commands,
+// each command one command-log row and `rows_per_command - 1` order rows with real documents,
+// pipelined exactly like the store writer.
+double db_ceiling(const std::string& dsn, double per_tx, double rows_per_command, int seconds) {
+  auto db = gpuex::store::PgConnection::connect(dsn);
+  db.exec_script(
+      "DROP TABLE IF EXISTS ceiling_commands, ceiling_orders;"
+      "CREATE TABLE ceiling_commands (LIKE engine_commands INCLUDING ALL);"
+      "CREATE TABLE ceiling_orders (LIKE orders INCLUDING ALL);");
+  auto sample = db.exec("SELECT kind, body::text FROM engine_commands WHERE kind = 'place_order' LIMIT 1000");
+  auto docs = db.exec("SELECT account_id, side, market, status, doc::text FROM orders LIMIT 1000");
+  if (sample.rows() == 0 || docs.rows() == 0) return 0;
+  const char* insert_command =
+      "INSERT INTO ceiling_commands (seq, at, account_id, kind, body) VALUES ($1, $2, $3, $4, $5::jsonb)";
+  const char* upsert_order = R"sql(
+INSERT INTO ceiling_orders (id, account_id, client_order_id, body_sha256, side, market, status, doc, created_at, updated_at)
+VALUES ($1, $2, NULL, NULL, $3, $4, $5, $6::jsonb, 0, 0)
+ON CONFLICT (id) DO UPDATE SET status = excluded.status, doc = excluded.doc, updated_at = excluded.updated_at)sql";
+  std::int64_t seq = 0, commands = 0;
+  double extra = std::max(0.0, rows_per_command - 1), carry = 0;
+  auto deadline = Clock::now() + std::chrono::seconds(seconds);
+  auto started = Clock::now();
+  double tx_carry = 0;
+  while (Clock::now() < deadline) {
+    tx_carry += per_tx;
+    int n = static_cast<int>(tx_carry);
+    tx_carry -= n;
+    if (n == 0) continue;
+    gpuex::store::Pipeline pipe(db);
+    pipe.send("BEGIN");
+    for (int i = 0; i < n; ++i) {
+      ++seq;
+      int s = static_cast<int>(seq % sample.rows());
+      pipe.send(insert_command, {std::to_string(seq), "0", "1", std::string(sample.text(s, 0)), std::string(sample.text(s, 1))});
+      carry += extra;
+      while (carry >= 1) {
+        carry -= 1;
+        int d = static_cast<int>(seq % docs.rows());
+        pipe.send(upsert_order, {std::to_string(seq), std::string(docs.text(d, 0)), std::string(docs.text(d, 1)),
+                                 std::string(docs.text(d, 2)), std::string(docs.text(d, 3)), std::string(docs.text(d, 4))});
+      }
+    }
+    pipe.send("COMMIT");
+    pipe.sync();
+    commands += n;
+  }
+  double secs = std::chrono::duration<double>(Clock::now() - started).count();
+  db.exec_script("DROP TABLE ceiling_commands, ceiling_orders");
+  return static_cast<double>(commands) / secs;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opt;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--json") opt.json = true;
+    else if (a == "--connections" && i + 1 < argc) opt.connections = std::stoi(argv[++i]);
+    else if (a == "--seconds" && i + 1 < argc) opt.seconds = std::stoi(argv[++i]);
+    else {
+      std::fprintf(stderr, "usage: bench_e2e [--connections N] [--seconds S] [--json]\n");
+      return 2;
+    }
+  }
+  const std::string base_dsn = getenv_or_die("GPUEX_BENCH_DSN");
+  const std::string gpuexd = getenv_or_die("GPUEX_GPUEXD");
+  const std::string base = base_dsn.substr(0, base_dsn.rfind('/'));
+  const std::string dsn = base + "/gpuex_bench_e2e";
+  auto log = [&](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); };
+
+  {
+    auto admin = gpuex::store::PgConnection::connect(base + "/postgres");
+    admin.exec_script("DROP DATABASE IF EXISTS gpuex_bench_e2e WITH (FORCE)");
+    admin.exec_script("CREATE DATABASE gpuex_bench_e2e");
+  }
+  run(gpuexd + " migrate --dsn " + dsn + " 2>/dev/null");
+  auto create = [&](const std::string& name, const std::string& scopes) {
+    auto out = run(gpuexd + " admin create-account --dsn " + dsn + " --name " + name + " --scopes " + scopes + " 2>/dev/null");
+    return json::parse(out).as_object();
+  };
+  auto admin = create("ops", "admin");
+  std::vector<json::object> accounts;
+  for (int c = 0; c < opt.connections; ++c) {
+    accounts.push_back(create("acct" + std::to_string(c), c % 2 == 0 ? "provide,read" : "trade,read"));
+  }
+
+  std::string port_file = "/tmp/gpuex-bench-e2e-" + std::to_string(::getpid()) + ".port";
+  std::string server_log = "/tmp/gpuex-bench-e2e-" + std::to_string(::getpid()) + ".log";
+  std::vector<std::string> args = {gpuexd, "--log-level", "warn", "serve", "--dsn", dsn, "--listen", "127.0.0.1:0", "--port-file", port_file,
+                                   "--key-rate", "1000000000", "--key-burst", "1000000000", "--ip-rate", "1000000000",
+                                   "--ip-burst", "1000000000"};
+  log("limits raised for the benchmark: --key-rate/--key-burst/--ip-rate/--ip-burst 1e9, exposure limits 10M orders per account");
+  std::vector<char*> argv2;
+  for (auto& a : args) argv2.push_back(a.data());
+  argv2.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 1, server_log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t server = 0;
+  if (posix_spawn(&server, argv2[0], &fa, nullptr, argv2.data(), environ) != 0) return 1;
+  unsigned short port = 0;
+  for (int i = 0; i < 600 && port == 0; ++i) {
+    std::ifstream in(port_file);
+    unsigned p = 0;
+    if (in >> p) port = static_cast<unsigned short>(p);
+    else std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (port == 0) {
+    log("gpuexd did not start; see " + server_log);
+    return 1;
+  }
+
+  // Set-up: raised exposure limits, one pool per market per provider.
+  std::vector<std::vector<std::string>> pools(accounts.size());
+  {
+    Connection c(port);
+    std::string admin_key(admin.at("api_key").as_string());
+    for (std::size_t i = 0; i < accounts.size(); ++i) {
+      std::string id(accounts[i].at("account_id").as_string());
+      c.call(bhttp::verb::put, "/v1/accounts/" + id + "/limits", admin_key,
+             R"({"max_open_gpus": 100000000, "max_open_notional": "1000000000000", "max_open_orders": 10000000})");
+      if (i % 2 != 0) continue;
+      for (const char* m : kMarkets) {
+        auto r = c.call(bhttp::verb::post, "/v1/pools", std::string(accounts[i].at("api_key").as_string()),
+                        json::serialize(json::object{{"market", m}, {"region", "DE"}, {"tier", "bare_metal"},
+                                                     {"gpus_per_node", 64}, {"nodes", 10000}, {"pue", "1.3"},
+                                                     {"renewable_pct", 40}, {"carbon_g_per_kwh", 300}}));
+        if (r.first != 201) {
+          log("pool registration failed: " + r.second);
+          return 1;
+        }
+        pools[i].emplace_back(json::parse(r.second).at("id").as_string());
+      }
+    }
+  }
+
+  std::atomic<bool> stop{false};
+  std::atomic<bool> measuring{false};
+  std::vector<std::vector<double>> latencies(accounts.size());
+  std::vector<std::int64_t> errors(accounts.size(), 0);
+  std::vector<std::thread> threads;
+  auto now_s = [] { return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count(); };
+  for (std::size_t i = 0; i < accounts.size(); ++i) {
+    threads.emplace_back([&, i] {
+      Connection c(port);
+      std::mt19937 rng(static_cast<unsigned>(i * 7919 + 1));
+      const bool provider = i % 2 == 0;
+      const std::string key(accounts[i].at("api_key").as_string());
+      std::vector<std::string> resting;
+      const std::string start = gpuex::format_rfc3339(now_s()), end = gpuex::format_rfc3339(now_s() + 30 * 86400);
+      while (!stop) {
+        int roll = static_cast<int>(rng() % 100);
+        std::string target = "/v1/orders", body;
+        bhttp::verb method = bhttp::verb::post;
+        bool rests = false;
+        std::size_t mi = rng() % 10;
+        char price[16];
+        if (roll < 10 && !resting.empty()) {
+          std::size_t k = rng() % resting.size();
+          target += "/" + resting[k];
+          resting[k] = resting.back();
+          resting.pop_back();
+          method = bhttp::verb::delete_;
+        } else if (roll < 20) {
+          // Crossing: takes from the other side's resting orders, the rest cancelled (ioc).
+          if (provider) {
+            std::snprintf(price, sizeof price, "0.%04d", 5000 + static_cast<int>(rng() % 5000));
+            body = R"({"side":"sell","pool_id":")" + pools[i][mi] + R"(","price":")" + price +
+                   R"(","quantity":1,"time_in_force":"ioc","start":")" + start + R"(","end":")" + end + "\"}";
+          } else {
+            body = std::string(R"({"side":"buy","market":")") + kMarkets[mi] +
+                   R"(","price":"9.0000","quantity":1,"duration":3600,"time_in_force":"ioc"})";
+          }
+        } else {
+          rests = true;
+          if (provider) {
+            std::snprintf(price, sizeof price, "3.%04d", static_cast<int>(rng() % 10000));
+            body = R"({"side":"sell","pool_id":")" + pools[i][mi] + R"(","price":")" + price + R"(","quantity":)" +
+                   std::to_string(1 + rng() % 4) + R"(,"start":")" + start + R"(","end":")" + end + "\"}";
+          } else {
+            std::snprintf(price, sizeof price, "1.%04d", static_cast<int>(rng() % 10000));
+            body = std::string(R"({"side":"buy","market":")") + kMarkets[mi] + R"(","price":")" + price +
+                   R"(","quantity":)" + std::to_string(1 + rng() % 4) + R"(,"duration":3600})";
+          }
+        }
+        auto t0 = Clock::now();
+        std::pair<unsigned, std::string> r;
+        try {
+          r = c.call(method, target, key, body);
+        } catch (const std::exception&) {
+          ++errors[i];
+          return;
+        }
+        double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        if (measuring) latencies[i].push_back(ms);
+        if (r.first >= 400 && r.first != 404) ++errors[i];
+        if (rests && r.first == 201) {
+          auto id = json::parse(r.second).at("order").at("id");
+          resting.emplace_back(id.as_string());
+        }
+      }
+    });
+  }
+
+  std::this_thread::sleep_for(std::chrono::seconds(opt.warmup_seconds));
+  std::string before;
+  {
+    Connection c(port);
+    before = c.call(bhttp::verb::get, "/metrics", "").second;
+  }
+  measuring = true;
+  auto t0 = Clock::now();
+  std::this_thread::sleep_for(std::chrono::seconds(opt.seconds));
+  measuring = false;
+  double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+  std::string after;
+  {
+    Connection c(port);
+    after = c.call(bhttp::verb::get, "/metrics", "").second;
+  }
+  stop = true;
+  for (auto& t : threads) t.join();
+  ::kill(server, SIGTERM);
+  int status = 0;
+  ::waitpid(server, &status, 0);
+
+  std::vector<double> all;
+  std::int64_t errs = 0;
+  for (std::size_t i = 0; i < latencies.size(); ++i) {
+    all.insert(all.end(), latencies[i].begin(), latencies[i].end());
+    errs += errors[i];
+  }
+  double orders_per_s = static_cast<double>(all.size()) / elapsed;
+  double tx = static_cast<double>(metric(after, "gpuex_store_transactions_total") - metric(before, "gpuex_store_transactions_total"));
+  double cmds = static_cast<double>(metric(after, "gpuex_store_commands_total") - metric(before, "gpuex_store_commands_total"));
+  double rows = static_cast<double>(metric(after, "gpuex_store_rows_total") - metric(before, "gpuex_store_rows_total"));
+  double per_tx = tx > 0 ? cmds / tx : 1, rows_per_cmd = cmds > 0 ? rows / cmds : 1;
+  double p50 = percentile(all, 0.50), p99 = percentile(all, 0.99), p999 = percentile(all, 0.999);
+  log("measuring PostgreSQL's own ceiling for the same rows in the same batches ...");
+  double ceiling = db_ceiling(dsn, per_tx, rows_per_cmd, 10);
+
+  char workload[256];
+  std::snprintf(workload, sizeof workload,
+                "e2e: 10 markets, %d keep-alive connections (half providers, half buyers), ~80%% resting, ~10%% "
+                "crossing ioc, ~10%% cancels, %d s after %d s warm-up",
+                opt.connections, opt.seconds, opt.warmup_seconds);
+  if (opt.json) {
+    std::cout << json::serialize(json::object{{"workload", workload},
+                                              {"orders_per_s", std::round(orders_per_s)},
+                                              {"p50_ms", p50},
+                                              {"p99_ms", p99},
+                                              {"p999_ms", p999},
+                                              {"db_ceiling_orders_per_s", std::round(ceiling)},
+                                              {"commands_per_transaction", per_tx},
+                                              {"rows_per_command", rows_per_cmd},
+                                              {"errors", errs}})
+              << "\n";
+  } else {
+    std::printf("%s\n", workload);
+    std::printf("  durable orders/s      %10.0f   (%zu requests answered after commit)\n", orders_per_s, all.size());
+    std::printf("  latency send->ack     p50 %.2f ms   p99 %.2f ms   p99.9 %.2f ms\n", p50, p99, p999);
+    std::printf("  store                 %.1f commands per transaction, %.2f rows per command\n", per_tx, rows_per_cmd);
+    std::printf("  PostgreSQL ceiling    %10.0f orders/s (same rows, same batches, one connection)\n", ceiling);
+    std::printf("  share of ceiling      %9.0f %%\n", ceiling > 0 ? 100 * orders_per_s / ceiling : 0);
+    std::printf("  errors                %lld\n", static_cast<long long>(errs));
+  }
+  return 0;
+}
