@@ -63,6 +63,12 @@ PgResult PgConnection::exec(const char* sql, const std::vector<Param>& params) {
   return PgResult(res);
 }
 
+void PgConnection::prepare(const Statement& statement) {
+  PGresult* res = PQprepare(conn_.get(), statement.name, statement.sql, 0, nullptr);
+  if (!res || PQresultStatus(res) != PGRES_COMMAND_OK) throw_result_error(conn_.get(), res);
+  PQclear(res);
+}
+
 void PgConnection::exec_script(std::string_view sql) {
   std::string text(sql);
   PGresult* res = PQexec(conn_.get(), text.c_str());
@@ -88,6 +94,21 @@ void Pipeline::send(const char* sql, const std::vector<Param>& params) {
                         0) != 1) {
     throw StoreError("cannot send a statement: " + std::string(PQerrorMessage(conn_.raw())));
   }
+  sent();
+}
+
+void Pipeline::send(const Statement& prepared, const std::vector<Param>& params) {
+  std::vector<const char*> values;
+  values.reserve(params.size());
+  for (const auto& p : params) values.push_back(p ? p->c_str() : nullptr);
+  if (PQsendQueryPrepared(conn_.raw(), prepared.name, static_cast<int>(values.size()), values.data(), nullptr, nullptr,
+                          0) != 1) {
+    throw StoreError("cannot send statement " + std::string(prepared.name) + ": " + PQerrorMessage(conn_.raw()));
+  }
+  sent();
+}
+
+void Pipeline::sent() {
   // Reading answers now and then keeps both sides' socket buffers from filling up.
   if (++pending_ >= 256) sync();
 }

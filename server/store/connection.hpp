@@ -37,6 +37,12 @@ class PgResult {
 // A query parameter in text form; nullopt is SQL NULL.
 using Param = std::optional<std::string>;
 
+// A named statement, prepared once per connection (PgConnection::prepare) and then sent by name.
+struct Statement {
+  const char* name;
+  const char* sql;
+};
+
 class PgConnection {
  public:
   // Connects or throws StoreError; `connect_timeout` bounds the wait on an unreachable server.
@@ -44,6 +50,7 @@ class PgConnection {
                               std::chrono::seconds connect_timeout = std::chrono::seconds(5));
 
   PgResult exec(const char* sql, const std::vector<Param>& params = {});
+  void prepare(const Statement& statement);
   // Runs several statements with no parameters (migrations, BEGIN/COMMIT).
   void exec_script(std::string_view sql);
 
@@ -68,9 +75,12 @@ class Pipeline {
   Pipeline& operator=(const Pipeline&) = delete;
 
   void send(const char* sql, const std::vector<Param>& params = {});
+  void send(const Statement& prepared, const std::vector<Param>& params);
   void sync();
 
  private:
+  void sent();
+
   PgConnection& conn_;
   int pending_ = 0;  // statements sent since the last sync
 };

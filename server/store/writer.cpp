@@ -19,25 +19,26 @@ namespace json = boost::json;
 
 namespace {
 
-constexpr const char* kInsertCommand =
-    "INSERT INTO engine_commands (seq, at, account_id, kind, body) VALUES ($1, $2, $3, $4, $5::jsonb)";
-constexpr const char* kUpsertOrder = R"sql(
+constexpr Statement kInsertCommand{"insert_command",
+    "INSERT INTO engine_commands (seq, at, account_id, kind, body) VALUES ($1, $2, $3, $4, $5::jsonb)"};
+constexpr Statement kUpsertOrder{"upsert_order", R"sql(
 INSERT INTO orders (id, account_id, client_order_id, body_sha256, side, market, status, doc, created_at, updated_at)
 VALUES ($1, $2, $3, $4::bytea, $5, $6, $7, $8::jsonb, $9, $10)
-ON CONFLICT (id) DO UPDATE SET status = excluded.status, doc = excluded.doc, updated_at = excluded.updated_at)sql";
-constexpr const char* kUpsertPool = R"sql(
+ON CONFLICT (id) DO UPDATE SET status = excluded.status, doc = excluded.doc, updated_at = excluded.updated_at)sql"};
+constexpr Statement kUpsertPool{"upsert_pool", R"sql(
 INSERT INTO pools (id, provider_id, market, retired, doc) VALUES ($1, $2, $3, $4, $5::jsonb)
-ON CONFLICT (id) DO UPDATE SET retired = excluded.retired, doc = excluded.doc, updated_at = now())sql";
-constexpr const char* kUpsertLease = R"sql(
+ON CONFLICT (id) DO UPDATE SET retired = excluded.retired, doc = excluded.doc, updated_at = now())sql"};
+constexpr Statement kUpsertLease{"upsert_lease", R"sql(
 INSERT INTO leases (id, buyer_id, provider_id, pool_id, market, status, lease) VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb)
-ON CONFLICT (id) DO UPDATE SET status = excluded.status, lease = excluded.lease, updated_at = now())sql";
-constexpr const char* kInsertTrade = R"sql(
+ON CONFLICT (id) DO UPDATE SET status = excluded.status, lease = excluded.lease, updated_at = now())sql"};
+constexpr Statement kInsertTrade{"insert_trade", R"sql(
 INSERT INTO trades (id, at, market, bucket, buy_order_id, sell_order_id, buyer_id, seller_id, pool_id, lease_id,
                     quantity, start_at, end_at, price_micros, list_price_micros, green_discount_bps, preemption,
                     taker_side, print, buyer_fill, seller_fill)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19::jsonb, $20::jsonb,
-        $21::jsonb))sql";
-constexpr const char* kSetHalted = "UPDATE markets SET halted = $2 WHERE id = $1";
+        $21::jsonb))sql"};
+constexpr Statement kSetHalted{"set_halted", "UPDATE markets SET halted = $2 WHERE id = $1"};
+constexpr Statement kStatements[] = {kInsertCommand, kUpsertOrder, kUpsertPool, kUpsertLease, kInsertTrade, kSetHalted};
 
 std::string num(std::int64_t v) { return std::to_string(v); }
 std::string boolean(bool b) { return b ? "true" : "false"; }
@@ -152,7 +153,10 @@ void Writer::run() {
       continue;
     }
     try {
-      if (!conn || !conn->healthy()) conn = PgConnection::connect(dsn_, std::chrono::seconds(2));
+      if (!conn || !conn->healthy()) {
+        conn = PgConnection::connect(dsn_, std::chrono::seconds(2));
+        for (const auto& statement : kStatements) conn->prepare(statement);
+      }
       Pipeline pipe(*conn);
       statements = 0;
       pipe.send("BEGIN");
