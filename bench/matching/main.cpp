@@ -1,0 +1,313 @@
+// bench_matching: commands per second, latency per command and memory per resting order of the
+// matching engine, on one thread. `scripts/bench matching [--json] [--commands N]`.
+//
+// plain:     one market, one pool, spot asks and bids without constraints: ~70 % places (1 in 7
+//            crossing), ~30 % cancels, over a book of 10,000 resting orders.
+// realistic: 10 markets, 2,000 pools sampled from the real offers in data/ (regions, prices, fees;
+//            tier, fabric, SLA and energy drawn by the same seeded loader the replay tool uses),
+//            forward windows up to 6 months, bids with a mix of constraints, 100,000 resting orders;
+//            ~65 % places (1 in 4 crossing), ~35 % cancels.
+#include <malloc.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "matching/engine.hpp"
+#include "matching/offers.hpp"
+
+using namespace gpuex::matching;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Rng {
+  std::uint64_t s;
+  std::uint64_t next() {
+    std::uint64_t z = (s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  std::int64_t between(std::int64_t lo, std::int64_t hi) { return lo + static_cast<std::int64_t>(next() % static_cast<std::uint64_t>(hi - lo + 1)); }
+  bool chance(int percent) { return static_cast<int>(next() % 100) < percent; }
+};
+
+constexpr std::int64_t kT0 = 1'800'000'000;  // 2027-01-15
+constexpr std::int64_t kDay = 86'400;
+
+// The orders resting now (for cancels), kept from the engine's events.
+struct Resting {
+  std::vector<OrderId> ids;
+  std::unordered_map<std::int64_t, std::size_t> where;
+  void add(OrderId id) {
+    if (where.count(id.value)) return;
+    where[id.value] = ids.size();
+    ids.push_back(id);
+  }
+  void remove(OrderId id) {
+    auto it = where.find(id.value);
+    if (it == where.end()) return;
+    std::size_t i = it->second;
+    where.erase(it);
+    if (i + 1 != ids.size()) {
+      ids[i] = ids.back();
+      where[ids[i].value] = i;
+    }
+    ids.pop_back();
+  }
+  void track(const EventSink& events) {
+    for (const auto& e : events) {
+      if (const auto* a = std::get_if<OrderAccepted>(&e)) add(a->order.id);
+      else if (const auto* d = std::get_if<OrderDone>(&e)) remove(d->order.id);
+    }
+  }
+};
+
+struct Driver {
+  Engine engine;
+  Seq seq = 0;
+  std::int64_t now = kT0;
+  EventSink events;
+  Resting resting;
+
+  explicit Driver(EngineConfig config) : engine(std::move(config)) {}
+
+  void apply(AccountId account, CommandBody body) {
+    events.clear();
+    engine.apply(Command{++seq, Seconds(now), account, std::move(body)}, events);
+    resting.track(events);
+  }
+};
+
+struct Result {
+  std::string workload;
+  std::string description;
+  std::int64_t commands = 0;
+  double seconds = 0;
+  double p50_us = 0, p99_us = 0, p999_us = 0;
+  double bytes_per_resting_order = 0;
+  std::size_t resting = 0;
+};
+
+double pct(std::vector<std::uint32_t>& ns, double p) {
+  if (ns.empty()) return 0;
+  std::size_t i = std::min(ns.size() - 1, static_cast<std::size_t>(p * static_cast<double>(ns.size())));
+  std::nth_element(ns.begin(), ns.begin() + static_cast<std::ptrdiff_t>(i), ns.end());
+  return ns[i] / 1000.0;
+}
+
+std::size_t heap_in_use() { return mallinfo2().uordblks; }
+
+// Runs `next()` for `commands` commands (or until `max_seconds`), timing each apply.
+template <class Next>
+void measure(Driver& d, std::int64_t commands, double max_seconds, Next next, Result& r) {
+  std::vector<std::uint32_t> ns;
+  ns.reserve(static_cast<std::size_t>(commands));
+  auto started = Clock::now();
+  auto deadline = started + std::chrono::duration<double>(max_seconds);
+  for (std::int64_t i = 0; i < commands; ++i) {
+    if ((i & 1023) == 0 && Clock::now() > deadline) break;
+    if (i % 1000 == 999) ++d.now;  // a thousand commands a second of market time
+    auto [account, body] = next();
+    auto t0 = Clock::now();
+    d.events.clear();
+    d.engine.apply(Command{++d.seq, Seconds(d.now), account, std::move(body)}, d.events);
+    auto t1 = Clock::now();
+    d.resting.track(d.events);
+    ns.push_back(static_cast<std::uint32_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count()));
+  }
+  r.seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  r.commands = static_cast<std::int64_t>(ns.size());
+  r.p50_us = pct(ns, 0.5);
+  r.p99_us = pct(ns, 0.99);
+  r.p999_us = pct(ns, 0.999);
+  r.resting = d.resting.ids.size();
+}
+
+Result plain(std::int64_t commands) {
+  Result r{"plain", "one market, one pool tier, spot bids and asks without constraints; ~70% places (1 in 7 crossing), ~30% cancels; 10,000 resting orders", 0, 0, 0, 0, 0, 0, 0};
+  EngineConfig config;
+  config.markets = {MarketSpec{MarketId{"H100-SXM-80G"}, Price(100), 1000}};
+  Limits unlimited{Qty(1'000'000'000), 1'000'000'000'000'000'000, 1'000'000'000};
+  config.default_limits = unlimited;
+  Driver d(config);
+  PoolSpec spec;
+  spec.market = MarketId{"H100-SXM-80G"};
+  spec.region = "US";
+  spec.gpus_per_node = 64;
+  spec.nodes = 100'000;
+  d.apply(AccountId(1), AddPool{spec});
+  PoolId pool(d.seq);
+  Rng rng{7};
+  const std::int64_t mid = 2'000'000;
+  auto place = [&](bool crossing) -> std::pair<AccountId, CommandBody> {
+    OrderRequest o;
+    o.quantity = Qty(rng.between(1, 10));
+    if (rng.chance(50)) {
+      o.side = Side::sell;
+      o.pool = pool;
+      o.price = Price(mid + (crossing ? -300 : rng.between(1, 200)) * 100);
+      o.start = Seconds(d.now);
+      o.end = Seconds(d.now + kDay);
+      return {AccountId(1), PlaceOrder{o}};
+    }
+    o.side = Side::buy;
+    o.market = MarketId{"H100-SXM-80G"};
+    o.price = Price(mid + (crossing ? 300 : -rng.between(1, 200)) * 100);
+    o.duration = Seconds(3600);
+    return {AccountId(rng.between(2, 101)), PlaceOrder{o}};
+  };
+  auto before = heap_in_use();
+  while (d.resting.ids.size() < 10'000) {
+    auto [a, b] = place(false);
+    d.apply(a, std::move(b));
+  }
+  r.bytes_per_resting_order = static_cast<double>(heap_in_use() - before) / static_cast<double>(d.resting.ids.size());
+  measure(d, commands, 120, [&]() -> std::pair<AccountId, CommandBody> {
+    if (rng.chance(30) && !d.resting.ids.empty()) {
+      OrderId id = d.resting.ids[rng.next() % d.resting.ids.size()];
+      const Order* o = d.engine.order(id);
+      return {o ? o->account : AccountId(1), Cancel{id}};
+    }
+    return place(rng.between(0, 6) == 0);
+  }, r);
+  return r;
+}
+
+Result realistic(std::int64_t commands) {
+  Result r{"realistic", "10 markets, 2,000 pools sampled from the real offers, forward windows up to 6 months, constrained bids, 100,000 resting orders; ~65% places (1 in 4 crossing), ~35% cancels", 0, 0, 0, 0, 0, 0, 0};
+  std::ifstream in(std::string(GPUEX_DATA_DIR) + "/vast-offers-2026-02-27_2026-03-06.csv");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto offers = parse_offers(ss.str(), 42);
+  EngineConfig config;
+  for (const auto& m : offer_markets()) config.markets.push_back(MarketSpec{m, Price(100), 1000});
+  config.default_limits = Limits{Qty(1'000'000'000), 1'000'000'000'000'000'000, 1'000'000'000};
+  Driver d(config);
+  Rng rng{11};
+  // Reference price per market: the median offer price.
+  std::map<std::string, std::vector<std::int64_t>> prices;
+  for (const auto& o : offers) prices[o.pool.market.value].push_back(o.price.value);
+  std::map<std::string, std::int64_t> ref;
+  for (auto& [m, v] : prices) {
+    std::sort(v.begin(), v.end());
+    ref[m] = v[v.size() / 2];
+  }
+  struct P {
+    PoolId id;
+    AccountId provider;
+    std::int64_t price;
+    std::int32_t gpus_per_node;
+  };
+  std::vector<P> pools;
+  for (int i = 0; i < 2000; ++i) {
+    const Offer& o = offers[rng.next() % offers.size()];
+    PoolSpec spec = o.pool;
+    spec.nodes = 32;  // a pool of 32 machines like the offer's
+    AccountId provider(1000 + o.machine % 300);
+    d.apply(provider, AddPool{spec});
+    pools.push_back({PoolId(d.seq), provider, o.price.value, spec.gpus_per_node});
+  }
+  const std::vector<std::string> regions = {"US", "DE", "FR", "GB", "CA", "NL", "SE", "JP", "PL", "ES"};
+  auto round_tick = [](std::int64_t v) { return std::max<std::int64_t>(100, v / 100 * 100); };
+  auto place = [&](bool crossing) -> std::pair<AccountId, CommandBody> {
+    OrderRequest o;
+    if (rng.chance(50)) {
+      const P& p = pools[rng.next() % pools.size()];
+      o.side = Side::sell;
+      o.pool = p.id;
+      o.quantity = Qty(rng.between(1, p.gpus_per_node));
+      o.price = Price(round_tick(p.price * (crossing ? 60 : rng.between(100, 130)) / 100));
+      std::int64_t start = d.now + (rng.chance(40) ? 0 : rng.between(1, 90) * kDay);
+      o.start = Seconds(start);
+      o.end = Seconds(std::min(start + rng.between(1, 90) * kDay, d.now + 180 * kDay));
+      if (rng.chance(30)) o.min_duration = Seconds(3600);
+      return {p.provider, PlaceOrder{o}};
+    }
+    auto market = config.markets[rng.next() % config.markets.size()].id;
+    o.side = Side::buy;
+    o.market = market;
+    o.quantity = Qty(rng.between(1, 8));
+    o.price = Price(round_tick(ref[market.value] * (crossing ? 150 : rng.between(70, 99)) / 100));
+    if (rng.chance(40)) {
+      o.duration = Seconds(rng.between(1, 72) * 3600);
+    } else {
+      std::int64_t start = d.now + rng.between(1, 150) * kDay;
+      o.start = Seconds(start);
+      o.end = Seconds(start + rng.between(1, 30) * kDay);
+    }
+    auto& c = o.constraints;
+    if (rng.chance(30)) {
+      for (int k = static_cast<int>(rng.between(1, 3)); k > 0; --k) c.regions.push_back(regions[rng.next() % regions.size()]);
+      std::sort(c.regions.begin(), c.regions.end());
+      c.regions.erase(std::unique(c.regions.begin(), c.regions.end()), c.regions.end());
+    }
+    if (rng.chance(20)) c.tiers = {Tier::bare_metal};
+    if (rng.chance(10)) c.min_fabric = Fabric::roce;
+    if (rng.chance(10)) c.nvlink = true;
+    if (rng.chance(10)) c.min_sla_pct_x1000 = 99'000;
+    if (rng.chance(10)) c.interruptible = true;
+    return {AccountId(rng.between(2, 501)), PlaceOrder{o}};
+  };
+  auto before = heap_in_use();
+  std::int64_t guard = 0;
+  while (d.resting.ids.size() < 100'000 && ++guard < 1'000'000) {
+    auto [a, b] = place(false);
+    d.apply(a, std::move(b));
+  }
+  r.bytes_per_resting_order = static_cast<double>(heap_in_use() - before) / static_cast<double>(d.resting.ids.size());
+  measure(d, commands, 120, [&]() -> std::pair<AccountId, CommandBody> {
+    if (rng.chance(35) && !d.resting.ids.empty()) {
+      OrderId id = d.resting.ids[rng.next() % d.resting.ids.size()];
+      const Order* o = d.engine.order(id);
+      return {o ? o->account : AccountId(1), Cancel{id}};
+    }
+    return place(rng.between(0, 3) == 0);
+  }, r);
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool json = false;
+  std::int64_t commands = 1'000'000;
+  std::vector<std::string> only;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--json") json = true;
+    else if (a == "--commands" && i + 1 < argc) commands = std::stoll(argv[++i]);
+    else if (a == "plain" || a == "realistic") only.push_back(a);
+    else {
+      std::fprintf(stderr, "usage: bench_matching [plain|realistic] [--commands N] [--json]\n");
+      return 2;
+    }
+  }
+  auto wanted = [&](const std::string& w) { return only.empty() || std::find(only.begin(), only.end(), w) != only.end(); };
+  std::vector<Result> results;
+  if (wanted("plain")) results.push_back(plain(commands));
+  if (wanted("realistic")) results.push_back(realistic(commands));
+  for (const auto& r : results) {
+    double rate = r.seconds > 0 ? static_cast<double>(r.commands) / r.seconds : 0;
+    if (json) {
+      std::printf("{\"workload\":\"%s\",\"commands_per_s\":%.0f,\"p50_us\":%.3f,\"p99_us\":%.3f,\"p999_us\":%.3f,"
+                  "\"bytes_per_resting_order\":%.0f,\"commands\":%lld,\"resting_orders\":%zu}\n",
+                  r.workload.c_str(), rate, r.p50_us, r.p99_us, r.p999_us, r.bytes_per_resting_order,
+                  static_cast<long long>(r.commands), r.resting);
+    } else {
+      std::printf("%s: %s\n", r.workload.c_str(), r.description.c_str());
+      std::printf("  %lld commands in %.2f s: %.0f commands/s\n", static_cast<long long>(r.commands), r.seconds, rate);
+      std::printf("  latency per command: p50 %.2f us, p99 %.2f us, p99.9 %.2f us\n", r.p50_us, r.p99_us, r.p999_us);
+      std::printf("  memory: %.0f bytes per resting order (heap growth while the book filled); %zu resting at the end\n",
+                  r.bytes_per_resting_order, r.resting);
+    }
+  }
+  return 0;
+}

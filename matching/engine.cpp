@@ -1,0 +1,1872 @@
+// The matching engine: state, the time step, matching walks, and one handler per command.
+#include "matching/engine.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <set>
+#include <stdexcept>
+#include <unordered_map>
+#include <utility>
+
+#include "matching/digest.hpp"
+#include "matching/money.hpp"
+
+namespace gpuex::matching {
+namespace {
+
+constexpr Seconds kForever{std::numeric_limits<std::int64_t>::max() / 4};
+
+struct AskKey {
+  Price effective;
+  Seq priority{0};
+  OrderId id;
+  auto operator<=>(const AskKey&) const = default;
+};
+
+struct BidKey {
+  Price price;
+  Seq priority{0};
+  OrderId id;
+  bool operator==(const BidKey&) const = default;
+};
+
+// Bids: price descending, then arrival.
+struct BidOrder {
+  bool operator()(const BidKey& a, const BidKey& b) const {
+    if (a.price != b.price) return a.price > b.price;
+    if (a.priority != b.priority) return a.priority < b.priority;
+    return a.id < b.id;
+  }
+};
+
+struct ViewKey {
+  MarketId market;
+  Bucket bucket;
+  auto operator<=>(const ViewKey&) const = default;
+};
+
+// What one resting order contributes to one book view.
+struct Shown {
+  bool shown{false};
+  ViewKey key;
+  bool constrained{false};
+  Side side{Side::buy};
+  Price price;
+  Qty qty;
+  bool operator==(const Shown&) const = default;
+};
+
+struct LiveOrder {
+  Order o;
+  Shown shown;
+  Seconds timer{-1};
+  std::uint64_t body_hash{0};
+  bool in_book{false};
+  bool in_spot{false};  // sell: also in Book::spot_asks
+  bool counted{false};
+  bool closed{false};
+  std::vector<LeaseId> sold;  // sell: leases it created (some may have ended)
+};
+
+struct LivePool {
+  Pool p;
+  Steps used;  // open asks' free capacity + GPUs held by leases, over time
+  std::set<OrderId> asks;
+  std::set<LeaseId> leases;
+};
+
+using BidSet = std::set<BidKey, BidOrder>;
+
+struct Book {
+  MarketSpec spec;
+  bool halted{false};
+  std::set<AskKey> asks;       // every resting ask
+  std::set<AskKey> spot_asks;  // those a duration bid could use now: started, with free GPUs now
+  BidSet bids;                 // resting fixed-window bids
+  BidSet duration_bids;        // resting duration (spot) bids
+  std::set<PoolId> spot_pools;
+};
+
+// Walks two bid sets in one priority order; the caller may erase the key it was just given.
+class BidWalk {
+ public:
+  BidWalk(const BidSet& a, const BidSet& b, bool use_b)
+      : a_(a.begin()), a_end_(a.end()), b_(use_b ? b.begin() : b.end()), b_end_(b.end()) {}
+  std::optional<BidKey> next() {
+    const bool has_a = a_ != a_end_;
+    const bool has_b = b_ != b_end_;
+    if (!has_a && !has_b) return std::nullopt;
+    if (has_a && (!has_b || BidOrder{}(*a_, *b_))) return *a_++;
+    return *b_++;
+  }
+  void drop_second() { b_ = b_end_; }
+
+ private:
+  BidSet::const_iterator a_, a_end_, b_, b_end_;
+};
+
+struct View {
+  std::uint64_t sequence{0};
+  std::map<Price, Qty> bids;
+  std::map<Price, Qty> asks;
+  ConstrainedBids constrained;
+};
+
+struct Touched {
+  std::map<std::pair<int, std::int64_t>, Qty> before;  // (side, price) -> quantity before the command
+  ConstrainedBids constrained_before;
+};
+
+struct Account {
+  Limits limits;
+  bool custom{false};
+  std::int64_t open_orders{0};
+  std::int64_t open_gpus{0};
+  Int128 notional_x3600{0};
+  std::set<OrderId> orders;
+};
+
+enum class TimerKind : std::uint8_t { order, lease, pool };
+
+struct Timer {
+  Seconds at;
+  TimerKind kind{TimerKind::order};
+  std::int64_t id{0};
+  auto operator<=>(const Timer&) const = default;
+};
+
+struct Finished {
+  Order order;
+  std::uint64_t body_hash{0};
+  Seq done_seq{0};
+};
+
+using CidKey = std::pair<AccountId, std::string>;
+
+// A fill found by a dry-run walk.
+struct PlannedFill {
+  OrderId other;  // the ask (incoming bid) or bid (incoming ask); 0 for a preemption
+  LeaseId lease;  // preemption: the lease preempted
+  Qty qty;
+  Seconds start;
+  Seconds end;
+  Price price;
+};
+
+struct PreemptCandidate {
+  LeaseId lease;
+  Qty max_qty;
+  Qty lot;
+  Seconds start;
+  Seconds end;
+  Price price;
+};
+
+bool contains_tier(const std::vector<Tier>& v, Tier t) { return std::find(v.begin(), v.end(), t) != v.end(); }
+
+}  // namespace
+
+struct Engine::Impl {
+  EngineConfig cfg;
+  GreenPolicy policy;
+  Seconds now{0};
+  Seq last_seq{0};
+  Seq seq{0};  // the command being applied
+  std::int64_t next_trade{1};
+  std::int64_t next_lease{1};
+  std::map<MarketId, Book> books;
+  std::unordered_map<OrderId, LiveOrder> orders;  // open orders (terminal ones until the command ends)
+  std::map<PoolId, LivePool> pools;
+  std::map<LeaseId, Lease> leases;  // not ended
+  std::map<AccountId, Account> accounts;
+  std::map<ViewKey, View> views;
+  std::map<ViewKey, Touched> touched;
+  std::set<Timer> timers;
+  std::map<CidKey, OrderId> open_cids;
+  std::map<CidKey, Finished> finished_cids;
+  std::vector<OrderId> dead;
+  EventSink* sink_{nullptr};
+
+  explicit Impl(EngineConfig c) : cfg(std::move(c)), policy(cfg.policy) {
+    for (const MarketSpec& m : cfg.markets) books[m.id].spec = m;
+  }
+
+  void emit(Event e) { sink_->push_back(std::move(e)); }
+
+  // ---------------------------------------------------------------- accounts
+
+  Account& account(AccountId id) {
+    auto [it, inserted] = accounts.try_emplace(id);
+    if (inserted) it->second.limits = cfg.default_limits;
+    return it->second;
+  }
+
+  static Seconds bid_seconds(const Order& o) {
+    return o.is_duration_bid() ? *o.request.duration : o.window_end - o.window_start;
+  }
+
+  void account_add(const Order& o, int sign) {
+    Account& a = account(o.account);
+    a.open_orders += sign;
+    if (o.is_buy()) {
+      a.open_gpus += sign * o.remaining.value;
+      a.notional_x3600 += sign * cost_x3600(o.request.price, o.remaining, bid_seconds(o));
+    }
+  }
+
+  void set_owed(Lease& l, Micros owed) {
+    account(l.buyer).notional_x3600 += static_cast<Int128>(owed - l.owed) * 3600;
+    l.owed = owed;
+  }
+
+  // ---------------------------------------------------------------- pools and prices
+
+  Price tick(const MarketId& m) const {
+    auto it = books.find(m);
+    return it == books.end() ? Price(100) : it->second.spec.tick;
+  }
+
+  bool classify(LivePool& lp) {
+    const GreenTierRule* r = lp.p.verified_at(now) ? policy.classify(lp.p.spec.energy) : nullptr;
+    const GreenTier tier = r ? r->tier : GreenTier::none;
+    const std::int32_t bps = r ? r->discount_bps : 0;
+    const bool changed = tier != lp.p.green_tier || bps != lp.p.green_discount_bps;
+    lp.p.green_tier = tier;
+    lp.p.green_discount_bps = bps;
+    return changed;
+  }
+
+  bool pool_satisfies(const Pool& p, const BidConstraints& c) const {
+    const PoolSpec& s = p.spec;
+    if (s.tier == Tier::spot && !c.interruptible) return false;
+    if (!c.tiers.empty() && !contains_tier(c.tiers, s.tier)) return false;
+    if (!c.regions.empty() && std::find(c.regions.begin(), c.regions.end(), s.region) == c.regions.end()) {
+      return false;
+    }
+    if (c.nvlink && !s.nvlink) return false;
+    if (c.min_fabric && s.fabric < *c.min_fabric) return false;
+    if (c.min_fabric_gbps && s.fabric_gbps < *c.min_fabric_gbps) return false;
+    if (c.min_sla_pct_x1000 && s.sla_pct_x1000 < *c.min_sla_pct_x1000) return false;
+    const bool energy = c.green_only || c.max_pue_x1000 || c.min_renewable_pct_x100 || c.max_carbon_g_per_kwh_x100;
+    if (energy) {
+      if (!p.verified_at(now)) return false;
+      if (c.green_only && p.green_tier == GreenTier::none) return false;
+      if (c.max_pue_x1000 && s.energy.pue_x1000 > *c.max_pue_x1000) return false;
+      if (c.min_renewable_pct_x100 && s.energy.renewable_pct_x100 < *c.min_renewable_pct_x100) return false;
+      if (c.max_carbon_g_per_kwh_x100 && s.energy.carbon_g_per_kwh_x100 > *c.max_carbon_g_per_kwh_x100) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // ---------------------------------------------------------------- order geometry
+
+  Seconds bid_start(const Order& b) const { return b.is_duration_bid() ? now : b.window_start; }
+  Seconds bid_end(const Order& b) const { return b.is_duration_bid() ? now + *b.request.duration : b.window_end; }
+  static Seconds min_piece(const Order& a) { return std::max(a.request.min_duration, Seconds(1)); }
+
+  Bucket trade_bucket(Seconds start) const {
+    return start - now <= cfg.spot_horizon ? Bucket::spot() : month_bucket(start);
+  }
+
+  Bucket order_bucket(const Order& o) const {
+    if (o.is_buy()) return o.is_duration_bid() ? Bucket::spot() : trade_bucket(o.window_start);
+    return o.window_start <= now ? Bucket::spot() : month_bucket(o.window_start);
+  }
+
+  // GPUs an ask offers for at least its minimum piece from its reference instant, down to its lot.
+  Qty ask_view_qty(const Order& a) const {
+    const Seconds ref = std::max(now, a.window_start);
+    const Seconds md = min_piece(a);
+    if (ref + md > a.window_end) return Qty(0);
+    const std::int64_t f = a.free.min(ref, ref + md);
+    const std::int64_t lot = a.request.min_chunk.value;
+    return Qty(f / lot * lot);
+  }
+
+  // True while a piece of at least min_duration with one lot free remains ahead.
+  bool ask_has_piece(const Order& a) const {
+    const Seconds from = std::max(now, a.window_start);
+    const Seconds md = min_piece(a);
+    const std::int64_t lot = a.request.min_chunk.value;
+    bool in_run = false;
+    Seconds run_from;
+    Seconds run_end;
+    for (const Step& p : a.free.pieces()) {
+      const Seconds s = std::max(p.from, from);
+      const Seconds e = std::min(p.to, a.window_end);
+      if (e <= s) continue;
+      if (p.gpus >= lot) {
+        if (!in_run || s != run_end) run_from = s;
+        in_run = true;
+        run_end = e;
+        if (run_end - run_from >= md) return true;
+      } else {
+        in_run = false;
+      }
+    }
+    return false;
+  }
+
+  void refresh_ask_accounting(Order& a) const {
+    if (a.is_buy() || !a.is_open()) return;
+    const Seconds ref = std::max(now, a.window_start);
+    a.lapsed_gpu_seconds = a.free.integral(a.window_start, std::min(ref, a.window_end));
+    a.free_gpu_seconds = a.free.integral(ref, a.window_end);
+  }
+
+  // GPUs bid `b` can take from ask `a` over [ws, we), at most `cap`, in whole lots; 0 if not eligible.
+  // Price is not checked here.
+  Qty eligible_qty(const Order& b, Qty cap, const Order& a, Seconds ws, Seconds we) const {
+    if (!a.is_open() || !b.is_open() || a.market != b.market) return Qty(0);
+    const Seconds a_start = std::max(a.window_start, now);
+    if (ws < a_start || we > a.window_end || we <= ws) return Qty(0);
+    if (we - ws < a.request.min_duration) return Qty(0);
+    const LivePool& lp = pools.at(a.request.pool);
+    if (!pool_satisfies(lp.p, b.request.constraints)) return Qty(0);
+    const std::int64_t lot = std::lcm(b.request.min_chunk.value, a.request.min_chunk.value);
+    const std::int64_t q = std::min(cap.value, a.free.min(ws, we));
+    return Qty(q / lot * lot);
+  }
+
+  // ---------------------------------------------------------------- book views
+
+  Shown compute_shown(const LiveOrder& lo) const {
+    Shown s;
+    const Order& o = lo.o;
+    if (!lo.in_book || !o.is_open()) return s;
+    s.key = ViewKey{o.market, o.bucket};
+    s.side = o.request.side;
+    if (o.is_buy()) {
+      s.constrained = o.request.constraints.has_attribute_constraints();
+      s.price = o.request.price;
+      s.qty = o.remaining;
+    } else {
+      s.price = o.effective_price;
+      s.qty = ask_view_qty(o);
+    }
+    s.shown = s.constrained || s.qty.value > 0;
+    return s;
+  }
+
+  Touched& touch(const ViewKey& k) {
+    auto it = touched.find(k);
+    if (it == touched.end()) {
+      it = touched.emplace(k, Touched{}).first;
+      it->second.constrained_before = views[k].constrained;
+    }
+    return it->second;
+  }
+
+  void view_apply(const Shown& s, int sign) {
+    if (!s.shown) return;
+    Touched& t = touch(s.key);
+    View& v = views[s.key];
+    if (s.constrained) {
+      v.constrained.orders += sign;
+      v.constrained.gpus += Qty(sign * s.qty.value);
+      return;
+    }
+    auto& levels = s.side == Side::buy ? v.bids : v.asks;
+    const auto lk = std::make_pair(static_cast<int>(s.side), s.price.value);
+    auto lvl = levels.find(s.price);
+    const Qty before = lvl == levels.end() ? Qty(0) : lvl->second;
+    t.before.try_emplace(lk, before);
+    const Qty after = before + Qty(sign * s.qty.value);
+    if (after.value == 0) {
+      if (lvl != levels.end()) levels.erase(lvl);
+    } else {
+      levels[s.price] = after;
+    }
+  }
+
+  void refresh_view(LiveOrder& lo) {
+    lo.o.bucket = order_bucket(lo.o);
+    const Shown s = compute_shown(lo);
+    if (s == lo.shown) return;
+    view_apply(lo.shown, -1);
+    view_apply(s, +1);
+    lo.shown = s;
+  }
+
+  void flush_views() {
+    for (auto& [key, t] : touched) {
+      View& v = views[key];
+      std::vector<LevelChange> buys;
+      std::vector<LevelChange> sells;
+      for (const auto& [lk, before] : t.before) {
+        const Side side = lk.first == static_cast<int>(Side::buy) ? Side::buy : Side::sell;
+        const auto& levels = side == Side::buy ? v.bids : v.asks;
+        auto it = levels.find(Price(lk.second));
+        const Qty now_qty = it == levels.end() ? Qty(0) : it->second;
+        if (now_qty != before) (side == Side::buy ? buys : sells).push_back(LevelChange{side, Price(lk.second), now_qty});
+      }
+      std::reverse(buys.begin(), buys.end());
+      if (buys.empty() && sells.empty() && v.constrained == t.constrained_before) continue;
+      ++v.sequence;
+      BookDelta d{key.market, key.bucket, v.sequence, std::move(buys), v.constrained};
+      d.changes.insert(d.changes.end(), sells.begin(), sells.end());
+      emit(std::move(d));
+    }
+    touched.clear();
+  }
+
+  // ---------------------------------------------------------------- timers
+
+  Seconds next_order_time(const Order& o) const {
+    Seconds best = kForever;
+    auto consider = [&](Seconds t) {
+      if (t > now && t < best) best = t;
+    };
+    if (o.request.time_in_force == TimeInForce::gtd && o.request.expire_at) consider(*o.request.expire_at);
+    if (o.is_buy()) {
+      if (!o.is_duration_bid()) {
+        consider(o.window_start + Seconds(1));
+        consider(o.window_start - cfg.spot_horizon);
+      }
+      return best;
+    }
+    const Seconds md = min_piece(o);
+    consider(o.window_start);
+    consider(o.window_end);
+    consider(o.window_end - md + Seconds(1));
+    for (const Step& p : o.free.pieces()) {
+      for (Seconds b : {p.from, p.to}) {
+        consider(b);
+        consider(b - md + Seconds(1));
+      }
+    }
+    return best;
+  }
+
+  void schedule_order(LiveOrder& lo) {
+    const Seconds t = next_order_time(lo.o);
+    if (t == lo.timer) return;
+    lo.timer = t;
+    if (t < kForever) timers.insert(Timer{t, TimerKind::order, lo.o.id.value});
+  }
+
+  static Seconds next_lease_time(const Lease& l) {
+    if (l.status == LeaseStatus::preempted) return *l.ends_at;
+    if (l.status == LeaseStatus::reserved) return l.start;
+    return l.end;
+  }
+
+  void schedule_lease(const Lease& l) { timers.insert(Timer{next_lease_time(l), TimerKind::lease, l.id.value}); }
+
+  void schedule_pool(const LivePool& lp) {
+    if (lp.p.verified && lp.p.verified_until > now) {
+      timers.insert(Timer{lp.p.verified_until, TimerKind::pool, lp.p.id.value});
+    }
+  }
+
+  // ---------------------------------------------------------------- order indexing
+
+  // An ask a duration bid could use now: its window started and it has GPUs free at this instant. The
+  // ask's timers fire at its start and at every step of its free capacity, so this stays current.
+  bool spot_now(const Order& a) const { return a.window_start <= now && a.free.at(now) > 0; }
+
+  const std::set<AskKey>& asks_for(const Book& b, const Order& bid) const {
+    return bid.is_duration_bid() ? b.spot_asks : b.asks;
+  }
+
+  // Takes an order out of the book and the account sums before it changes. Returns whether it rested.
+  bool unhook(LiveOrder& lo) {
+    const bool was = lo.in_book;
+    if (lo.in_book) {
+      Book& b = books.at(lo.o.market);
+      if (lo.o.is_buy()) {
+        (lo.o.is_duration_bid() ? b.duration_bids : b.bids).erase(BidKey{lo.o.request.price, lo.o.priority, lo.o.id});
+      } else {
+        const AskKey k{lo.o.effective_price, lo.o.priority, lo.o.id};
+        b.asks.erase(k);
+        if (lo.in_spot) b.spot_asks.erase(k);
+        lo.in_spot = false;
+      }
+      lo.in_book = false;
+    }
+    if (lo.counted) {
+      account_add(lo.o, -1);
+      lo.counted = false;
+    }
+    return was;
+  }
+
+  // Puts a changed order back (if still open), refreshes its view and timer; ends a terminal one.
+  void hook(LiveOrder& lo, bool into_book) {
+    Order& o = lo.o;
+    if (o.is_open()) {
+      account_add(o, +1);
+      lo.counted = true;
+      if (into_book) {
+        Book& b = books.at(o.market);
+        if (o.is_buy()) {
+          (o.is_duration_bid() ? b.duration_bids : b.bids).insert(BidKey{o.request.price, o.priority, o.id});
+        } else {
+          const AskKey k{o.effective_price, o.priority, o.id};
+          b.asks.insert(k);
+          lo.in_spot = spot_now(o);
+          if (lo.in_spot) b.spot_asks.insert(k);
+        }
+        lo.in_book = true;
+      }
+      refresh_ask_accounting(o);
+      refresh_view(lo);
+      schedule_order(lo);
+      return;
+    }
+    refresh_view(lo);
+    if (lo.closed) return;
+    lo.closed = true;
+    if (o.is_sell()) close_ask(lo);
+    Account& a = account(o.account);
+    a.orders.erase(o.id);
+    if (!o.request.client_order_id.empty()) {
+      const CidKey k{o.account, o.request.client_order_id};
+      open_cids.erase(k);
+      finished_cids[k] = Finished{o, lo.body_hash, seq};
+    }
+    dead.push_back(o.id);
+  }
+
+  // An ask ended: its free capacity ahead leaves the pool and is reported as cancelled GPU-seconds.
+  void close_ask(LiveOrder& lo) {
+    Order& a = lo.o;
+    LivePool& lp = pools.at(a.request.pool);
+    const Seconds from = std::max(now, a.window_start);
+    const std::int64_t past = a.free.integral(a.window_start, std::min(from, a.window_end));
+    const std::int64_t rest = a.free.integral(from, a.window_end);
+    for (const Step& p : a.free.pieces()) {
+      if (p.to <= from) continue;
+      lp.used.add(std::max(p.from, from), p.to, -p.gpus);
+    }
+    a.free.clear_from(from);
+    a.lapsed_gpu_seconds = past;
+    a.cancelled_gpu_seconds += rest;  // the unsold rest ahead, however the ask ended
+    a.free_gpu_seconds = 0;
+    lp.asks.erase(a.id);
+    for (LeaseId lid : lo.sold) {
+      auto it = leases.find(lid);
+      if (it == leases.end()) continue;
+      it->second.ask_list_price = a.request.price;
+      it->second.ask_cancelled = a.status == OrderStatus::cancelled;
+    }
+  }
+
+  void finish_order(LiveOrder& lo, OrderStatus status, Reason reason, bool announce) {
+    unhook(lo);
+    lo.o.status = status;
+    lo.o.reason = reason;
+    lo.o.updated_at = now;
+    hook(lo, false);
+    if (announce) emit(OrderDone{lo.o});
+  }
+
+  void announce_state(const LiveOrder& lo) {
+    if (lo.o.is_open()) {
+      emit(OrderUpdated{lo.o});
+    } else {
+      emit(OrderDone{lo.o});
+    }
+  }
+
+  // ---------------------------------------------------------------- leases
+
+  Lease& new_lease(const LivePool& lp, const Order& bid, OrderId sell_order, const Order* ask, Qty qty,
+                   Seconds start, Seconds end, Price price, Price list_price, TradeId trade) {
+    Lease l;
+    l.id = LeaseId(next_lease++);
+    l.trade = trade;
+    l.buyer = bid.account;
+    l.provider = lp.p.provider;
+    l.pool = lp.p.id;
+    l.market = lp.p.spec.market;
+    l.buy_order = bid.id;
+    l.sell_order = sell_order;
+    l.quantity = qty;
+    l.start = start;
+    l.end = end;
+    l.price = price;
+    l.list_price = list_price;
+    l.green_discount_bps = lp.p.green_discount_bps;
+    l.interruptible = lp.p.spec.tier == Tier::spot;
+    l.status = start <= now ? LeaseStatus::active : LeaseStatus::reserved;
+    l.ends_at = end;
+    l.bucket = trade_bucket(start);
+    if (ask) {
+      l.ask_window_start = ask->window_start;
+      l.ask_window_end = ask->window_end;
+      l.ask_list_price = ask->request.price;
+      l.ask_min_chunk = ask->request.min_chunk;
+    }
+    Lease& ref = leases.emplace(l.id, l).first->second;
+    set_owed(ref, cost(price, qty, end - start));
+    pools.at(lp.p.id).leases.insert(ref.id);
+    schedule_lease(ref);
+    return ref;
+  }
+
+  void end_lease(Lease& l) {
+    set_owed(l, 0);
+    l.ended = true;
+    LivePool& lp = pools.at(l.pool);
+    lp.leases.erase(l.id);
+  }
+
+  // ---------------------------------------------------------------- fills
+
+  Trade base_trade(const LivePool& lp, const Order& bid, Qty qty, Seconds ws, Seconds we, Price price,
+                   Side taker) {
+    Trade t;
+    t.id = TradeId(next_trade++);
+    t.market = lp.p.spec.market;
+    t.bucket = trade_bucket(ws);
+    t.time = now;
+    t.buy_order = bid.id;
+    t.buyer = bid.account;
+    t.seller = lp.p.provider;
+    t.pool = lp.p.id;
+    t.quantity = qty;
+    t.start = ws;
+    t.end = we;
+    t.price = price;
+    t.green_discount_bps = lp.p.green_discount_bps;
+    t.tier = lp.p.spec.tier;
+    t.region = lp.p.spec.region;
+    t.green_tier = lp.p.green_tier;
+    t.taker = taker;
+    return t;
+  }
+
+  void set_fill_status(Order& o) {
+    if (o.is_buy()) {
+      o.status = o.remaining.value == 0 ? OrderStatus::filled : OrderStatus::partially_filled;
+    } else {
+      o.status = ask_has_piece(o) ? OrderStatus::partially_filled : OrderStatus::filled;
+    }
+    o.updated_at = now;
+  }
+
+  // One fill between a bid and an ask; `taker` is the incoming side. Emits the trade, the lease and
+  // the maker's new state.
+  void execute_fill(LiveOrder& bid, LiveOrder& ask, Qty q, Seconds ws, Seconds we, Price price, Side taker) {
+    const bool bid_in = unhook(bid);
+    const bool ask_in = unhook(ask);
+    ask.o.free.add(ws, we, -q.value);
+    if (ask.o.free.min(ws, we) < 0) throw std::logic_error("ask oversold");
+    ask.o.filled_gpu_seconds += q.value * (we - ws).value;
+    bid.o.filled += q;
+    bid.o.remaining -= q;
+    const LivePool& lp = pools.at(ask.o.request.pool);
+    Trade t = base_trade(lp, bid.o, q, ws, we, price, taker);
+    t.sell_order = ask.o.id;
+    t.list_price = ask.o.request.price;
+    Lease& l = new_lease(lp, bid.o, ask.o.id, &ask.o, q, ws, we, price, ask.o.request.price, t.id);
+    ask.sold.push_back(l.id);
+    t.lease = l.id;
+    set_fill_status(bid.o);
+    set_fill_status(ask.o);
+    emit(TradeEvent{t});
+    emit(LeaseChanged{l});
+    hook(bid, bid_in);
+    hook(ask, ask_in);
+    announce_state(taker == Side::buy ? ask : bid);
+  }
+
+  std::vector<PreemptCandidate> preempt_candidates(const Order& bid) const {
+    std::vector<PreemptCandidate> found;
+    const BidConstraints& c = bid.request.constraints;
+    if (!c.interruptible || c.single_pool || bid.request.post_only) return found;
+    const Seconds notice_end = now + cfg.preempt_notice;
+    Seconds ws;
+    Seconds we;
+    if (bid.is_duration_bid()) {
+      ws = notice_end;
+      we = notice_end + *bid.request.duration;
+    } else {
+      if (bid.window_start < notice_end) return found;
+      ws = bid.window_start;
+      we = bid.window_end;
+    }
+    const Book& book = books.at(bid.market);
+    const Price tk = book.spec.tick;
+    for (PoolId pid : book.spot_pools) {
+      const LivePool& lp = pools.at(pid);
+      if (!pool_satisfies(lp.p, c)) continue;
+      if (lp.p.provider == bid.account) continue;  // never trade with oneself, even through a lease
+      for (LeaseId lid : lp.leases) {
+        const Lease& l = leases.at(lid);
+        if (!l.interruptible || l.ended || l.buyer == bid.account) continue;  // not one's own lease
+        if (l.status != LeaseStatus::reserved && l.status != LeaseStatus::active) continue;
+        if (l.price >= bid.request.price || l.ask_cancelled) continue;
+        if (ws < l.ask_window_start || we > l.ask_window_end) continue;
+        if (ws < std::max(l.start, notice_end) || we > l.end) continue;  // the freed GPUs must cover it
+        auto live = orders.find(l.sell_order);
+        const Price list = live != orders.end() && live->second.o.is_open() ? live->second.o.request.price
+                                                                             : l.ask_list_price;
+        const Price eff = discounted(list, lp.p.green_discount_bps, tk);
+        const Price price = std::max(eff, l.price + tk);
+        if (price > bid.request.price) continue;
+        const std::int64_t lot = std::lcm(bid.request.min_chunk.value, l.ask_min_chunk.value);
+        found.push_back(PreemptCandidate{l.id, l.quantity, Qty(lot), ws, we, price});
+      }
+    }
+    std::sort(found.begin(), found.end(), [&](const PreemptCandidate& a, const PreemptCandidate& b) {
+      const Price pa = leases.at(a.lease).price;
+      const Price pb = leases.at(b.lease).price;
+      if (pa != pb) return pa < pb;
+      return a.lease < b.lease;
+    });
+    return found;
+  }
+
+  // The bid takes `q` GPUs of lease `lid` from the end of the notice on.
+  void execute_preempt(LiveOrder& bid, LeaseId lid, Qty q, Seconds ws, Seconds we, Price price) {
+    const bool bid_in = unhook(bid);
+    Lease& old = leases.at(lid);
+    LivePool& lp = pools.at(old.pool);
+    const Seconds ends_at = now + cfg.preempt_notice;
+    bid.o.filled += q;
+    bid.o.remaining -= q;
+    Trade t = base_trade(lp, bid.o, q, ws, we, price, Side::buy);
+    t.sell_order = old.sell_order;
+    auto live = orders.find(old.sell_order);
+    t.list_price = live != orders.end() && live->second.o.is_open() ? live->second.o.request.price
+                                                                     : old.ask_list_price;
+    t.preemption = true;
+    t.preempted_lease = old.id;
+    // The preempted GPUs leave the pool's commitments from the end of the notice; the new lease takes them.
+    lp.used.add(std::max(ends_at, old.start), old.end, -q.value);
+    lp.used.add(ws, we, q.value);
+    Lease fresh_copy = old;  // for the split-off rest
+    Lease& fresh = new_lease(lp, bid.o, old.sell_order, nullptr, q, ws, we, price, t.list_price, t.id);
+    fresh.ask_window_start = old.ask_window_start;
+    fresh.ask_window_end = old.ask_window_end;
+    fresh.ask_list_price = old.ask_list_price;
+    fresh.ask_min_chunk = old.ask_min_chunk;
+    t.lease = fresh.id;
+    // The new lease is tied to the ask that sold the GPUs, like the one it replaces (cancel marks both).
+    if (auto seller = orders.find(old.sell_order); seller != orders.end()) seller->second.sold.push_back(fresh.id);
+    set_fill_status(bid.o);
+    emit(TradeEvent{t});
+    emit(LeaseChanged{fresh});
+    Lease& pre = leases.at(lid);  // `old` may have moved? std::map references are stable; re-fetch for clarity
+    if (q < pre.quantity) {
+      Lease rest = fresh_copy;
+      rest.id = LeaseId(next_lease++);
+      rest.split_from = pre.id;
+      rest.quantity = pre.quantity - q;
+      rest.owed = 0;
+      Lease& r = leases.emplace(rest.id, rest).first->second;
+      set_owed(r, cost(r.price, r.quantity, r.end - r.start));
+      lp.leases.insert(r.id);
+      schedule_lease(r);
+      if (auto seller = orders.find(r.sell_order); seller != orders.end()) seller->second.sold.push_back(r.id);
+      pre.quantity = q;
+      emit(LeaseChanged{r});
+    }
+    pre.status = LeaseStatus::preempted;
+    pre.preempted_at = now;
+    pre.ends_at = ends_at;
+    const Seconds used = std::max(Seconds(0), std::min(ends_at, pre.end) - pre.start);
+    set_owed(pre, cost(pre.price, pre.quantity, used));
+    schedule_lease(pre);
+    emit(LeaseChanged{pre});
+    emit(LeasePreempted{pre.id, pre.buyer, pre.quantity, now, ends_at, t.id});
+    hook(bid, bid_in);
+  }
+
+  // ---------------------------------------------------------------- self-trade prevention
+
+  // Applies the incoming order's STP mode; returns false when the incoming order must stop.
+  bool self_trade(LiveOrder& incoming, LiveOrder& resting, bool at_placement) {
+    // DESIGN.md defines the modes by role: "newest" is the incoming order, "oldest" the resting one.
+    bool cancel_incoming = false;
+    bool cancel_resting = false;
+    switch (incoming.o.request.stp) {
+      case StpMode::cancel_newest: cancel_incoming = true; break;
+      case StpMode::cancel_oldest: cancel_resting = true; break;
+      case StpMode::cancel_both: cancel_incoming = cancel_resting = true; break;
+    }
+    if (cancel_resting) finish_order(resting, OrderStatus::cancelled, Reason::self_trade, true);
+    if (cancel_incoming) {
+      stop_incoming_self_trade(incoming, at_placement);
+      return false;
+    }
+    return true;
+  }
+
+  void stop_incoming_self_trade(LiveOrder& incoming, bool at_placement) {
+    const bool no_fill = incoming.o.is_buy() ? incoming.o.filled.value == 0 : incoming.o.filled_gpu_seconds == 0;
+    const OrderStatus st = at_placement && no_fill ? OrderStatus::rejected : OrderStatus::cancelled;
+    finish_order(incoming, st, Reason::self_trade, false);
+  }
+
+  // ---------------------------------------------------------------- incoming bid
+
+  bool bid_would_take(const Order& bid) const {
+    const Book& book = books.at(bid.market);
+    const Seconds ws = bid_start(bid);
+    const Seconds we = bid_end(bid);
+    for (const AskKey& k : asks_for(book, bid)) {
+      if (k.effective > bid.request.price) break;
+      if (eligible_qty(bid, bid.remaining, orders.at(k.id).o, ws, we).value > 0) return true;
+    }
+    return false;
+  }
+
+  // Matches an incoming bid (out of the book). Emits trades; leaves the bid's own announcement to the caller.
+  void match_bid(LiveOrder& bid, bool at_placement) {
+    Book& book = books.at(bid.o.market);
+    const BidConstraints& c = bid.o.request.constraints;
+    const bool aon = bid.o.request.time_in_force == TimeInForce::fok || c.single_pool;
+    const Seconds ws = bid_start(bid.o);
+    const Seconds we = bid_end(bid.o);
+    if (aon) {
+      std::vector<PlannedFill> plan;
+      bool own = false;
+      if (!plan_bid(bid, ws, we, plan, own)) {
+        if (own) {
+          stop_incoming_self_trade(bid, at_placement);
+        } else {
+          finish_order(bid, OrderStatus::cancelled, Reason::none, false);
+        }
+        return;
+      }
+      for (const PlannedFill& f : plan) {
+        if (f.lease) {
+          execute_preempt(bid, f.lease, f.qty, f.start, f.end, f.price);
+        } else {
+          execute_fill(bid, orders.at(f.other), f.qty, f.start, f.end, f.price, Side::buy);
+        }
+      }
+      return;
+    }
+    const std::set<AskKey>& asks = asks_for(book, bid.o);
+    for (auto it = asks.begin(); it != asks.end() && bid.o.remaining.value > 0;) {
+      const AskKey k = *it;
+      ++it;
+      if (k.effective > bid.o.request.price) break;
+      LiveOrder& ask = orders.at(k.id);
+      const Qty q = eligible_qty(bid.o, bid.o.remaining, ask.o, ws, we);
+      if (q.value == 0) continue;
+      if (ask.o.account == bid.o.account) {
+        if (!self_trade(bid, ask, at_placement)) return;
+        continue;
+      }
+      execute_fill(bid, ask, q, ws, we, ask.o.effective_price, Side::buy);
+    }
+    if (bid.o.remaining.value > 0) {
+      for (const PreemptCandidate& pc : preempt_candidates(bid.o)) {
+        if (bid.o.remaining.value == 0) break;
+        const std::int64_t lot = pc.lot.value;
+        const Qty q(std::min(bid.o.remaining.value, pc.max_qty.value) / lot * lot);
+        if (q.value == 0) continue;
+        execute_preempt(bid, pc.lease, q, pc.start, pc.end, pc.price);
+      }
+    }
+  }
+
+  // The all-or-none walk without changing anything. False if it cannot cover the bid (own = met own order).
+  bool plan_bid(const LiveOrder& bid, Seconds ws, Seconds we, std::vector<PlannedFill>& plan, bool& own) const {
+    const Book& book = books.at(bid.o.market);
+    const Qty need = bid.o.remaining;
+    const bool single = bid.o.request.constraints.single_pool;
+    std::map<PoolId, std::pair<Qty, std::vector<PlannedFill>>> per_pool;
+    Qty total;
+    for (const AskKey& k : asks_for(book, bid.o)) {
+      if (k.effective > bid.o.request.price) break;
+      const Order& ask = orders.at(k.id).o;
+      Qty cap = need - total;
+      if (single) cap = need - per_pool[ask.request.pool].first;
+      const Qty q = eligible_qty(bid.o, cap, ask, ws, we);
+      if (q.value == 0) continue;
+      if (ask.account == bid.o.account) {
+        own = true;
+        return false;
+      }
+      const PlannedFill f{ask.id, LeaseId(), q, ws, we, ask.effective_price};
+      if (single) {
+        auto& pp = per_pool[ask.request.pool];
+        pp.first += q;
+        pp.second.push_back(f);
+        if (pp.first == need) {
+          plan = pp.second;
+          return true;
+        }
+      } else {
+        total += q;
+        plan.push_back(f);
+        if (total == need) return true;
+      }
+    }
+    if (single) return false;
+    for (const PreemptCandidate& pc : preempt_candidates(bid.o)) {
+      const std::int64_t lot = pc.lot.value;
+      const Qty q(std::min((need - total).value, pc.max_qty.value) / lot * lot);
+      if (q.value == 0) continue;
+      plan.push_back(PlannedFill{OrderId(), pc.lease, q, pc.start, pc.end, pc.price});
+      total += q;
+      if (total == need) return true;
+    }
+    return false;
+  }
+
+  // ---------------------------------------------------------------- incoming ask
+
+  bool ask_would_take(const Order& ask) const {
+    const Book& book = books.at(ask.market);
+    BidWalk walk(book.bids, book.duration_bids, spot_now(ask));
+    while (const auto k = walk.next()) {
+      if (k->price < ask.effective_price) break;
+      const Order& bid = orders.at(k->id).o;
+      if (eligible_qty(bid, bid.remaining, ask, bid_start(bid), bid_end(bid)).value > 0) return true;
+    }
+    return false;
+  }
+
+  void match_ask(LiveOrder& ask, bool at_placement) {
+    Book& book = books.at(ask.o.market);
+    if (ask.o.request.time_in_force == TimeInForce::fok) {
+      // All-or-none: the walk must leave no sellable piece.
+      Order trial = ask.o;
+      std::vector<PlannedFill> plan;
+      bool complete = !ask_has_piece(trial);
+      BidWalk walk(book.bids, book.duration_bids, spot_now(ask.o));
+      while (const auto k = walk.next()) {
+        if (complete || k->price < ask.o.effective_price) break;
+        const Order& bid = orders.at(k->id).o;
+        const Seconds ws = bid_start(bid);
+        const Seconds we = bid_end(bid);
+        const Qty q = eligible_qty(bid, bid.remaining, trial, ws, we);
+        if (q.value == 0) continue;
+        if (bid.account == ask.o.account) {
+          stop_incoming_self_trade(ask, at_placement);
+          return;
+        }
+        trial.free.add(ws, we, -q.value);
+        plan.push_back(PlannedFill{bid.id, LeaseId(), q, ws, we, bid.request.price});
+        complete = !ask_has_piece(trial);
+      }
+      if (!complete) {
+        finish_order(ask, OrderStatus::cancelled, Reason::none, false);
+        return;
+      }
+      for (const PlannedFill& f : plan) {
+        execute_fill(orders.at(f.other), ask, f.qty, f.start, f.end, f.price, Side::sell);
+      }
+      return;
+    }
+    // Duration bids need GPUs free now; once the ask has none at this instant, none of them can use it.
+    BidWalk walk(book.bids, book.duration_bids, spot_now(ask.o));
+    while (ask.o.is_open()) {
+      const auto k = walk.next();
+      if (!k || k->price < ask.o.effective_price) break;
+      LiveOrder& bid = orders.at(k->id);
+      const Seconds ws = bid_start(bid.o);
+      const Seconds we = bid_end(bid.o);
+      const Qty q = eligible_qty(bid.o, bid.o.remaining, ask.o, ws, we);
+      if (q.value == 0) continue;
+      if (bid.o.account == ask.o.account) {
+        if (!self_trade(ask, bid, at_placement)) return;
+        continue;
+      }
+      execute_fill(bid, ask, q, ws, we, bid.o.request.price, Side::sell);
+      if (!spot_now(ask.o)) walk.drop_second();  // nothing free now: no duration bid can use it
+    }
+  }
+
+  // Matches resting asks that time, a re-pricing or a resume may have brought together with bids.
+  void match_woken(std::vector<OrderId> ids) {
+    std::vector<AskKey> keys;
+    for (OrderId id : ids) {
+      auto it = orders.find(id);
+      if (it == orders.end() || !it->second.o.is_open() || !it->second.o.is_sell()) continue;
+      const Order& o = it->second.o;
+      keys.push_back(AskKey{o.effective_price, o.priority, o.id});
+    }
+    std::sort(keys.begin(), keys.end());
+    keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+    for (const AskKey& k : keys) {
+      auto it = orders.find(k.id);
+      if (it == orders.end()) continue;
+      LiveOrder& ask = it->second;
+      if (!ask.o.is_open() || books.at(ask.o.market).halted) continue;
+      if (!ask_would_take(ask.o)) continue;
+      if (ask.o.request.post_only) {
+        finish_order(ask, OrderStatus::cancelled, Reason::would_take, true);
+        continue;
+      }
+      const OrderStatus before = ask.o.status;
+      const std::int64_t filled_before = ask.o.filled_gpu_seconds;
+      const bool in = unhook(ask);
+      hook(ask, false);  // out of the book while it is the incoming order
+      match_ask(ask, false);
+      if (ask.o.is_open()) {
+        unhook(ask);
+        hook(ask, in);
+      }
+      if (ask.o.status != before || ask.o.filled_gpu_seconds != filled_before || !ask.o.is_open()) {
+        announce_state(ask);
+      }
+    }
+  }
+
+  // Re-prices a pool's open asks after its discount changed; returns them.
+  std::vector<OrderId> reprice(LivePool& lp) {
+    std::vector<OrderId> changed;
+    const Price tk = tick(lp.p.spec.market);
+    for (OrderId id : lp.asks) {
+      LiveOrder& lo = orders.at(id);
+      const Price eff = discounted(lo.o.request.price, lp.p.green_discount_bps, tk);
+      if (eff == lo.o.effective_price && lo.o.green_discount_bps == lp.p.green_discount_bps) continue;
+      const bool in = unhook(lo);
+      lo.o.effective_price = eff;
+      lo.o.green_discount_bps = lp.p.green_discount_bps;
+      lo.o.updated_at = now;
+      hook(lo, in);
+      emit(OrderUpdated{lo.o});
+      changed.push_back(id);
+    }
+    return changed;
+  }
+
+  // ---------------------------------------------------------------- the time step
+
+  void advance(Seconds t) {
+    if (t > now) now = t;
+    std::set<OrderId> due_orders;
+    std::set<LeaseId> due_leases;
+    std::set<PoolId> due_pools;
+    while (!timers.empty() && timers.begin()->at <= now) {
+      const Timer tm = *timers.begin();
+      timers.erase(timers.begin());
+      switch (tm.kind) {
+        case TimerKind::order: {
+          auto it = orders.find(OrderId(tm.id));
+          if (it != orders.end() && it->second.timer == tm.at) {
+            it->second.timer = Seconds(-1);
+            due_orders.insert(OrderId(tm.id));
+          }
+          break;
+        }
+        case TimerKind::lease:
+          if (leases.count(LeaseId(tm.id))) due_leases.insert(LeaseId(tm.id));
+          break;
+        case TimerKind::pool:
+          if (pools.count(PoolId(tm.id))) due_pools.insert(PoolId(tm.id));
+          break;
+      }
+    }
+    // a. Expiries.
+    for (OrderId id : due_orders) {
+      LiveOrder& lo = orders.at(id);
+      if (!lo.o.is_open()) continue;
+      const OrderRequest& r = lo.o.request;
+      bool expire = r.time_in_force == TimeInForce::gtd && r.expire_at && *r.expire_at <= now;
+      if (lo.o.is_buy() && !lo.o.is_duration_bid() && lo.o.window_start < now) expire = true;
+      if (lo.o.is_sell() && lo.o.window_end <= now) expire = true;
+      if (expire) finish_order(lo, OrderStatus::expired, Reason::expired, true);
+    }
+    // b. Leases.
+    for (LeaseId id : due_leases) {
+      Lease& l = leases.at(id);
+      bool changed = false;
+      if (l.status == LeaseStatus::reserved && l.start <= now) {
+        l.status = LeaseStatus::active;
+        changed = true;
+      }
+      if (l.status == LeaseStatus::active && l.end <= now) {
+        l.status = LeaseStatus::completed;
+        l.billed = l.owed;
+        end_lease(l);
+        changed = true;
+      }
+      if (l.status == LeaseStatus::preempted && *l.ends_at <= now) {
+        l.billed = l.owed;
+        end_lease(l);
+        changed = true;
+      }
+      if (changed) emit(LeaseChanged{l});
+      if (l.ended) {
+        leases.erase(id);
+      } else {
+        schedule_lease(l);
+      }
+    }
+    // c. Verification expiries.
+    std::vector<OrderId> woken;
+    for (PoolId id : due_pools) {
+      LivePool& lp = pools.at(id);
+      if (!lp.p.verified || lp.p.verified_until > now) continue;
+      if (!classify(lp)) continue;
+      lp.p.updated_at = now;
+      emit(PoolChanged{lp.p});
+      for (OrderId o : reprice(lp)) woken.push_back(o);
+    }
+    // d. Views, timers and time-driven matching.
+    for (OrderId id : due_orders) {
+      LiveOrder& lo = orders.at(id);
+      if (!lo.o.is_open()) continue;
+      const bool in = unhook(lo);
+      hook(lo, in);
+      if (lo.o.is_sell()) woken.push_back(id);
+    }
+    match_woken(std::move(woken));
+  }
+
+  // ---------------------------------------------------------------- commands
+
+  void reject_command(Reason r, std::int64_t subject) { emit(CommandRejected{seq, r, subject}); }
+
+  Reason validate(Order& o, const Command& cmd) {
+    const OrderRequest& r = o.request;
+    if (r.price.value <= 0 || r.quantity.value <= 0 || r.min_chunk.value <= 0) return Reason::invalid_field;
+    if (r.price.value > 1'000'000'000'000 || r.quantity.value > 100'000'000) return Reason::invalid_field;
+    if (r.min_duration.value < 0) return Reason::invalid_field;
+    if (r.time_in_force == TimeInForce::gtd && !r.expire_at) return Reason::invalid_field;
+    if (r.post_only && (r.time_in_force == TimeInForce::ioc || r.time_in_force == TimeInForce::fok)) {
+      return Reason::invalid_field;
+    }
+    if (r.side == Side::buy) {
+      const bool fixed = r.start && r.end;
+      if (fixed == r.duration.has_value() || (!fixed && (r.start || r.end))) return Reason::invalid_field;
+      if (r.duration && r.duration->value <= 0) return Reason::invalid_field;
+      if (fixed && *r.end <= *r.start) return Reason::invalid_field;
+      if (r.constraints.single_pool && r.time_in_force != TimeInForce::ioc &&
+          r.time_in_force != TimeInForce::fok) {
+        return Reason::invalid_field;
+      }
+      if (!books.count(r.market)) return Reason::not_found;
+      o.market = r.market;
+    } else {
+      if (!r.start || !r.end || r.duration) return Reason::invalid_field;
+      if (*r.end <= *r.start) return Reason::invalid_field;
+      auto p = pools.find(r.pool);
+      if (p == pools.end() || p->second.p.provider != cmd.account || p->second.p.retired) return Reason::not_found;
+      o.market = p->second.p.spec.market;
+    }
+    const Book& book = books.at(o.market);
+    if (book.halted) return Reason::market_halted;
+    if (r.price.value % book.spec.tick.value != 0) return Reason::off_tick;
+    if (r.quantity.value % r.min_chunk.value != 0) return Reason::quantity_not_multiple_of_chunk;
+    if (r.side == Side::buy && r.start && *r.start < now) return Reason::window_in_past;
+    if (r.side == Side::sell && *r.end <= now) return Reason::window_in_past;
+    // Geometry, needed by the exposure and capacity checks.
+    if (r.side == Side::buy) {
+      if (r.start) {
+        o.window_start = *r.start;
+        o.window_end = *r.end;
+      }
+      o.remaining = r.quantity;
+    } else {
+      o.window_start = std::max(*r.start, now);
+      o.window_end = *r.end;
+    }
+    const Account& a = account(o.account);
+    if (a.open_orders + 1 > a.limits.max_open_orders) return Reason::exposure_limit;
+    if (r.side == Side::buy) {
+      if (a.open_gpus + r.quantity.value > a.limits.max_open_gpus.value) return Reason::exposure_limit;
+      const Int128 n = a.notional_x3600 + cost_x3600(r.price, r.quantity, bid_seconds(o));
+      if (n > static_cast<Int128>(a.limits.max_open_notional) * 3600) return Reason::exposure_limit;
+    } else {
+      const LivePool& lp = pools.at(r.pool);
+      if (lp.used.max(o.window_start, o.window_end) + r.quantity.value > lp.p.gpus().value) {
+        return Reason::insufficient_pool_capacity;
+      }
+    }
+    return Reason::none;
+  }
+
+  void on(const Command& cmd, const PlaceOrder& c) {
+    const OrderRequest& r = c.order;
+    const std::uint64_t h = body_hash(r);
+    if (!r.client_order_id.empty()) {
+      const CidKey k{cmd.account, r.client_order_id};
+      if (auto it = open_cids.find(k); it != open_cids.end()) {
+        const LiveOrder& lo = orders.at(it->second);
+        if (lo.body_hash == h) {
+          Order current = lo.o;
+          refresh_ask_accounting(current);
+          emit(OrderDuplicate{std::move(current)});
+        } else {
+          reject_command(Reason::idempotency_conflict, lo.o.id.value);
+        }
+        return;
+      }
+      if (auto it = finished_cids.find(k); it != finished_cids.end()) {
+        if (it->second.body_hash == h) {
+          emit(OrderDuplicate{it->second.order});
+        } else {
+          reject_command(Reason::idempotency_conflict, it->second.order.id.value);
+        }
+        return;
+      }
+    }
+    Order o;
+    o.id = OrderId(cmd.seq);
+    o.account = cmd.account;
+    o.request = r;
+    o.priority = cmd.seq;
+    o.created_at = now;
+    o.updated_at = now;
+    o.effective_price = r.price;
+    o.body_hash = h;
+    const Reason bad = validate(o, cmd);
+    if (bad != Reason::none) {
+      o.status = OrderStatus::rejected;
+      o.reason = bad;
+      o.remaining = o.is_buy() ? r.quantity : Qty(0);  // filled + remaining = quantity, always
+      o.window_start = Seconds(0);
+      o.window_end = Seconds(0);
+      emit(OrderRejected{o});
+      if (!r.client_order_id.empty()) finished_cids[CidKey{cmd.account, r.client_order_id}] = Finished{o, h, seq};
+      return;
+    }
+    if (o.is_sell()) {
+      LivePool& lp = pools.at(r.pool);
+      o.green_discount_bps = lp.p.green_discount_bps;
+      o.effective_price = discounted(r.price, lp.p.green_discount_bps, tick(o.market));
+      o.free = Steps(o.window_start, o.window_end, r.quantity.value);
+      o.total_gpu_seconds = r.quantity.value * (o.window_end - o.window_start).value;
+      lp.used.add(o.window_start, o.window_end, r.quantity.value);
+      lp.used.trim_before(now);
+      lp.asks.insert(o.id);
+    }
+    LiveOrder& lo = orders.emplace(o.id, LiveOrder{}).first->second;
+    lo.o = std::move(o);
+    lo.body_hash = h;
+    account(cmd.account).orders.insert(lo.o.id);
+    if (!r.client_order_id.empty()) open_cids[CidKey{cmd.account, r.client_order_id}] = lo.o.id;
+    hook(lo, false);
+    emit(OrderAccepted{lo.o});
+    if (r.time_in_force == TimeInForce::gtd && *r.expire_at <= now) {
+      finish_order(lo, OrderStatus::expired, Reason::expired, true);
+      return;
+    }
+    const bool would_take = lo.o.is_buy() ? bid_would_take(lo.o) : ask_would_take(lo.o);
+    if (r.post_only && would_take) {
+      finish_order(lo, OrderStatus::rejected, Reason::would_take, true);
+      return;
+    }
+    if (lo.o.is_buy()) {
+      match_bid(lo, true);
+    } else {
+      match_ask(lo, true);
+    }
+    const bool immediate = r.time_in_force == TimeInForce::ioc || r.time_in_force == TimeInForce::fok;
+    if (lo.o.is_open() && immediate) finish_order(lo, OrderStatus::cancelled, Reason::none, false);
+    const bool filled_some = lo.o.is_buy() ? lo.o.filled.value > 0 : lo.o.filled_gpu_seconds > 0;
+    if (lo.o.is_open()) {
+      unhook(lo);
+      hook(lo, true);
+      if (filled_some) emit(OrderUpdated{lo.o});
+    } else {
+      emit(OrderDone{lo.o});
+    }
+  }
+
+  LiveOrder* own_open_order(const Command& cmd, OrderId id) {
+    auto it = orders.find(id);
+    if (it == orders.end() || !it->second.o.is_open() || it->second.o.account != cmd.account) return nullptr;
+    return &it->second;
+  }
+
+  void on(const Command& cmd, const Cancel& c) {
+    LiveOrder* lo = own_open_order(cmd, c.order);
+    if (!lo) return reject_command(Reason::not_found, c.order.value);
+    finish_order(*lo, OrderStatus::cancelled, Reason::none, true);
+  }
+
+  void on(const Command& cmd, const CancelAll& c) {
+    auto ait = accounts.find(cmd.account);
+    if (ait == accounts.end()) return;
+    const std::vector<OrderId> ids(ait->second.orders.begin(), ait->second.orders.end());
+    for (OrderId id : ids) {
+      LiveOrder& lo = orders.at(id);
+      if (c.market && lo.o.market != *c.market) continue;
+      finish_order(lo, OrderStatus::cancelled, Reason::none, true);
+    }
+  }
+
+  void on(const Command& cmd, const Amend& c) {
+    LiveOrder* p = own_open_order(cmd, c.order);
+    if (!p) return reject_command(Reason::not_found, c.order.value);
+    LiveOrder& lo = *p;
+    Order& o = lo.o;
+    const Book& book = books.at(o.market);
+    if (book.halted) return reject_command(Reason::market_halted, o.id.value);
+    const Qty q = c.quantity.value_or(o.request.quantity);
+    const Price price = c.price.value_or(o.request.price);
+    if (q > o.request.quantity || q.value <= 0) return reject_command(Reason::invalid_amend, o.id.value);
+    if (q.value % o.request.min_chunk.value != 0) {
+      return reject_command(Reason::quantity_not_multiple_of_chunk, o.id.value);
+    }
+    if (price.value <= 0) return reject_command(Reason::invalid_field, o.id.value);
+    if (price.value % book.spec.tick.value != 0) return reject_command(Reason::off_tick, o.id.value);
+    const Qty cut = o.request.quantity - q;
+    const Seconds from = std::max(now, o.window_start);
+    if (o.is_buy()) {
+      if (q <= o.filled) return reject_command(Reason::invalid_amend, o.id.value);
+      const Account& a = account(o.account);
+      const Qty rem = o.remaining - cut;
+      const Int128 n = a.notional_x3600 - cost_x3600(o.request.price, o.remaining, bid_seconds(o)) +
+                       cost_x3600(price, rem, bid_seconds(o));
+      if (price > o.request.price && n > static_cast<Int128>(a.limits.max_open_notional) * 3600) {
+        return reject_command(Reason::exposure_limit, o.id.value);
+      }
+    } else if (cut.value > 0 && o.free.min(from, o.window_end) < cut.value) {
+      return reject_command(Reason::invalid_amend, o.id.value);
+    }
+    const bool new_price = price != o.request.price;
+    if (new_price && o.request.post_only) {
+      Order trial = o;
+      trial.request.price = price;
+      trial.request.quantity = q;
+      if (trial.is_buy()) {
+        trial.remaining = o.remaining - cut;
+      } else {
+        trial.effective_price = discounted(price, o.green_discount_bps, book.spec.tick);
+        trial.free.add(from, o.window_end, -cut.value);
+      }
+      if (trial.is_buy() ? bid_would_take(trial) : ask_would_take(trial)) {
+        return reject_command(Reason::would_take, o.id.value);
+      }
+    }
+    const bool in = unhook(lo);
+    o.request.quantity = q;
+    if (o.is_buy()) {
+      o.remaining -= cut;
+    } else if (cut.value > 0) {
+      LivePool& lp = pools.at(o.request.pool);
+      o.free.add(from, o.window_end, -cut.value);
+      lp.used.add(from, o.window_end, -cut.value);
+      o.cancelled_gpu_seconds += cut.value * std::max<std::int64_t>(0, (o.window_end - from).value);
+    }
+    if (new_price) {
+      o.request.price = price;
+      o.priority = cmd.seq;
+      o.effective_price = o.is_sell() ? discounted(price, o.green_discount_bps, book.spec.tick) : price;
+    }
+    o.updated_at = now;
+    if (!new_price) {
+      hook(lo, in);
+      announce_state(lo);
+      return;
+    }
+    hook(lo, false);
+    emit(OrderUpdated{o});
+    const std::int64_t before = o.is_buy() ? o.filled.value : o.filled_gpu_seconds;
+    if (o.is_buy()) {
+      match_bid(lo, false);
+    } else {
+      match_ask(lo, false);
+    }
+    const std::int64_t after = o.is_buy() ? o.filled.value : o.filled_gpu_seconds;
+    if (o.is_open()) {
+      unhook(lo);
+      hook(lo, true);
+      if (after != before) emit(OrderUpdated{o});
+    } else {
+      emit(OrderDone{o});
+    }
+  }
+
+  void on(const Command& cmd, const AddPool& c) {
+    const PoolSpec& s = c.spec;
+    auto book = books.find(s.market);
+    if (book == books.end()) return reject_command(Reason::not_found, cmd.seq);
+    if (s.gpus_per_node <= 0 || s.nodes < 0 || s.region.empty()) return reject_command(Reason::invalid_field, cmd.seq);
+    LivePool& lp = pools[PoolId(cmd.seq)];
+    lp.p.id = PoolId(cmd.seq);
+    lp.p.provider = cmd.account;
+    lp.p.spec = s;
+    lp.p.created_at = now;
+    lp.p.updated_at = now;
+    classify(lp);
+    if (s.tier == Tier::spot) book->second.spot_pools.insert(lp.p.id);
+    emit(PoolChanged{lp.p});
+  }
+
+  LivePool* own_pool(const Command& cmd, PoolId id) {
+    auto it = pools.find(id);
+    if (it == pools.end() || it->second.p.provider != cmd.account || it->second.p.retired) return nullptr;
+    return &it->second;
+  }
+
+  void on(const Command& cmd, const ResizePool& c) {
+    LivePool* lp = own_pool(cmd, c.pool);
+    if (!lp) return reject_command(Reason::not_found, c.pool.value);
+    if (c.nodes < 0) return reject_command(Reason::invalid_field, c.pool.value);
+    const std::int64_t gpus = std::int64_t{lp->p.spec.gpus_per_node} * c.nodes;
+    if (lp->used.max(now, kForever) > gpus) return reject_command(Reason::pool_busy, c.pool.value);
+    lp->p.spec.nodes = c.nodes;
+    lp->p.updated_at = now;
+    emit(PoolChanged{lp->p});
+  }
+
+  void on(const Command& cmd, const RetirePool& c) {
+    LivePool* lp = own_pool(cmd, c.pool);
+    if (!lp) return reject_command(Reason::not_found, c.pool.value);
+    if (!lp->asks.empty() || !lp->leases.empty()) return reject_command(Reason::pool_busy, c.pool.value);
+    lp->p.retired = true;
+    lp->p.updated_at = now;
+    books.at(lp->p.spec.market).spot_pools.erase(lp->p.id);
+    emit(PoolChanged{lp->p});
+  }
+
+  void on(const Command&, const VerifyPool& c) {
+    auto it = pools.find(c.pool);
+    if (it == pools.end()) return reject_command(Reason::not_found, c.pool.value);
+    LivePool& lp = it->second;
+    lp.p.verified = c.verified;
+    if (c.verified) {  // a withdrawal keeps the last expiry and evidence for the record
+      lp.p.verified_until = c.expires_at;
+      lp.p.evidence = c.evidence;
+    }
+    lp.p.updated_at = now;
+    classify(lp);
+    schedule_pool(lp);
+    emit(PoolChanged{lp.p});
+    reprice(lp);
+    // Verified values can make energy-constrained bids eligible even when the price stays.
+    match_woken(std::vector<OrderId>(lp.asks.begin(), lp.asks.end()));
+  }
+
+  void on(const Command& cmd, const ReleaseLease& c) {
+    auto it = leases.find(c.lease);
+    if (it == leases.end() || it->second.buyer != cmd.account) return reject_command(Reason::not_found, c.lease.value);
+    Lease& l = it->second;
+    if (l.status != LeaseStatus::reserved && l.status != LeaseStatus::active) {
+      return reject_command(Reason::lease_not_open, c.lease.value);
+    }
+    LivePool& lp = pools.at(l.pool);
+    const Seconds from = std::min(std::max(now, l.start), l.end);
+    lp.used.add(from, l.end, -l.quantity.value);
+    const Seconds window = l.end - l.start;
+    Seconds billed = window;
+    if (l.interruptible) {
+      const Seconds used = std::min(std::max(now - l.start, Seconds(0)), window);
+      billed = std::max(used, std::min(cfg.min_bill, window));
+    }
+    l.status = LeaseStatus::released;
+    l.ends_at = from;
+    set_owed(l, cost(l.price, l.quantity, billed));
+    l.billed = l.owed;
+    end_lease(l);
+    emit(LeaseChanged{l});
+    leases.erase(it);
+  }
+
+  void on(const Command&, const HaltMarket& c) {
+    auto it = books.find(c.market);
+    if (it == books.end()) return reject_command(Reason::not_found, 0);
+    it->second.halted = c.halted;
+    emit(MarketHaltChanged{c.market, c.halted});
+    if (!c.halted) {
+      std::vector<OrderId> ids;
+      for (const AskKey& k : it->second.asks) ids.push_back(k.id);
+      match_woken(std::move(ids));
+    }
+  }
+
+  void on(const Command&, const SetLimits& c) {
+    Account& a = account(c.account);
+    a.limits = c.limits;
+    a.custom = true;
+    emit(LimitsChanged{c.account, c.limits});
+  }
+
+  void on(const Command&, const SetGreenPolicy& c) {
+    policy = c.policy;
+    emit(GreenPolicyChanged{policy});
+    std::vector<OrderId> woken;
+    for (auto& [id, lp] : pools) {
+      if (!classify(lp)) continue;
+      lp.p.updated_at = now;
+      emit(PoolChanged{lp.p});
+      reprice(lp);
+      woken.insert(woken.end(), lp.asks.begin(), lp.asks.end());  // green_only eligibility may change too
+    }
+    match_woken(std::move(woken));
+  }
+
+  void on(const Command&, const Tick&) {}
+
+  void apply(const Command& cmd, EventSink& sink) {
+    sink_ = &sink;
+    seq = cmd.seq;
+    advance(cmd.now);
+    std::visit([&](const auto& body) { on(cmd, body); }, cmd.body);
+    flush_views();
+    for (OrderId id : dead) orders.erase(id);
+    dead.clear();
+    last_seq = std::max(last_seq, cmd.seq);
+    sink_ = nullptr;
+  }
+
+  // ---------------------------------------------------------------- quote
+
+  std::vector<QuoteFill> quote(const OrderRequest& r, AccountId account_id) const {
+    std::vector<QuoteFill> out;
+    auto book = books.find(r.market);
+    if (r.side != Side::buy || book == books.end() || r.quantity.value <= 0 || r.min_chunk.value <= 0) return out;
+    if (r.start.has_value() == r.duration.has_value()) return out;
+    Order bid;
+    bid.id = OrderId(std::numeric_limits<std::int64_t>::max());
+    bid.account = account_id;
+    bid.request = r;
+    bid.market = r.market;
+    bid.remaining = r.quantity;
+    if (r.start) {
+      if (!r.end || *r.end <= *r.start || *r.start < now) return out;
+      bid.window_start = *r.start;
+      bid.window_end = *r.end;
+    }
+    const Seconds ws = bid_start(bid);
+    const Seconds we = bid_end(bid);
+    const bool aon = r.time_in_force == TimeInForce::fok || r.constraints.single_pool;
+    std::map<PoolId, std::pair<Qty, std::vector<QuoteFill>>> per_pool;
+    Qty total;
+    for (const AskKey& k : asks_for(book->second, bid)) {
+      if (k.effective > r.price || total == r.quantity) break;
+      const Order& ask = orders.at(k.id).o;
+      const PoolId pool = ask.request.pool;
+      const Qty cap = r.constraints.single_pool ? r.quantity - per_pool[pool].first : r.quantity - total;
+      const Qty q = eligible_qty(bid, cap, ask, ws, we);
+      if (q.value == 0) continue;
+      const QuoteFill fill{pool, ask.id, q, ws, we, ask.effective_price, ask.request.price, ask.green_discount_bps,
+                           false};
+      if (r.constraints.single_pool) {
+        auto& pp = per_pool[pool];
+        pp.first += q;
+        pp.second.push_back(fill);
+        if (pp.first == r.quantity) return pp.second;
+      } else {
+        total += q;
+        out.push_back(fill);
+      }
+    }
+    if (r.constraints.single_pool) return {};
+    for (const PreemptCandidate& pc : preempt_candidates(bid)) {
+      if (total == r.quantity) break;
+      const std::int64_t lot = pc.lot.value;
+      const Qty q(std::min((r.quantity - total).value, pc.max_qty.value) / lot * lot);
+      if (q.value == 0) continue;
+      const Lease& l = leases.at(pc.lease);
+      out.push_back(QuoteFill{l.pool, l.sell_order, q, pc.start, pc.end, pc.price, l.ask_list_price,
+                              pools.at(l.pool).p.green_discount_bps, true});
+      total += q;
+    }
+    if (aon && total != r.quantity) return {};
+    return out;
+  }
+
+  // ---------------------------------------------------------------- self-check (tests)
+
+  std::string check_invariants() const {
+    std::string err;
+    auto fail = [&](const std::string& what) {
+      if (err.size() < 2000) err += what + "\n";
+    };
+    std::map<PoolId, Steps> held;
+    for (const auto& [id, lo] : orders) {
+      const Order& o = lo.o;
+      if (!o.is_open()) continue;
+      if (o.is_buy()) {
+        if (o.filled + o.remaining != o.request.quantity) fail("bid filled+remaining: " + to_string(o));
+      } else {
+        Order c = o;
+        refresh_ask_accounting(c);
+        if (c.filled_gpu_seconds + c.lapsed_gpu_seconds + c.free_gpu_seconds + c.cancelled_gpu_seconds !=
+            c.total_gpu_seconds) {
+          fail("ask accounting: " + to_string(c));
+        }
+        for (const Step& p : o.free.pieces()) {
+          if (p.gpus < 0) fail("negative free: " + to_string(o));
+          held[o.request.pool].add(std::max(p.from, now), std::max(p.to, now), p.gpus);
+        }
+      }
+      const Book& b = books.at(o.market);
+      const BidSet& bids = o.is_duration_bid() ? b.duration_bids : b.bids;
+      const AskKey ak{o.effective_price, o.priority, o.id};
+      const bool in = o.is_buy() ? bids.count(BidKey{o.request.price, o.priority, o.id}) == 1 : b.asks.count(ak) == 1;
+      if (!in || !lo.in_book) fail("open order not in book: " + to_string(o));
+      if (o.is_sell() && (b.spot_asks.count(ak) == 1) != spot_now(o)) fail("spot index stale: " + to_string(o));
+    }
+    for (const auto& [id, l] : leases) {
+      const Seconds end = l.status == LeaseStatus::preempted ? std::min(*l.ends_at, l.end) : l.end;
+      held[l.pool].add(std::max(l.start, now), std::max(end, now), l.quantity.value);
+    }
+    for (const auto& [id, lp] : pools) {
+      Steps used = lp.used;
+      used.trim_before(now);
+      Steps expect = held[id];
+      expect.trim_before(now);
+      if (!(used == expect)) fail("pool " + std::to_string(id.value) + " commitments out of step");
+      if (expect.max(now, kForever) > lp.p.gpus().value) fail("pool oversold: " + to_string(lp.p));
+    }
+    for (const auto& [m, b] : books) {
+      if (b.halted) continue;
+      BidWalk walk(b.bids, b.duration_bids, true);
+      while (const auto next = walk.next()) {
+        const BidKey& bk = *next;
+        const Order& bid = orders.at(bk.id).o;
+        for (const AskKey& ak : b.asks) {
+          if (ak.effective > bk.price) break;
+          const Order& ask = orders.at(ak.id).o;
+          if (eligible_qty(bid, bid.remaining, ask, bid_start(bid), bid_end(bid)).value > 0) {
+            fail("crossed: bid " + std::to_string(bid.id.value) + " ask " + std::to_string(ask.id.value));
+          }
+        }
+      }
+    }
+    // Views equal a recomputation from the resting orders.
+    std::map<ViewKey, View> fresh;
+    for (const auto& [id, lo] : orders) {
+      const Shown s = compute_shown(lo);
+      if (!s.shown) continue;
+      View& v = fresh[s.key];
+      if (s.constrained) {
+        v.constrained.orders += 1;
+        v.constrained.gpus += s.qty;
+      } else {
+        (s.side == Side::buy ? v.bids : v.asks)[s.price] += s.qty;
+      }
+    }
+    for (const auto& [k, v] : views) {
+      const View& f = fresh[k];
+      if (f.bids != v.bids || f.asks != v.asks || !(f.constrained == v.constrained)) {
+        fail("view " + k.market.value + " " + to_string(k.bucket) + " differs from its orders");
+      }
+    }
+    for (const auto& [k, v] : fresh) {
+      if (!views.count(k) && (!v.bids.empty() || !v.asks.empty())) fail("missing view " + k.market.value);
+    }
+    return err;
+  }
+
+  // ---------------------------------------------------------------- snapshot and restore
+
+  EngineState snapshot() const {
+    EngineState s;
+    s.last_seq = last_seq;
+    s.now = now;
+    s.next_trade_id = next_trade;
+    s.next_lease_id = next_lease;
+    s.policy = policy;
+    for (const auto& [id, lp] : pools) s.pools.push_back(lp.p);
+    for (const auto& [id, lo] : orders) {
+      if (!lo.o.is_open()) continue;
+      s.open_orders.push_back(lo.o);
+      refresh_ask_accounting(s.open_orders.back());  // lapsed/free as of now
+    }
+    std::sort(s.open_orders.begin(), s.open_orders.end(),
+              [](const Order& a, const Order& b) { return a.id < b.id; });
+    for (const auto& [id, l] : leases) s.leases.push_back(l);
+    for (const auto& [id, a] : accounts) {
+      if (a.custom) s.limits.emplace_back(id, a.limits);
+    }
+    for (const auto& [id, b] : books) {
+      if (b.halted) s.halted_markets.push_back(id);
+    }
+    for (const auto& [k, v] : views) {
+      if (v.sequence > 0) s.view_sequences.push_back(ViewSequence{k.market, k.bucket, v.sequence});
+    }
+    return s;
+  }
+
+  void restore(const EngineState& s) {
+    last_seq = s.last_seq;
+    now = s.now;
+    next_trade = s.next_trade_id;
+    next_lease = s.next_lease_id;
+    policy = s.policy;
+    for (const auto& [id, lim] : s.limits) {
+      Account& a = account(id);
+      a.limits = lim;
+      a.custom = true;
+    }
+    for (const MarketId& m : s.halted_markets) books.at(m).halted = true;
+    for (const ViewSequence& v : s.view_sequences) views[ViewKey{v.market, v.bucket}].sequence = v.sequence;
+    for (const Pool& p : s.pools) {
+      LivePool& lp = pools[p.id];
+      lp.p = p;
+      if (p.spec.tier == Tier::spot && !p.retired) books.at(p.spec.market).spot_pools.insert(p.id);
+      schedule_pool(lp);
+    }
+    for (const Lease& l : s.leases) {
+      Lease& ref = leases.emplace(l.id, l).first->second;
+      LivePool& lp = pools.at(l.pool);
+      lp.leases.insert(l.id);
+      const Seconds held_end = l.status == LeaseStatus::preempted ? std::min(*l.ends_at, l.end) : l.end;
+      lp.used.add(l.start, held_end, l.quantity.value);
+      account(l.buyer).notional_x3600 += static_cast<Int128>(ref.owed) * 3600;
+      schedule_lease(ref);
+    }
+    for (const Order& o : s.open_orders) {
+      LiveOrder& lo = orders.emplace(o.id, LiveOrder{}).first->second;
+      lo.o = o;
+      lo.body_hash = o.body_hash;
+      account(o.account).orders.insert(o.id);
+      if (!o.request.client_order_id.empty()) open_cids[CidKey{o.account, o.request.client_order_id}] = o.id;
+      if (o.is_sell()) {
+        LivePool& lp = pools.at(o.request.pool);
+        lp.asks.insert(o.id);
+        for (const Step& p : o.free.pieces()) lp.used.add(p.from, p.to, p.gpus);
+      }
+      hook(lo, true);
+    }
+    for (const auto& [id, l] : leases) {
+      if (auto seller = orders.find(l.sell_order); seller != orders.end()) seller->second.sold.push_back(id);
+    }
+    touched.clear();
+  }
+
+  std::uint64_t digest() const {
+    const EngineState s = snapshot();
+    Fnv1a h;
+    h.i64(s.last_seq);
+    h.i64(s.now.value);
+    h.i64(s.next_trade_id);
+    h.i64(s.next_lease_id);
+    for (const GreenTierRule& r : s.policy.rules) {
+      h.i64(static_cast<std::int64_t>(r.tier));
+      h.i64(r.max_pue_x1000);
+      h.i64(r.min_renewable_pct_x100);
+      h.i64(r.max_carbon_g_per_kwh_x100);
+      h.i64(r.discount_bps);
+    }
+    for (const Pool& p : s.pools) h.str(to_string(p));
+    for (const Order& o : s.open_orders) h.str(to_string(o));
+    for (const Lease& l : s.leases) h.str(to_string(l));
+    for (const auto& [a, lim] : s.limits) {
+      h.i64(a.value);
+      h.i64(lim.max_open_gpus.value);
+      h.i64(lim.max_open_notional);
+      h.i64(lim.max_open_orders);
+    }
+    for (const MarketId& m : s.halted_markets) h.str(m.value);
+    for (const ViewSequence& v : s.view_sequences) {
+      h.str(v.market.value);
+      h.i64(v.bucket.yyyymm);
+      h.i64(static_cast<std::int64_t>(v.sequence));
+    }
+    return h.value();
+  }
+};
+
+Engine::Engine(EngineConfig config) : impl_(std::make_unique<Impl>(std::move(config))) {}
+Engine::~Engine() = default;
+Engine::Engine(Engine&&) noexcept = default;
+Engine& Engine::operator=(Engine&&) noexcept = default;
+
+void Engine::apply(const Command& cmd, EventSink& out) { impl_->apply(cmd, out); }
+
+Depth Engine::depth(const MarketId& market, Bucket bucket, int levels) const {
+  Depth d;
+  auto it = impl_->views.find(ViewKey{market, bucket});
+  if (it == impl_->views.end()) return d;
+  const View& v = it->second;
+  d.sequence = v.sequence;
+  d.constrained_bids = v.constrained;
+  for (auto b = v.bids.rbegin(); b != v.bids.rend() && static_cast<int>(d.bids.size()) < levels; ++b) {
+    d.bids.push_back(Level{b->first, b->second});
+  }
+  for (auto a = v.asks.begin(); a != v.asks.end() && static_cast<int>(d.asks.size()) < levels; ++a) {
+    d.asks.push_back(Level{a->first, a->second});
+  }
+  return d;
+}
+
+const Order* Engine::order(OrderId id) const {
+  auto it = impl_->orders.find(id);
+  return it == impl_->orders.end() || !it->second.o.is_open() ? nullptr : &it->second.o;
+}
+
+std::vector<Order> Engine::open_orders(AccountId account, const std::optional<MarketId>& market) const {
+  std::vector<Order> out;
+  auto it = impl_->accounts.find(account);
+  if (it == impl_->accounts.end()) return out;
+  for (OrderId id : it->second.orders) {
+    const Order& o = impl_->orders.at(id).o;
+    if (market && o.market != *market) continue;
+    out.push_back(o);
+    impl_->refresh_ask_accounting(out.back());
+  }
+  return out;
+}
+
+const Lease* Engine::lease(LeaseId id) const {
+  auto it = impl_->leases.find(id);
+  return it == impl_->leases.end() ? nullptr : &it->second;
+}
+
+std::vector<Lease> Engine::leases(AccountId account) const {
+  std::vector<Lease> out;
+  for (const auto& [id, l] : impl_->leases) {
+    if (l.buyer == account || l.provider == account) out.push_back(l);
+  }
+  return out;
+}
+
+const Pool* Engine::pool(PoolId id) const {
+  auto it = impl_->pools.find(id);
+  return it == impl_->pools.end() ? nullptr : &it->second.p;
+}
+
+std::optional<PoolCapacity> Engine::pool_capacity(PoolId id, Seconds from, Seconds to) const {
+  auto it = impl_->pools.find(id);
+  if (it == impl_->pools.end()) return std::nullopt;
+  const LivePool& lp = it->second;
+  PoolCapacity c;
+  c.gpus = lp.p.gpus();
+  for (LeaseId lid : lp.leases) {
+    const Lease& l = impl_->leases.at(lid);
+    const Seconds held_end = l.status == LeaseStatus::preempted ? std::min(*l.ends_at, l.end) : l.end;
+    c.leased.add(std::max(l.start, from), std::min(held_end, to), l.quantity.value);
+  }
+  for (OrderId oid : lp.asks) {
+    for (const Step& p : impl_->orders.at(oid).o.free.pieces()) {
+      c.offered.add(std::max(p.from, from), std::min(p.to, to), p.gpus);
+    }
+  }
+  c.unallocated.add(from, to, c.gpus.value);
+  for (const Step& p : c.leased.pieces()) c.unallocated.add(p.from, p.to, -p.gpus);
+  for (const Step& p : c.offered.pieces()) c.unallocated.add(p.from, p.to, -p.gpus);
+  return c;
+}
+
+std::vector<QuoteFill> Engine::quote(const OrderRequest& buy, AccountId account) const {
+  return impl_->quote(buy, account);
+}
+
+std::uint64_t Engine::digest() const { return impl_->digest(); }
+Seq Engine::last_seq() const { return impl_->last_seq; }
+Seconds Engine::now() const { return impl_->now; }
+const EngineConfig& Engine::config() const { return impl_->cfg; }
+
+void Engine::committed_through(Seq seq) {
+  auto& f = impl_->finished_cids;
+  for (auto it = f.begin(); it != f.end();) {
+    if (it->second.done_seq <= seq) {
+      it = f.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+EngineState Engine::snapshot() const { return impl_->snapshot(); }
+std::string Engine::check_invariants() const { return impl_->check_invariants(); }
+
+Engine Engine::restore(EngineConfig config, const EngineState& state) {
+  Engine e(std::move(config));
+  e.impl_->restore(state);
+  return e;
+}
+
+}  // namespace gpuex::matching

@@ -1,0 +1,520 @@
+// Randomized differential test: the fast engine and the reference matcher get the same random commands and
+// must produce identical events; market invariants are checked after every command.
+//
+// Replay one sequence: GPUEX_SEED=<seed printed on failure> gpuex_matching_tests "[differential]"
+// Other knobs (for hand runs): GPUEX_SEQUENCES=n and GPUEX_COMMANDS=n (a longer soak from GPUEX_SEED on),
+// GPUEX_DIFF_STATS=1 (print the event mix), GPUEX_DIFF_SUMMARY=1 (one line per failing sequence beyond the first
+// three), GPUEX_KNOWN_BUGS=1 (the reference mimics the engine bug shown by the last test case, to look past it).
+// "[.debug]" (hidden): the first snapshot point of one random sequence after which a restored engine differs.
+#include <catch2/catch.hpp>
+
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include "matching/engine.hpp"
+#include "random_commands.hpp"
+#include "reference_matcher.hpp"
+
+using namespace gpuex::matching;
+using namespace gpuex::matching::test;
+
+namespace {
+
+constexpr std::int64_t kStart = 1798761600;  // 2027-01-01T00:00:00Z
+constexpr std::uint64_t kDefaultSeed = 20270101;
+constexpr int kSequences = 500;             // 75,000 commands: well under a second or two in RelWithDebInfo
+constexpr int kCommandsPerSequence = 150;
+
+std::string describe_request(const OrderRequest& r) {
+  std::ostringstream s;
+  s << to_string(r.side) << " price=" << format_price(r.price) << " qty=" << r.quantity.value;
+  if (r.side == Side::sell) s << " pool=" << r.pool.value << " min_duration=" << r.min_duration.value;
+  else s << " market=" << r.market.value;
+  if (r.start) s << " start=" << r.start->value;
+  if (r.end) s << " end=" << r.end->value;
+  if (r.duration) s << " duration=" << r.duration->value;
+  s << " chunk=" << r.min_chunk.value << " tif=" << to_string(r.time_in_force);
+  if (r.expire_at) s << " expire_at=" << r.expire_at->value;
+  if (r.post_only) s << " post_only";
+  s << " stp=" << to_string(r.stp);
+  if (!r.client_order_id.empty()) s << " cid=" << r.client_order_id;
+  const BidConstraints& c = r.constraints;
+  if (!c.tiers.empty()) {
+    s << " tiers=";
+    for (Tier t : c.tiers) s << to_string(t) << ",";
+  }
+  if (!c.regions.empty()) {
+    s << " regions=";
+    for (const std::string& x : c.regions) s << x << ",";
+  }
+  if (c.nvlink) s << " nvlink";
+  if (c.min_fabric) s << " min_fabric=" << to_string(*c.min_fabric);
+  if (c.min_fabric_gbps) s << " min_gbps=" << *c.min_fabric_gbps;
+  if (c.min_sla_pct_x1000) s << " min_sla=" << *c.min_sla_pct_x1000;
+  if (c.green_only) s << " green_only";
+  if (c.max_pue_x1000) s << " max_pue=" << *c.max_pue_x1000;
+  if (c.min_renewable_pct_x100) s << " min_renewable=" << *c.min_renewable_pct_x100;
+  if (c.max_carbon_g_per_kwh_x100) s << " max_carbon=" << *c.max_carbon_g_per_kwh_x100;
+  if (c.single_pool) s << " single_pool";
+  if (c.interruptible) s << " interruptible";
+  return s.str();
+}
+
+// One line per command, enough to rebuild it by hand in a regression test.
+std::string describe(const Command& c) {
+  std::ostringstream s;
+  s << "seq=" << c.seq << " now=" << c.now.value << " account=" << c.account.value << " ";
+  std::visit(
+      [&](const auto& b) {
+        using T = std::decay_t<decltype(b)>;
+        if constexpr (std::is_same_v<T, AddPool>) {
+          const PoolSpec& p = b.spec;
+          s << "AddPool market=" << p.market.value << " region=" << p.region << " tier=" << to_string(p.tier)
+            << " gpus_per_node=" << p.gpus_per_node << " nodes=" << p.nodes << " nvlink=" << p.nvlink
+            << " fabric=" << to_string(p.fabric) << " gbps=" << p.fabric_gbps << " sla=" << p.sla_pct_x1000
+            << " energy=" << p.energy.pue_x1000 << "/" << p.energy.renewable_pct_x100 << "/"
+            << p.energy.carbon_g_per_kwh_x100;
+        } else if constexpr (std::is_same_v<T, ResizePool>) {
+          s << "ResizePool pool=" << b.pool.value << " nodes=" << b.nodes;
+        } else if constexpr (std::is_same_v<T, RetirePool>) {
+          s << "RetirePool pool=" << b.pool.value;
+        } else if constexpr (std::is_same_v<T, VerifyPool>) {
+          s << "VerifyPool pool=" << b.pool.value << " verified=" << b.verified << " expires_at=" << b.expires_at.value;
+        } else if constexpr (std::is_same_v<T, PlaceOrder>) {
+          s << "PlaceOrder " << describe_request(b.order);
+        } else if constexpr (std::is_same_v<T, Cancel>) {
+          s << "Cancel order=" << b.order.value;
+        } else if constexpr (std::is_same_v<T, CancelAll>) {
+          s << "CancelAll market=" << (b.market ? b.market->value : "*");
+        } else if constexpr (std::is_same_v<T, Amend>) {
+          s << "Amend order=" << b.order.value;
+          if (b.quantity) s << " qty=" << b.quantity->value;
+          if (b.price) s << " price=" << format_price(*b.price);
+        } else if constexpr (std::is_same_v<T, ReleaseLease>) {
+          s << "ReleaseLease lease=" << b.lease.value;
+        } else if constexpr (std::is_same_v<T, HaltMarket>) {
+          s << "HaltMarket market=" << b.market.value << " halted=" << b.halted;
+        } else if constexpr (std::is_same_v<T, SetLimits>) {
+          s << "SetLimits account=" << b.account.value << " orders=" << b.limits.max_open_orders
+            << " gpus=" << b.limits.max_open_gpus.value << " notional=" << b.limits.max_open_notional;
+        } else if constexpr (std::is_same_v<T, SetGreenPolicy>) {
+          s << "SetGreenPolicy rules=" << b.policy.rules.size();
+          for (const GreenTierRule& r : b.policy.rules)
+            s << " [" << to_string(r.tier) << " pue<=" << r.max_pue_x1000 << " ren>=" << r.min_renewable_pct_x100
+              << " co2<=" << r.max_carbon_g_per_kwh_x100 << " bps=" << r.discount_bps << "]";
+        } else if constexpr (std::is_same_v<T, Tick>) {
+          s << "Tick";
+        }
+      },
+      c.body);
+  return s.str();
+}
+
+// body_hash is the engine's private encoding of a PlaceOrder body (no public function computes it); the
+// behaviour it drives (duplicate or conflict) is compared through the events instead.
+void drop_body_hashes(EventSink& events) {
+  for (Event& e : events)
+    std::visit(
+        [](auto& v) {
+          if constexpr (requires { v.order.body_hash; }) v.order.body_hash = 0;
+        },
+        e);
+}
+
+std::string dump_events(const EventSink& events) {
+  std::string s;
+  for (const Event& e : events) s += "    " + to_string(e) + "\n";
+  return s;
+}
+
+// Counts of what the reference's events show, to make sure the random mix is rich.
+struct Mix {
+  std::map<std::string, std::int64_t> counts;
+  void add(const std::string& k) { ++counts[k]; }
+  std::int64_t operator[](const std::string& k) const {
+    auto it = counts.find(k);
+    return it == counts.end() ? 0 : it->second;
+  }
+  void count(const EventSink& events) {
+    for (const Event& e : events) {
+      std::visit(
+          [&](const auto& v) {
+            using T = std::decay_t<decltype(v)>;
+            if constexpr (std::is_same_v<T, OrderAccepted>) {
+              add("accepted");
+              add(std::string("accepted_") + std::string(to_string(v.order.request.time_in_force)));
+              if (v.order.request.constraints.single_pool) add("accepted_single_pool");
+              if (v.order.request.post_only) add("accepted_post_only");
+              if (v.order.is_sell() && v.order.request.min_duration.value > 0) add("accepted_min_duration");
+              if (v.order.request.min_chunk.value > 1) add("accepted_lots");
+            } else if constexpr (std::is_same_v<T, OrderRejected>) {
+              add("rejected_" + std::string(to_string(v.order.reason)));
+            } else if constexpr (std::is_same_v<T, OrderUpdated>) {
+              add("updated");
+            } else if constexpr (std::is_same_v<T, OrderDone>) {
+              add("done_" + std::string(to_string(v.order.status)) + "_" + std::string(to_string(v.order.reason)));
+            } else if constexpr (std::is_same_v<T, OrderDuplicate>) {
+              add("duplicate");
+            } else if constexpr (std::is_same_v<T, TradeEvent>) {
+              add("trade");
+              if (v.trade.preemption) add("trade_preemption");
+              if (!v.trade.bucket.is_spot()) add("trade_forward");
+              if (v.trade.green_discount_bps > 0) add("trade_green");
+              if (v.trade.taker == Side::sell) add("trade_taker_sell");
+            } else if constexpr (std::is_same_v<T, LeaseChanged>) {
+              add("lease_" + std::string(to_string(v.lease.status)));
+              if (v.lease.split_from) add("lease_split");
+            } else if constexpr (std::is_same_v<T, LeasePreempted>) {
+              add("preempted");
+            } else if constexpr (std::is_same_v<T, BookDelta>) {
+              add("book_delta");
+            } else if constexpr (std::is_same_v<T, PoolChanged>) {
+              add("pool_changed");
+            } else if constexpr (std::is_same_v<T, MarketHaltChanged>) {
+              add("halt_changed");
+            } else if constexpr (std::is_same_v<T, LimitsChanged>) {
+              add("limits_changed");
+            } else if constexpr (std::is_same_v<T, GreenPolicyChanged>) {
+              add("policy_changed");
+            } else if constexpr (std::is_same_v<T, CommandRejected>) {
+              add("command_rejected_" + std::string(to_string(v.reason)));
+            }
+          },
+          e);
+    }
+  }
+};
+
+// The invariants of DESIGN.md §4, checked on the engine's state after every command. Returns "" or a failure.
+std::string check_invariants(const Engine& engine, const ReferenceMatcher& ref) {
+  std::ostringstream fail;
+  const EngineState s = engine.snapshot();
+  for (const Order& o : s.open_orders) {
+    // "A bid counts GPUs: always filled + remaining = quantity."
+    if (o.is_buy() && o.filled + o.remaining != o.request.quantity)
+      fail << "bid " << o.id.value << ": filled + remaining != quantity\n";
+    // "filled + lapsed + free GPU-hours = quantity x clipped window hours" (+ cancelled)
+    if (o.is_sell() && o.filled_gpu_seconds + o.lapsed_gpu_seconds + o.free_gpu_seconds + o.cancelled_gpu_seconds !=
+                           o.total_gpu_seconds)
+      fail << "ask " << o.id.value << ": GPU-hour accounting broken\n";
+  }
+  // "no pool is ever oversold": leases plus open asks' free capacity fit in the pool's GPUs at every instant.
+  const Seconds now = engine.now();
+  const Seconds horizon = now + Seconds(400 * 86400);
+  for (const Pool& p : s.pools) {
+    const auto cap = engine.pool_capacity(p.id, now, horizon);
+    if (!cap) {
+      fail << "pool " << p.id.value << ": no capacity answer\n";
+      continue;
+    }
+    if (cap->unallocated.min(now, horizon) < 0) fail << "pool " << p.id.value << ": oversold (engine's view)\n";
+    std::vector<Seconds> ts{now};
+    for (const Steps* st : {&cap->leased, &cap->offered})
+      for (const Step& piece : st->pieces()) {
+        if (piece.from > now && piece.from < horizon) ts.push_back(piece.from);
+      }
+    for (Seconds t : ts) {
+      if (cap->leased.at(t) + cap->offered.at(t) > p.gpus().value)
+        fail << "pool " << p.id.value << ": leased + offered > gpus at " << t.value << "\n";
+      if (ref.committed_at(p.id, t) > p.gpus().value)
+        fail << "pool " << p.id.value << ": oversold at " << t.value << " (reference's view)\n";
+      if (ref.committed_at(p.id, t) != cap->leased.at(t) + cap->offered.at(t))
+        fail << "pool " << p.id.value << ": engine commits " << cap->leased.at(t) + cap->offered.at(t)
+             << " GPUs at " << t.value << ", reference " << ref.committed_at(p.id, t) << "\n";
+    }
+  }
+  // "after every command no resting bid and ask are mutually eligible and crossed" (halted markets don't match).
+  for (const Order& b : s.open_orders) {
+    if (!b.is_buy()) continue;
+    if (std::find(s.halted_markets.begin(), s.halted_markets.end(), b.market) != s.halted_markets.end()) continue;
+    for (const Order& a : s.open_orders)
+      if (a.is_sell() && ref.eligible(b, a) && b.request.price >= a.effective_price)
+        fail << "bid " << b.id.value << " and ask " << a.id.value << " rest eligible and crossed\n";
+  }
+  // The engine's order and lease queries agree with the reference (the fields time does not move).
+  for (const Order& o : ref.orders()) {
+    const Order* e = engine.order(o.id);
+    if (o.is_open() != (e != nullptr)) {
+      fail << "order " << o.id.value << ": engine.order() " << (e ? "has" : "lacks") << " it\n";
+      continue;
+    }
+    if (!e) continue;
+    if (e->status != o.status || e->filled != o.filled || e->remaining != o.remaining ||
+        e->effective_price != o.effective_price || e->priority != o.priority || e->request.price != o.request.price ||
+        e->request.quantity != o.request.quantity || e->filled_gpu_seconds != o.filled_gpu_seconds ||
+        e->cancelled_gpu_seconds != o.cancelled_gpu_seconds || !(e->free == o.free))
+      fail << "order " << o.id.value << ": engine.order() differs from the reference\n  " << to_string(*e) << "\n  "
+           << to_string(o) << "\n";
+  }
+  for (const Lease& l : ref.leases()) {
+    const Lease* e = engine.lease(l.id);
+    if (l.ended != (e == nullptr)) {
+      fail << "lease " << l.id.value << ": engine.lease() " << (e ? "has" : "lacks") << " it\n";
+      continue;
+    }
+    if (e && !(*e == l))
+      fail << "lease " << l.id.value << ": engine.lease() differs\n  " << to_string(*e) << "\n  " << to_string(l) << "\n";
+  }
+  // The engine's book queries equal the reference's views.
+  for (const MarketSpec& m : RandomCommands::config().markets) {
+    std::vector<Bucket> buckets{Bucket::spot()};
+    for (const Order& o : ref.orders()) buckets.push_back(o.bucket);
+    std::sort(buckets.begin(), buckets.end());
+    buckets.erase(std::unique(buckets.begin(), buckets.end()), buckets.end());
+    for (Bucket b : buckets) {
+      const Depth d = engine.depth(m.id, b, 1000);
+      const Depth r = ref.depth(m.id, b);
+      if (!(d == r)) fail << "depth of " << m.id.value << " " << to_string(b) << " differs from the reference\n";
+    }
+  }
+  return fail.str();
+}
+
+}  // namespace
+
+TEST_CASE("the engine and the reference matcher produce identical events", "[differential]") {
+  std::uint64_t first = kDefaultSeed;
+  int sequences = kSequences;
+  if (const char* env = std::getenv("GPUEX_SEED")) {
+    first = std::strtoull(env, nullptr, 10);
+    sequences = 1;
+  }
+  if (const char* env = std::getenv("GPUEX_SEQUENCES")) sequences = std::atoi(env);  // longer soak runs
+  int length = kCommandsPerSequence;
+  if (const char* env = std::getenv("GPUEX_COMMANDS")) length = std::atoi(env);
+  const bool stats = std::getenv("GPUEX_DIFF_STATS") != nullptr;
+  // Triage of a soak run: look past the known engine bug (see "a lease made by a preemption stays tied ...").
+  const bool known_bugs = std::getenv("GPUEX_KNOWN_BUGS") != nullptr;
+  const EngineConfig config = RandomCommands::config();
+  Mix mix;
+  int failed = 0;
+  std::int64_t commands = 0;
+  for (int i = 0; i < sequences; ++i) {
+    const std::uint64_t seed = first + static_cast<std::uint64_t>(i);
+    Engine engine(config);
+    ReferenceMatcher ref(config);
+    ref.mimic_unlinked_preemption_leases(known_bugs);
+    RandomCommands gen(seed, kStart);
+    std::vector<std::string> log;
+    for (int k = 0; k < length; ++k) {
+      const Command cmd = gen.next();
+      log.push_back(describe(cmd));
+      EventSink fast;
+      EventSink slow;
+      std::string error;
+      try {
+        engine.apply(cmd, fast);
+      } catch (const std::exception& e) {
+        error = std::string("engine threw: ") + e.what();
+      }
+      ref.apply(cmd, slow);
+      drop_body_hashes(fast);
+      ++commands;
+      mix.count(slow);
+      std::string broken;
+      if (error.empty() && fast == slow) broken = check_invariants(engine, ref);
+      if (!error.empty() || fast != slow || !broken.empty()) {
+        ++failed;
+        if (failed <= 3) {
+          std::ostringstream s;
+          s << "MISMATCH seed=" << seed << " (replay: GPUEX_SEED=" << seed << ") command index " << k << "\n";
+          s << "  commands so far:\n";
+          for (const std::string& line : log) s << "    " << line << "\n";
+          if (!error.empty()) s << "  " << error << "\n";
+          if (!broken.empty()) s << "  invariants:\n" << broken;
+          if (fast != slow) {
+            s << "  engine events:\n" << dump_events(fast) << "  reference events:\n" << dump_events(slow);
+            for (std::size_t j = 0; j < std::max(fast.size(), slow.size()); ++j) {
+              if (j < fast.size() && j < slow.size() && fast[j] == slow[j]) continue;
+              s << "  first difference at event " << j << "\n";
+              break;
+            }
+          }
+          std::cerr << s.str() << std::endl;
+        } else if (std::getenv("GPUEX_DIFF_SUMMARY")) {
+          std::size_t j = 0;
+          while (j < fast.size() && j < slow.size() && fast[j] == slow[j]) ++j;
+          std::cerr << "MISMATCH seed=" << seed << " index " << k << ": " << log.back() << "\n  " << error << broken
+                    << "  E: " << (j < fast.size() ? to_string(fast[j]) : "-") << "\n  R: "
+                    << (j < slow.size() ? to_string(slow[j]) : "-") << "\n";
+        }
+        break;
+      }
+      gen.observe(slow);
+      // snapshot() / restore() round-trips with an equal digest; from the middle on, every fourth sequence goes
+      // on with the restored engine (as after a restart, with everything so far committed).
+      if ((k == 40 || k == length - 1) && i % 4 == 0 && !known_bugs) {
+        engine.committed_through(cmd.seq);
+        ref.committed_through(cmd.seq);
+        const EngineState state = engine.snapshot();
+        Engine restored = Engine::restore(config, state);
+        CHECK(restored.digest() == engine.digest());
+        CHECK(restored.snapshot() == state);
+        engine = std::move(restored);
+      }
+    }
+  }
+  if (stats) {
+    std::cout << "differential: " << commands << " commands, " << sequences << " sequences from seed " << first << "\n";
+    for (const auto& [k, v] : mix.counts) std::cout << "  " << k << " " << v << "\n";
+  }
+  INFO("sequences with a mismatch: " << failed << " of " << sequences);
+  CHECK(failed == 0);
+  // The mix must stay rich, or the comparison proves little (checked on the default run, per 20,000 commands).
+  if (sequences == kSequences && length == kCommandsPerSequence && !std::getenv("GPUEX_SEED")) {
+    const std::int64_t per20k = commands / 20000;
+    CHECK(mix["trade"] > 1000 * per20k);
+    CHECK(mix["trade_preemption"] > 20 * per20k);
+    CHECK(mix["lease_split"] > 10 * per20k);
+    CHECK(mix["trade_forward"] > 200 * per20k);
+    CHECK(mix["trade_green"] > 100 * per20k);
+    CHECK(mix["trade_taker_sell"] > 200 * per20k);
+    CHECK(mix["accepted_fok"] > 200 * per20k);
+    CHECK(mix["accepted_ioc"] > 200 * per20k);
+    CHECK(mix["accepted_gtd"] > 200 * per20k);
+    CHECK(mix["accepted_single_pool"] > 50 * per20k);
+    CHECK(mix["accepted_post_only"] > 50 * per20k);
+    CHECK(mix["accepted_min_duration"] > 100 * per20k);
+    CHECK(mix["accepted_lots"] > 100 * per20k);
+    CHECK(mix["done_rejected_self_trade"] + mix["done_cancelled_self_trade"] > 50 * per20k);
+    CHECK(mix["done_rejected_would_take"] > 20 * per20k);
+    CHECK(mix["done_expired_expired"] > 500 * per20k);
+    CHECK(mix["duplicate"] > 100 * per20k);
+    CHECK(mix["command_rejected_idempotency_conflict"] > 100 * per20k);
+    CHECK(mix["rejected_exposure_limit"] > 30 * per20k);
+    CHECK(mix["rejected_insufficient_pool_capacity"] > 100 * per20k);
+    CHECK(mix["rejected_market_halted"] > 50 * per20k);
+    CHECK(mix["rejected_off_tick"] > 20 * per20k);
+    CHECK(mix["rejected_quantity_not_multiple_of_chunk"] > 20 * per20k);
+    CHECK(mix["rejected_window_in_past"] > 20 * per20k);
+    CHECK(mix["command_rejected_pool_busy"] > 20 * per20k);
+    CHECK(mix["command_rejected_invalid_amend"] > 10 * per20k);
+    CHECK(mix["lease_completed"] > 300 * per20k);
+    CHECK(mix["lease_released"] > 50 * per20k);
+    CHECK(mix["lease_preempted"] > 20 * per20k);
+    CHECK(mix["policy_changed"] > 50 * per20k);
+  }
+}
+
+namespace {
+
+// Runs a script through an engine that runs on and one restored from its snapshot after `cut` commands; returns
+// "" when both answer every later command alike, else where and how they differ.
+std::string restore_divergence(const std::vector<Command>& script, std::size_t cut) {
+  const EngineConfig config = RandomCommands::config();
+  Engine original(config);
+  for (std::size_t i = 0; i < cut; ++i) {
+    EventSink ignored;
+    original.apply(script[i], ignored);
+  }
+  original.committed_through(script[cut - 1].seq);
+  Engine restored = Engine::restore(config, original.snapshot());
+  for (std::size_t i = cut; i < script.size(); ++i) {
+    EventSink a;
+    EventSink b;
+    original.apply(script[i], a);
+    restored.apply(script[i], b);
+    if (a != b)
+      return "command " + describe(script[i]) + "\n  original:\n" + dump_events(a) + "  restored:\n" + dump_events(b);
+  }
+  return "";
+}
+
+}  // namespace
+
+namespace {
+
+// Runs a script through the engine and the reference; returns "" when they agree on every command.
+std::string reference_divergence(const std::vector<Command>& script) {
+  const EngineConfig config = RandomCommands::config();
+  Engine engine(config);
+  ReferenceMatcher ref(config);
+  for (const Command& c : script) {
+    EventSink a;
+    EventSink b;
+    engine.apply(c, a);
+    ref.apply(c, b);
+    drop_body_hashes(a);
+    if (a != b) return "command " + describe(c) + "\n  engine:\n" + dump_events(a) + "  reference:\n" + dump_events(b);
+  }
+  return "";
+}
+
+}  // namespace
+
+// Found by the randomized run (GPUEX_SEED=3000011): the lease a preemption creates records the ask that sold the
+// GPUs (sell_order, ask window, list price), but the running engine does not tie it to that ask: when the ask is
+// cancelled the lease keeps ask_cancelled = false and can still be preempted, although DESIGN.md §4 allows
+// preemption only of leases whose ask is "open or filled, not cancelled". An engine restored from a snapshot
+// ties them (from sell_order), so it behaves differently from the engine that ran on (DESIGN.md §2).
+TEST_CASE("a lease made by a preemption stays tied to the ask that sold the GPUs", "[differential][restore]") {
+  const std::int64_t t0 = kStart;
+  PoolSpec spot;
+  spot.market = MarketId{"H100"};
+  spot.region = "US";
+  spot.tier = Tier::spot;
+  spot.gpus_per_node = 4;
+  spot.nodes = 1;
+  OrderRequest ask;
+  ask.side = Side::sell;
+  ask.pool = PoolId(1);
+  ask.price = Price(1'500'000);
+  ask.quantity = Qty(4);
+  ask.start = Seconds(t0);
+  ask.end = Seconds(t0 + 10 * 86400);
+  OrderRequest bid;
+  bid.side = Side::buy;
+  bid.market = MarketId{"H100"};
+  bid.quantity = Qty(4);
+  bid.constraints.interruptible = true;
+  bid.time_in_force = TimeInForce::ioc;
+  OrderRequest first = bid;  // lease 1: all 4 GPUs for 6 h at 1.50
+  first.price = Price(1'500'000);
+  first.duration = Seconds(6 * 3600);
+  OrderRequest second = bid;  // preempts lease 1: lease 2 for 1 h from t0 + 180 at 1.5001
+  second.price = Price(2'000'000);
+  second.duration = Seconds(3600);
+  OrderRequest third = bid;  // would preempt lease 2, but the ask that sold it is cancelled by then
+  third.price = Price(2'500'000);
+  third.duration = Seconds(1800);
+  const std::vector<Command> script{
+      Command{1, Seconds(t0), AccountId(2), AddPool{spot}},
+      Command{2, Seconds(t0), AccountId(2), PlaceOrder{ask}},
+      Command{3, Seconds(t0), AccountId(10), PlaceOrder{first}},
+      Command{4, Seconds(t0 + 60), AccountId(11), PlaceOrder{second}},
+      Command{5, Seconds(t0 + 120), AccountId(2), Cancel{OrderId(2)}},
+      Command{6, Seconds(t0 + 130), AccountId(10), PlaceOrder{third}},
+      Command{7, Seconds(t0 + 5 * 3600), AccountId(99), Tick{}},
+  };
+  const std::string vs_reference = reference_divergence(script);
+  INFO(vs_reference);
+  CHECK(vs_reference.empty());
+  const std::string vs_restored = restore_divergence(script, 4);  // restored after the preemption
+  INFO(vs_restored);
+  CHECK(vs_restored.empty());
+}
+
+TEST_CASE("debug: restore divergence of one random sequence", "[.debug]") {
+  const std::uint64_t seed = std::strtoull(std::getenv("GPUEX_SEED") ? std::getenv("GPUEX_SEED") : "3000011", nullptr, 10);
+  const EngineConfig config = RandomCommands::config();
+  Engine a(config);
+  RandomCommands gen(seed, kStart);
+  std::vector<Command> log;
+  for (int k = 0; k < 150; ++k) {
+    log.push_back(gen.next());
+    EventSink ev;
+    a.apply(log.back(), ev);
+    gen.observe(ev);
+  }
+  const std::size_t first_cut = std::getenv("GPUEX_CUT") ? std::strtoull(std::getenv("GPUEX_CUT"), nullptr, 10) : 1;
+  for (std::size_t cut = first_cut; cut < log.size(); ++cut) {
+    const std::string d = restore_divergence(log, cut);
+    if (!d.empty()) {
+      std::cout << "cut " << cut << ": " << d << "\n";
+      break;
+    }
+  }
+}

@@ -1,0 +1,163 @@
+// Interruptible capacity on spot-tier pools: preemption, its pricing, notice and billing.
+#include "fixture.hpp"
+
+using namespace gpuex::matching;
+using namespace gpuex::matching::test;
+
+namespace {
+
+OrderRequest interruptible(OrderRequest r) {
+  r.constraints.interruptible = true;
+  return r;
+}
+
+// A spot pool of 8 GPUs fully leased by kBuyer at 1.00 for 10 days.
+struct SpotSetup {
+  PoolId pool;
+  OrderId ask;
+  LeaseId lease;
+};
+
+SpotSetup spot_setup(Fixture& f) {
+  SpotSetup s;
+  s.pool = f.add_pool(kProvider, pool_spec(8, 1, Tier::spot));
+  s.ask = f.place(kProvider, sell(s.pool, usd4(10000), 8, T0, T0 + 30 * D));
+  f.place(kBuyer, interruptible(buy_window(usd4(10000), 8, T0, T0 + 10 * D)));
+  s.lease = of_type<LeaseChanged>(f.events()).at(0).lease.id;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("an interruptible bid preempts a cheaper interruptible lease after the notice", "[preemption]") {
+  Fixture f;
+  const SpotSetup s = spot_setup(f);
+  f.advance(600);
+  const OrderId bid = f.place(kBuyer2, interruptible(buy_duration(usd4(20000), 4, H)));
+  const auto trades = trades_of(f.events());
+  REQUIRE(trades.size() == 1);
+  const Trade& t = trades[0];
+  CHECK(t.preemption);
+  CHECK(t.preempted_lease == s.lease);
+  CHECK(t.quantity == Qty(4));
+  CHECK(t.price == usd4(10001));  // max(ask 1.00, preempted 1.00 + 1 tick)
+  CHECK(t.seller == kProvider);
+  CHECK(t.sell_order == s.ask);
+  const std::int64_t now = T0 + 600;
+  CHECK(t.start == Seconds(now + 120));  // the spot window shifts by the notice
+  CHECK(t.end == Seconds(now + 120 + H));
+  CHECK(f.status(bid) == OrderStatus::filled);
+
+  // Events: trade, new lease, split-off rest, preempted lease, notice.
+  const auto leases = of_type<LeaseChanged>(f.events());
+  REQUIRE(leases.size() == 3);
+  const Lease& fresh = leases[0].lease;
+  const Lease& rest = leases[1].lease;
+  const Lease& pre = leases[2].lease;
+  CHECK(fresh.buyer == kBuyer2);
+  CHECK(fresh.status == LeaseStatus::reserved);
+  CHECK(rest.split_from == s.lease);
+  CHECK(rest.quantity == Qty(4));
+  CHECK(rest.status == LeaseStatus::active);
+  CHECK(pre.id == s.lease);
+  CHECK(pre.quantity == Qty(4));
+  CHECK(pre.status == LeaseStatus::preempted);
+  CHECK(pre.preempted_at == Seconds(now));
+  CHECK(pre.ends_at == Seconds(now + 120));
+  // Pays only the seconds used: 1.00 x 4 GPUs x 720 s = 0.80 USD.
+  CHECK(pre.owed == 800'000);
+  const auto notices = of_type<LeasePreempted>(f.events());
+  REQUIRE(notices.size() == 1);
+  CHECK(notices[0].buyer == kBuyer);
+  CHECK(notices[0].ends_at == Seconds(now + 120));
+  // The selling ask's status and accounting do not change.
+  CHECK(of_type<OrderUpdated>(f.events()).empty());
+
+  f.advance(120);
+  const auto& ev = f.tick();
+  const auto changes = of_type<LeaseChanged>(ev);
+  REQUIRE(changes.size() == 2);  // the preempted lease ends; the new one starts
+  CHECK(changes[0].lease.id == s.lease);
+  CHECK(changes[0].lease.billed == 800'000);
+  CHECK(changes[0].lease.ended);
+  CHECK(changes[1].lease.status == LeaseStatus::active);
+}
+
+TEST_CASE("preemption is priced at most the bid's limit", "[preemption]") {
+  Fixture f;
+  spot_setup(f);
+  // 1.0000 is not below the lease's price 1.00: nothing to preempt.
+  const OrderId at_par = f.place(kBuyer2, interruptible(buy_duration(usd4(10000), 4, H)));
+  CHECK(trades_of(f.events()).empty());
+  f.run(kBuyer2, Cancel{at_par});
+  // 1.0001 is: the trade is at exactly the limit.
+  f.place(kBuyer2, interruptible(buy_duration(usd4(10001), 4, H)));
+  REQUIRE(trades_of(f.events()).size() == 1);
+  CHECK(trades_of(f.events())[0].price == usd4(10001));
+}
+
+TEST_CASE("firm bids and single_pool bids do not preempt", "[preemption]") {
+  Fixture f;
+  spot_setup(f);
+  f.place(kBuyer2, buy_duration(usd4(50000), 4, H));  // not interruptible: cannot use spot pools
+  CHECK(trades_of(f.events()).empty());
+  OrderRequest sp = interruptible(buy_duration(usd4(50000), 4, H));
+  sp.constraints.single_pool = true;
+  sp.time_in_force = TimeInForce::ioc;
+  f.place(kBuyer2, sp);
+  CHECK(trades_of(f.events()).empty());
+}
+
+TEST_CASE("cheapest leases are preempted first and a lease in its notice is not preempted again", "[preemption]") {
+  Fixture f;
+  const PoolId pool = f.add_pool(kProvider, pool_spec(8, 1, Tier::spot));
+  f.place(kProvider, sell(pool, usd4(10000), 8, T0, T0 + 30 * D));
+  f.place(kBuyer, interruptible(buy_window(usd4(12000), 4, T0, T0 + 10 * D)));   // lease at 1.00 (ask price)
+  const LeaseId cheap = of_type<LeaseChanged>(f.events()).at(0).lease.id;
+  f.run(kProvider, Amend{OrderId(2), std::nullopt, usd4(11000)});
+  f.place(kBuyer, interruptible(buy_window(usd4(12000), 4, T0, T0 + 10 * D)));   // lease at 1.10
+  const LeaseId dear = of_type<LeaseChanged>(f.events()).at(0).lease.id;
+  f.place(kBuyer2, interruptible(buy_duration(usd4(20000), 4, H)));
+  REQUIRE(trades_of(f.events()).size() == 1);
+  CHECK(trades_of(f.events())[0].preempted_lease == cheap);
+  CHECK(trades_of(f.events())[0].price == usd4(11000));  // max(ask now 1.10, 1.00 + tick)
+  f.place(kBuyer2, interruptible(buy_duration(usd4(20000), 4, H)));
+  REQUIRE(trades_of(f.events()).size() == 1);
+  CHECK(trades_of(f.events())[0].preempted_lease == dear);
+  // Both are in their notice now; kBuyer2's own new leases are not offered back to it, but a third
+  // buyer may preempt them (they are interruptible leases at 1.10 and 1.10).
+  f.place(kBuyer2, interruptible(buy_duration(usd4(20000), 4, H)));
+  CHECK(trades_of(f.events()).empty());
+  f.place(AccountId(12), interruptible(buy_duration(usd4(20000), 4, H)));
+  REQUIRE(trades_of(f.events()).size() == 1);
+  CHECK(trades_of(f.events())[0].preempted_lease > dear);
+}
+
+TEST_CASE("a fixed window that starts within the notice cannot preempt", "[preemption]") {
+  Fixture f;
+  spot_setup(f);
+  f.place(kBuyer2, interruptible(buy_window(usd4(20000), 4, T0 + 60, T0 + H)));
+  CHECK(trades_of(f.events()).empty());
+  f.place(kBuyer2, interruptible(buy_window(usd4(20000), 4, T0 + 600, T0 + H)));
+  REQUIRE(trades_of(f.events()).size() == 1);
+  CHECK(trades_of(f.events())[0].start == Seconds(T0 + 600));
+}
+
+TEST_CASE("a cancelled selling ask stops its leases from being resold", "[preemption]") {
+  Fixture f;
+  const SpotSetup s = spot_setup(f);
+  f.run(kProvider, Cancel{s.ask});
+  f.place(kBuyer2, interruptible(buy_duration(usd4(20000), 4, H)));
+  CHECK(trades_of(f.events()).empty());
+}
+
+TEST_CASE("the pool is never oversold through preemption", "[preemption]") {
+  Fixture f;
+  const SpotSetup s = spot_setup(f);
+  f.place(kBuyer2, interruptible(buy_duration(usd4(20000), 8, 2 * H)));
+  REQUIRE(trades_of(f.events()).size() == 1);
+  const auto cap = f.engine().pool_capacity(s.pool, Seconds(T0), Seconds(T0 + 30 * D));
+  REQUIRE(cap);
+  CHECK(cap->leased.max(Seconds(T0), Seconds(T0 + 30 * D)) == 8);
+  CHECK(cap->unallocated.min(Seconds(T0), Seconds(T0 + 30 * D)) == 0);
+}

@@ -1,0 +1,125 @@
+// Price-time priority on effective prices; trades at the resting order's price.
+#include "fixture.hpp"
+
+using namespace gpuex::matching;
+using namespace gpuex::matching::test;
+
+TEST_CASE("an incoming bid meets asks cheapest first, then by arrival", "[price_time]") {
+  Fixture f;
+  const PoolId pool = f.add_pool(kProvider, pool_spec(8, 4));  // 32 GPUs
+  const OrderId a1 = f.place(kProvider, sell(pool, usd4(21000), 8, T0, T0 + 10 * H));
+  const OrderId a2 = f.place(kProvider, sell(pool, usd4(20000), 8, T0, T0 + 10 * H));
+  const OrderId a3 = f.place(kProvider, sell(pool, usd4(20000), 8, T0, T0 + 10 * H));
+  const OrderId bid = f.place(kBuyer, buy_duration(usd4(20500), 12, H));
+  const auto trades = trades_of(f.events());
+  REQUIRE(trades.size() == 2);
+  CHECK(trades[0].sell_order == a2);
+  CHECK(trades[0].quantity == Qty(8));
+  CHECK(trades[0].price == usd4(20000));  // the resting ask's price, not the bid's 2.05
+  CHECK(trades[1].sell_order == a3);
+  CHECK(trades[1].quantity == Qty(4));
+  CHECK(trades[0].start == Seconds(T0));
+  CHECK(trades[0].end == Seconds(T0 + H));
+  CHECK(trades[0].taker == Side::buy);
+  CHECK(f.status(bid) == OrderStatus::filled);
+  CHECK(f.status(a1) == OrderStatus::open);
+  CHECK(f.status(a2) == OrderStatus::partially_filled);  // 8 GPUs left for 9 of its 10 hours
+}
+
+TEST_CASE("an incoming ask meets bids highest first and trades at the bid's price", "[price_time]") {
+  Fixture f;
+  const PoolId pool = f.add_pool(kProvider);
+  const OrderId low = f.place(kBuyer, buy_duration(usd4(22000), 4, H));
+  const OrderId high1 = f.place(kBuyer, buy_duration(usd4(25000), 4, H));
+  const OrderId high2 = f.place(kBuyer2, buy_duration(usd4(25000), 4, H));
+  f.place(kProvider, sell(pool, usd4(20000), 8, T0, T0 + 2 * H));
+  const auto trades = trades_of(f.events());
+  REQUIRE(trades.size() == 2);
+  CHECK(trades[0].buy_order == high1);
+  CHECK(trades[1].buy_order == high2);
+  CHECK(trades[0].price == usd4(25000));
+  CHECK(trades[0].taker == Side::sell);
+  CHECK(f.status(low) == OrderStatus::open);
+}
+
+TEST_CASE("no trade when the bid is below the ask", "[price_time]") {
+  Fixture f;
+  const PoolId pool = f.add_pool(kProvider);
+  f.place(kProvider, sell(pool, usd4(20000), 8, T0, T0 + 2 * H));
+  const OrderId bid = f.place(kBuyer, buy_duration(usd4(19999), 8, H));
+  CHECK(trades_of(f.events()).empty());
+  CHECK(f.status(bid) == OrderStatus::open);
+}
+
+TEST_CASE("each trade creates a lease that owes price x GPUs x hours", "[price_time]") {
+  Fixture f;
+  const PoolId pool = f.add_pool(kProvider);
+  f.place(kProvider, sell(pool, usd4(20000), 8, T0, T0 + 10 * H));
+  f.place(kBuyer, buy_duration(usd4(20000), 8, 3 * H));
+  const auto leases = of_type<LeaseChanged>(f.events());
+  REQUIRE(leases.size() == 1);
+  const Lease& l = leases[0].lease;
+  CHECK(l.buyer == kBuyer);
+  CHECK(l.provider == kProvider);
+  CHECK(l.status == LeaseStatus::active);  // starts now
+  CHECK(l.quantity == Qty(8));
+  CHECK(l.owed == 48'000'000);  // 2.00 x 8 x 3 h = 48 USD
+  CHECK(trades_of(f.events())[0].lease == l.id);
+  CHECK(trades_of(f.events())[0].bucket == Bucket::spot());
+}
+
+TEST_CASE("a forward trade reserves capacity in the month bucket of its start", "[price_time]") {
+  Fixture f;
+  const PoolId pool = f.add_pool(kProvider);
+  const std::int64_t feb = T0 + 31 * D;  // 2027-02-01
+  f.place(kProvider, sell(pool, usd4(20000), 8, feb, feb + 10 * D));
+  f.place(kBuyer, buy_window(usd4(20000), 8, feb, feb + D));
+  const auto trades = trades_of(f.events());
+  REQUIRE(trades.size() == 1);
+  CHECK(trades[0].bucket == Bucket{202702});
+  CHECK(to_string(trades[0].bucket) == "2027-02");
+  CHECK(of_type<LeaseChanged>(f.events())[0].lease.status == LeaseStatus::reserved);
+}
+
+TEST_CASE("cost rounds half to even once", "[price_time]") {
+  // 0.0001 USD/h x 1 GPU x 18 s = 100 x 18 / 3600 = 0.5 micro-dollars -> 0 (even)
+  CHECK(cost(Price(100), Qty(1), Seconds(18)) == 0);
+  // x 54 s = 1.5 -> 2
+  CHECK(cost(Price(100), Qty(1), Seconds(54)) == 2);
+  // 2.05 USD/h x 3 GPUs x 1 s = 1708.33 -> 1708
+  CHECK(cost(Price(2'050'000), Qty(3), Seconds(1)) == 1708);
+}
+
+TEST_CASE("a quote is a dry run of a buy order", "[price_time][quote]") {
+  Fixture f;
+  const PoolId pool = f.add_pool(kProvider, pool_spec(8, 4));
+  f.place(kProvider, sell(pool, usd4(20000), 8, T0, T0 + 10 * H));
+  f.place(kProvider, sell(pool, usd4(21000), 8, T0, T0 + 10 * H));
+  const std::uint64_t before = f.engine().digest();
+  const auto fills = f.engine().quote(buy_duration(usd4(21000), 12, H), kProvider);  // own asks: no STP
+  REQUIRE(fills.size() == 2);
+  CHECK(fills[0].quantity == Qty(8));
+  CHECK(fills[0].price == usd4(20000));
+  CHECK(fills[1].quantity == Qty(4));
+  CHECK(fills[1].price == usd4(21000));
+  CHECK(f.engine().digest() == before);
+  OrderRequest fok = buy_duration(usd4(21000), 24, H);
+  fok.time_in_force = TimeInForce::fok;
+  CHECK(f.engine().quote(fok, kBuyer).empty());
+}
+
+TEST_CASE("an ask with nothing free now still meets later fixed-window bids", "[price_time]") {
+  Fixture f;
+  const PoolId pool = f.add_pool(kProvider);
+  const OrderId spot_a = f.place(kBuyer, buy_duration(usd4(25000), 8, H));
+  const OrderId spot_b = f.place(kBuyer2, buy_duration(usd4(24000), 8, H));
+  const OrderId forward = f.place(kBuyer2, buy_window(usd4(23000), 8, T0 + 2 * H, T0 + 3 * H));
+  f.place(kProvider, sell(pool, usd4(20000), 8, T0, T0 + 10 * H));
+  const auto trades = trades_of(f.events());
+  REQUIRE(trades.size() == 2);
+  CHECK(trades[0].buy_order == spot_a);   // [T0, T0 + 1 h) at 2.50
+  CHECK(trades[0].price == usd4(25000));
+  CHECK(trades[1].buy_order == forward);  // [T0 + 2 h, T0 + 3 h) at 2.30
+  CHECK(trades[1].start == Seconds(T0 + 2 * H));
+  CHECK(f.status(spot_b) == OrderStatus::open);  // nothing free in the first hour
+}

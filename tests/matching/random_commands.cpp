@@ -1,0 +1,395 @@
+// Random command sequences over three markets, four trading accounts and a handful of pools, tuned so that
+// trades, partial fills, preemptions, self-trades, expiries, re-pricings and rejects all really happen.
+#include "random_commands.hpp"
+
+#include <algorithm>
+
+namespace gpuex::matching::test {
+
+namespace {
+
+constexpr std::int64_t kMinute = 60;
+constexpr std::int64_t kHour = 3600;
+constexpr std::int64_t kDay = 86400;
+
+const AccountId kP1{1};   // provider that also buys (self-trades)
+const AccountId kP2{2};   // provider
+const AccountId kB1{10};  // buyer
+const AccountId kB2{11};  // buyer that also sells on its own pool now and then
+const AccountId kAdminAccount{99};
+
+const std::vector<MarketId>& markets() {
+  static const std::vector<MarketId> m{MarketId{"A100"}, MarketId{"H100"}, MarketId{"L40S"}};
+  return m;
+}
+
+}  // namespace
+
+RandomCommands::RandomCommands(std::uint64_t seed, std::int64_t start_time)
+    : state_(seed), now_(start_time) {
+  state_ = u64() ^ 0x2545F4914F6CDD1DULL;  // scramble, so that neighbouring seeds give unrelated sequences
+}
+
+EngineConfig RandomCommands::config() {
+  EngineConfig c;
+  c.markets = {MarketSpec{MarketId{"A100"}, Price(100), 316}, MarketSpec{MarketId{"H100"}, Price(100), 1000},
+               MarketSpec{MarketId{"L40S"}, Price(1000), 362}};
+  return c;
+}
+
+// splitmix64: portable, so a seed replays the same sequence with any standard library.
+std::uint64_t RandomCommands::u64() {
+  std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+std::int64_t RandomCommands::range(std::int64_t lo, std::int64_t hi) {
+  if (hi <= lo) return lo;
+  return lo + static_cast<std::int64_t>(u64() % static_cast<std::uint64_t>(hi - lo + 1));
+}
+
+bool RandomCommands::chance(int percent) { return range(0, 99) < percent; }
+
+MarketId RandomCommands::random_market() {
+  const std::int64_t r = range(0, 99);
+  return r < 85 ? markets()[1] : r < 95 ? markets()[0] : markets()[2];
+}
+
+// Prices in ten-thousandths of a USD in [lo4, hi4], on a coarse grid so that levels collide; rarely off-tick.
+Price RandomCommands::random_price(std::int64_t lo4, std::int64_t hi4, const MarketId& m) {
+  std::int64_t micros = range(lo4 / 500, hi4 / 500) * 500 * 100;
+  if (m.value == "L40S") micros = micros / 1000 * 1000;
+  if (chance(2)) micros += 37;  // off_tick
+  return Price(micros);
+}
+
+PoolSpec RandomCommands::random_pool_spec() {
+  PoolSpec s;
+  s.market = random_market();
+  static const std::vector<std::string> regions{"US", "DE", "FR"};
+  s.region = pick(regions);
+  const std::int64_t t = range(0, 99);
+  s.tier = t < 35 ? Tier::bare_metal : t < 55 ? Tier::instance : Tier::spot;
+  static const std::vector<std::int32_t> gpn{1, 2, 4, 8};
+  s.gpus_per_node = pick(gpn);
+  s.nodes = static_cast<std::int32_t>(range(1, 4));
+  s.nvlink = chance(60);
+  s.fabric = static_cast<Fabric>(range(0, 2));
+  static const std::vector<std::int32_t> gbps{100, 200, 400};
+  s.fabric_gbps = pick(gbps);
+  static const std::vector<std::int32_t> sla{99000, 99500, 99900};
+  s.sla_pct_x1000 = pick(sla);
+  const std::int64_t e = range(0, 2);
+  s.energy = e == 0 ? EnergyAttributes{1100, 9000, 5000} : e == 1 ? EnergyAttributes{1250, 6000, 30000}
+                                                                   : EnergyAttributes{1400, 2000, 45000};
+  s.egress_per_gb = range(0, 100) * 100;
+  return s;
+}
+
+// Time in force, post_only, STP and client_order_id, shared by both sides.
+void RandomCommands::add_options(OrderRequest& r, bool sell) {
+  const std::int64_t t = range(0, 99);
+  r.time_in_force = t < 60 ? TimeInForce::gtc : t < 78 ? TimeInForce::gtd : t < 90 ? TimeInForce::ioc : TimeInForce::fok;
+  if (sell && r.time_in_force == TimeInForce::fok && chance(70)) r.time_in_force = TimeInForce::gtc;
+  if (r.time_in_force == TimeInForce::gtd) r.expire_at = Seconds(chance(5) ? now_ : now_ + range(1, 3 * kDay));
+  // post_only with ioc/fok is a combination the server decides on (DESIGN.md "Rejections"); not generated.
+  r.post_only = (r.time_in_force == TimeInForce::gtc || r.time_in_force == TimeInForce::gtd) && chance(10);
+  const std::int64_t s = range(0, 99);
+  r.stp = s < 50 ? StpMode::cancel_newest : s < 75 ? StpMode::cancel_oldest : StpMode::cancel_both;
+  if (chance(35)) r.client_order_id = "c" + std::to_string(next_cid_++);
+}
+
+CommandBody RandomCommands::place_sell(AccountId& account) {
+  std::vector<PoolInfo> live;
+  for (const PoolInfo& p : pools_)
+    if (!p.retired) live.push_back(p);
+  if (live.empty()) {
+    account = kP1;
+    return AddPool{random_pool_spec()};
+  }
+  const PoolInfo p = pick(live);
+  account = p.provider;  // another account's pool is refused by the server (404) before the engine
+  OrderRequest r;
+  r.side = Side::sell;
+  r.pool = p.id;
+  r.price = random_price(15000, 22000, p.market);
+  if (p.tier == Tier::spot && chance(60)) {
+    // Spot capacity offered for days: what interruptible bids fill and later preempt.
+    r.start = Seconds(now_ - range(0, kHour));
+    r.end = Seconds(now_ + range(2, 6) * kDay);
+    r.quantity = Qty(std::int64_t{p.gpus_per_node} * p.nodes);
+    r.min_chunk = Qty(1);
+    r.time_in_force = TimeInForce::gtc;
+    if (chance(30)) r.client_order_id = "c" + std::to_string(next_cid_++);
+    return PlaceOrder{r};
+  }
+  static const std::vector<std::int64_t> chunks{1, 1, 1, 2, 4};
+  std::int64_t chunk = chance(15) ? p.gpus_per_node : pick(chunks);
+  const std::int64_t gpus = std::int64_t{p.gpus_per_node} * p.nodes;
+  chunk = std::min(chunk, gpus);
+  r.min_chunk = Qty(chunk);
+  r.quantity = Qty(chunk * range(1, std::max<std::int64_t>(1, gpus / chunk)));
+  if (chance(4)) r.quantity = Qty(r.quantity.value + 1);  // quantity_not_multiple_of_chunk (or fits anyway)
+  const std::int64_t w = range(0, 99);
+  std::int64_t start = w < 40 ? now_ - range(0, 2 * kHour) : w < 70 ? now_ : now_ + range(5 * kMinute, 40 * kDay);
+  std::int64_t len = chance(35) ? range(2, 12) * kHour : range(1, 6) * kDay;
+  if (chance(3)) {
+    start = now_ - 2 * kDay;
+    len = kDay;  // already ended: rejected
+  }
+  r.start = Seconds(start);
+  r.end = Seconds(start + len);
+  static const std::vector<std::int64_t> min_durations{0, 0, 0, 30 * kMinute, kHour, 4 * kHour};
+  r.min_duration = Seconds(pick(min_durations));
+  add_options(r, true);
+  return PlaceOrder{r};
+}
+
+// Interruptible spot bids on a market with a spot-tier pool: cheap long ones that fill and hold leases, then
+// dearer short ones that find no free capacity and preempt them.
+CommandBody RandomCommands::place_spot_bid(AccountId& account) {
+  std::vector<PoolInfo> spot;
+  for (const PoolInfo& p : pools_)
+    if (!p.retired && p.tier == Tier::spot) spot.push_back(p);
+  if (spot.empty()) return place_buy(account);
+  const PoolInfo& p = pick(spot);
+  account = chance(50) ? kB1 : kB2;
+  OrderRequest r;
+  r.side = Side::buy;
+  r.market = p.market;
+  r.constraints.interruptible = true;
+  const bool cheap = chance(50);
+  r.price = random_price(cheap ? 17000 : 23000, cheap ? 21000 : 26000, p.market);
+  r.quantity = Qty(range(1, std::int64_t{p.gpus_per_node} * p.nodes));
+  r.duration = Seconds(cheap ? range(6, 24) * kHour : range(1, 4) * 30 * kMinute);
+  if (!cheap && chance(30)) {
+    r.duration.reset();
+    r.start = Seconds(now_ + range(3, 30) * kMinute);
+    r.end = Seconds(r.start->value + kHour);
+  }
+  r.time_in_force = chance(50) ? TimeInForce::ioc : TimeInForce::gtc;
+  if (chance(15)) r.time_in_force = TimeInForce::fok;
+  if (chance(20)) r.min_chunk = Qty(2), r.quantity = Qty(2 * range(1, 4));
+  if (chance(30)) r.client_order_id = "c" + std::to_string(next_cid_++);
+  return PlaceOrder{r};
+}
+
+CommandBody RandomCommands::place_buy(AccountId& account) {
+  const std::int64_t a = range(0, 99);
+  account = a < 40 ? kB1 : a < 80 ? kB2 : a < 95 ? kP1 : kP2;
+  OrderRequest r;
+  r.side = Side::buy;
+  r.market = random_market();
+  r.price = random_price(15000, 26000, r.market);
+  static const std::vector<std::int64_t> chunks{1, 1, 1, 2, 4};
+  const std::int64_t chunk = pick(chunks);
+  r.min_chunk = Qty(chunk);
+  r.quantity = Qty(chunk * range(1, chunk == 1 ? 12 : 4));
+  if (chance(3)) r.quantity = Qty(r.quantity.value + 1);
+  std::vector<OrderInfo> asks;
+  for (const OrderInfo& o : orders_)
+    if (o.open && o.side == Side::sell && o.window_end > now_ + kHour) asks.push_back(o);
+  if (!asks.empty() && chance(35)) {
+    // A window inside an open ask's, priced around it, so that forward bids really meet asks.
+    const OrderInfo& ask = pick(asks);
+    r.market = ask.market;
+    r.price = Price(std::max<std::int64_t>(100, ask.price.value / 500 / 100 * 500 * 100 + range(-2, 4) * 500 * 100));
+    if (r.market.value == "L40S") r.price = Price(r.price.value / 1000 * 1000);
+    const std::int64_t from = std::max(ask.window_start, now_);
+    const std::int64_t start = from + range(0, std::max<std::int64_t>(0, (ask.window_end - from) / 2));
+    const std::int64_t end = std::min(ask.window_end, start + range(1, 8) * kHour);
+    if (end > start) {
+      r.start = Seconds(start);
+      r.end = Seconds(end);
+    } else {
+      r.duration = Seconds(kHour);
+    }
+  } else if (chance(60)) {
+    static const std::vector<std::int64_t> durations{30 * kMinute, kHour, 2 * kHour, 6 * kHour, kDay};
+    r.duration = Seconds(pick(durations));
+  } else {
+    static const std::vector<std::int64_t> offsets{0, 5 * kMinute, 10 * kMinute, 30 * kMinute, 2 * kHour, kDay,
+                                                   10 * kDay, 35 * kDay};
+    std::int64_t start = now_ + pick(offsets);
+    if (chance(3)) start = now_ - kMinute;  // window_in_past
+    static const std::vector<std::int64_t> lens{kHour, 4 * kHour, kDay};
+    r.start = Seconds(start);
+    r.end = Seconds(start + pick(lens));
+  }
+  BidConstraints& c = r.constraints;
+  c.interruptible = chance(50);
+  if (chance(10)) c.tiers = chance(50) ? std::vector<Tier>{Tier::bare_metal} : std::vector<Tier>{Tier::instance, Tier::spot};
+  if (chance(10)) c.regions = chance(50) ? std::vector<std::string>{"US"} : std::vector<std::string>{"DE", "FR"};
+  c.nvlink = chance(8);
+  if (chance(8)) c.min_fabric = static_cast<Fabric>(range(1, 2));
+  if (chance(6)) c.min_fabric_gbps = 200;
+  if (chance(6)) c.min_sla_pct_x1000 = 99500;
+  c.green_only = chance(8);
+  if (chance(5)) c.max_pue_x1000 = 1200;
+  if (chance(5)) c.min_renewable_pct_x100 = 5500;
+  if (chance(5)) c.max_carbon_g_per_kwh_x100 = 20000;
+  add_options(r, false);
+  if (chance(8)) {
+    c.single_pool = true;
+    r.time_in_force = chance(50) ? TimeInForce::ioc : TimeInForce::fok;
+    r.expire_at.reset();
+    r.post_only = false;
+  }
+  return PlaceOrder{r};
+}
+
+// A repeat of an earlier client_order_id: the same body (a duplicate) or a changed one (a conflict).
+CommandBody RandomCommands::repeat_client_order(AccountId& account) {
+  if (placed_with_cid_.empty()) return place_buy(account);
+  Placed p = pick(placed_with_cid_);
+  account = p.account;
+  if (chance(40)) p.request.price = Price(p.request.price.value + 500 * 100);
+  return PlaceOrder{p.request};
+}
+
+CommandBody RandomCommands::random_body(AccountId& account) {
+  account = kAdminAccount;
+  if (pools_.size() < 3) {
+    account = chance(50) ? kP1 : kP2;
+    return AddPool{random_pool_spec()};
+  }
+  std::vector<OrderInfo> open;
+  for (const OrderInfo& o : orders_)
+    if (o.open) open.push_back(o);
+  std::vector<LeaseInfo> live_leases;
+  for (const LeaseInfo& l : leases_)
+    if (!l.ended) live_leases.push_back(l);
+  const std::int64_t r = range(0, 999);
+  if (r < 25) {
+    const std::int64_t a = range(0, 9);
+    account = a < 5 ? kP1 : a < 9 ? kP2 : kB2;
+    if (pools_.size() >= 9) return Tick{};
+    return AddPool{random_pool_spec()};
+  }
+  if (r < 55) {
+    const PoolInfo& p = pick(pools_);
+    account = chance(95) ? p.provider : kB1;
+    return ResizePool{p.id, static_cast<std::int32_t>(std::max<std::int64_t>(1, p.nodes + range(-2, 2)))};
+  }
+  if (r < 65) {
+    const PoolInfo& p = pick(pools_);
+    account = p.provider;
+    return RetirePool{p.id};
+  }
+  if (r < 105) {
+    const PoolInfo& p = pick(pools_);
+    const std::int64_t v = range(0, 9);
+    if (v < 6) return VerifyPool{p.id, true, Seconds(now_ + range(10 * kMinute, 5 * kDay)), "audit"};
+    if (v < 8) return VerifyPool{p.id, false, Seconds(0), ""};
+    return VerifyPool{p.id, true, Seconds(now_ + range(1, 10 * kMinute)), "short"};
+  }
+  if (r < 330) return place_sell(account);
+  if (r < 540) return place_buy(account);
+  if (r < 620) return place_spot_bid(account);
+  if (r < 660) return repeat_client_order(account);
+  if (r < 710) {
+    if (open.empty()) return Tick{};
+    const OrderInfo& o = pick(open);
+    account = chance(95) ? o.account : kB2;
+    return Cancel{o.id};
+  }
+  if (r < 725) {
+    static const std::vector<AccountId> accounts{kP1, kP2, kB1, kB2};
+    account = pick(accounts);
+    return CancelAll{chance(50) ? std::optional<MarketId>(random_market()) : std::nullopt};
+  }
+  if (r < 790) {
+    if (open.empty()) return Tick{};
+    const OrderInfo& o = pick(open);
+    account = o.account;
+    Amend a;
+    a.order = o.id;
+    const std::int64_t k = range(0, 2);
+    if (k != 1) {
+      const std::int64_t lots = o.quantity.value / std::max<std::int64_t>(1, o.min_chunk.value);
+      a.quantity = Qty(o.min_chunk.value * range(1, std::max<std::int64_t>(1, lots)));
+      if (chance(5)) a.quantity = Qty(o.quantity.value + 1);
+    }
+    if (k != 0) a.price = random_price(15000, 26000, MarketId{"H100"});
+    return a;
+  }
+  if (r < 830) {
+    if (live_leases.empty()) return Tick{};
+    const LeaseInfo& l = pick(live_leases);
+    account = chance(90) ? l.buyer : kP2;
+    return ReleaseLease{l.id};
+  }
+  if (r < 838) return HaltMarket{random_market(), chance(25)};
+  if (r < 850) {
+    static const std::vector<AccountId> accounts{kP1, kP2, kB1, kB2};
+    Limits l;
+    if (chance(50)) {
+      l.max_open_orders = range(2, 8);
+      l.max_open_gpus = Qty(range(8, 40));
+      l.max_open_notional = range(50, 2000) * 1'000'000;
+    }
+    return SetLimits{pick(accounts), l};
+  }
+  if (r < 885) {
+    GreenPolicy p = GreenPolicy::defaults();
+    const std::int64_t k = range(0, 3);
+    if (k == 1) p.rules[1].discount_bps = 1000;
+    if (k == 2) p.rules.clear();
+    if (k == 3) p.rules[0].max_pue_x1000 = 1300;
+    return SetGreenPolicy{p};
+  }
+  return Tick{};
+}
+
+Command RandomCommands::next() {
+  // Time moves in small steps mostly, with jumps so that windows start, expiries fire and leases complete.
+  const std::int64_t t = range(0, 99);
+  now_ += t < 40 ? 0 : t < 80 ? range(1, 120) : t < 95 ? range(120, 2 * kHour) : t < 99 ? range(2 * kHour, 2 * kDay)
+                                                                                    : range(2 * kDay, 20 * kDay);
+  AccountId account;
+  CommandBody body = random_body(account);
+  if (const auto* p = std::get_if<PlaceOrder>(&body); p && !p->order.client_order_id.empty())
+    placed_with_cid_.push_back(Placed{account, p->order});
+  // Now and then a stamp earlier than the last one: the engine must treat it as the time it already has.
+  const std::int64_t stamp = chance(2) ? now_ - range(1, 600) : now_;
+  return Command{++seq_, Seconds(stamp), account, std::move(body)};
+}
+
+void RandomCommands::observe(const EventSink& events) {
+  for (const Event& e : events) {
+    if (const auto* a = std::get_if<OrderAccepted>(&e)) {
+      orders_.push_back(OrderInfo{a->order.id, a->order.account, a->order.request.side, a->order.request.quantity,
+                                  a->order.request.min_chunk, true, a->order.market, a->order.effective_price,
+                                  a->order.window_start.value, a->order.window_end.value});
+    } else if (const auto* d = std::get_if<OrderDone>(&e)) {
+      for (OrderInfo& o : orders_)
+        if (o.id == d->order.id) o.open = false;
+    } else if (const auto* u = std::get_if<OrderUpdated>(&e)) {
+      for (OrderInfo& o : orders_)
+        if (o.id == u->order.id) o.quantity = u->order.request.quantity;
+    } else if (const auto* l = std::get_if<LeaseChanged>(&e)) {
+      bool known = false;
+      for (LeaseInfo& x : leases_) {
+        if (x.id != l->lease.id) continue;
+        known = true;
+        x.ended = l->lease.ended;
+      }
+      if (!known) leases_.push_back(LeaseInfo{l->lease.id, l->lease.buyer, l->lease.ended});
+    } else if (const auto* p = std::get_if<PoolChanged>(&e)) {
+      bool known = false;
+      for (PoolInfo& x : pools_) {
+        if (x.id != p->pool.id) continue;
+        known = true;
+        x.nodes = p->pool.spec.nodes;
+        x.retired = p->pool.retired;
+      }
+      if (!known)
+        pools_.push_back(PoolInfo{p->pool.id, p->pool.provider, p->pool.spec.market, p->pool.spec.tier,
+                                  p->pool.spec.gpus_per_node, p->pool.spec.nodes, p->pool.retired});
+    }
+  }
+}
+
+}  // namespace gpuex::matching::test

@@ -1,0 +1,85 @@
+// A seeded generator of random command sequences mixing every engine command, for differential and
+// determinism tests. It learns ids (orders, leases, pools) from the events it is shown.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "matching/engine.hpp"
+
+namespace gpuex::matching::test {
+
+class RandomCommands {
+ public:
+  RandomCommands(std::uint64_t seed, std::int64_t start_time);
+
+  // The markets, ticks and defaults the sequences are written for.
+  static EngineConfig config();
+
+  Command next();
+  // Shows the generator what the last command did, so later commands name real orders, pools and leases.
+  void observe(const EventSink& events);
+
+ private:
+  struct PoolInfo {
+    PoolId id;
+    AccountId provider;
+    MarketId market;
+    Tier tier{Tier::bare_metal};
+    std::int32_t gpus_per_node{1};
+    std::int32_t nodes{1};
+    bool retired{false};
+  };
+  struct OrderInfo {
+    OrderId id;
+    AccountId account;
+    Side side{Side::buy};
+    Qty quantity;
+    Qty min_chunk{1};
+    bool open{true};
+    MarketId market;
+    Price price;
+    std::int64_t window_start{0};  // sells: the clipped window
+    std::int64_t window_end{0};
+  };
+  struct LeaseInfo {
+    LeaseId id;
+    AccountId buyer;
+    bool ended{false};
+  };
+  struct Placed {
+    AccountId account;
+    OrderRequest request;
+  };
+
+  std::uint64_t u64();
+  std::int64_t range(std::int64_t lo, std::int64_t hi);  // inclusive
+  bool chance(int percent);
+  template <class T>
+  const T& pick(const std::vector<T>& v) {
+    return v[static_cast<std::size_t>(range(0, static_cast<std::int64_t>(v.size()) - 1))];
+  }
+
+  MarketId random_market();
+  Price random_price(std::int64_t lo4, std::int64_t hi4, const MarketId& m);
+  PoolSpec random_pool_spec();
+  CommandBody random_body(AccountId& account);
+  CommandBody place_sell(AccountId& account);
+  CommandBody place_buy(AccountId& account);
+  CommandBody place_spot_bid(AccountId& account);
+  CommandBody repeat_client_order(AccountId& account);
+  void add_options(OrderRequest& r, bool sell);
+
+  std::uint64_t state_;
+  Seq seq_{0};
+  std::int64_t now_;
+  std::int64_t next_cid_{1};
+  std::vector<PoolInfo> pools_;
+  std::vector<OrderInfo> orders_;
+  std::vector<LeaseInfo> leases_;
+  std::vector<Placed> placed_with_cid_;
+};
+
+}  // namespace gpuex::matching::test
