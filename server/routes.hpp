@@ -49,6 +49,9 @@ struct Page {
   std::int64_t before = std::numeric_limits<std::int64_t>::max();
 };
 std::variant<Page, http::Response> read_page(const http::RequestContext& ctx);
+// {"<key>": [documents], "next_cursor": ...} from rows of (document JSON, id), fetched with limit + 1
+// to tell whether another page follows.
+boost::json::object page_json(const store::PgResult& rows, const Page& page, std::string_view key);
 // One query-string parameter, if present.
 std::optional<std::string> query_param(const http::RequestContext& ctx, std::string_view name);
 

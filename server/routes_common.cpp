@@ -1,4 +1,5 @@
 // Helpers shared by the routes: running a command through the engine, ids, pages, query strings.
+#include <boost/json.hpp>
 #include <boost/url/parse.hpp>
 
 #include <charconv>
@@ -71,6 +72,14 @@ std::variant<Page, http::Response> read_page(const http::RequestContext& ctx) {
     page.before = v;
   }
   return page;
+}
+
+boost::json::object page_json(const store::PgResult& rows, const Page& page, std::string_view key) {
+  boost::json::array items;
+  for (int i = 0; i < rows.rows() && i < page.limit; ++i) items.push_back(boost::json::parse(rows.text(i, 0)));
+  boost::json::value next = nullptr;
+  if (rows.rows() > page.limit) next = boost::json::string(rows.text(static_cast<int>(page.limit) - 1, 1));
+  return {{key, std::move(items)}, {"next_cursor", std::move(next)}};
 }
 
 }  // namespace gpuex

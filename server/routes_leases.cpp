@@ -42,11 +42,7 @@ void add_lease_routes(http::Router& router, Services& services) {
         [respond, account = ctx.principal->account_id, p = std::get<Page>(page), status](store::PgConnection& db) {
           auto rows = db.exec(kListLeases, {std::to_string(account), std::to_string(p.before), status,
                                             std::to_string(p.limit + 1)});
-          json::array leases;
-          for (int i = 0; i < rows.rows() && i < p.limit; ++i) leases.push_back(json::parse(rows.text(i, 0)));
-          json::value next = rows.rows() > p.limit ? json::value(std::string(rows.text(static_cast<int>(p.limit) - 1, 1)))
-                                                   : json::value(nullptr);
-          respond(http::json_response(http::Status::ok, {{"leases", std::move(leases)}, {"next_cursor", next}}));
+          respond(http::json_response(http::Status::ok, page_json(rows, p, "leases")));
         },
         [respond](const std::string&) { respond(store_unavailable_response()); });
   }));

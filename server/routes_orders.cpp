@@ -96,6 +96,14 @@ http::Response existing_order(json::value order, json::array fills) {
   return http::json_response(http::Status::ok, {{"order", std::move(order)}, {"fills", std::move(fills)}});
 }
 
+// An open order of this account, of a side its key may trade.
+EngineRunner::Admit own_open_order(OrderId id, AccountId account, Scopes scopes) {
+  return [id, account, scopes](const Engine& engine) {
+    const Order* o = engine.order(id);
+    return o && o->account == account && has_scope(scopes, scope_for(o->request.side));
+  };
+}
+
 const CommandRejected* rejection(const EventSink& events) {
   for (const auto& e : events) {
     if (const auto* r = std::get_if<CommandRejected>(&e)) return r;
@@ -198,11 +206,7 @@ void add_order_routes(http::Router& router, Services& services) {
         [respond, account = ctx.principal->account_id, p = std::get<Page>(page), status, market](store::PgConnection& db) {
           auto rows = db.exec(kListOrders, {std::to_string(account), std::to_string(p.before), market, status,
                                             std::to_string(p.limit + 1)});
-          json::array orders;
-          for (int i = 0; i < rows.rows() && i < p.limit; ++i) orders.push_back(json::parse(rows.text(i, 0)));
-          json::value next = rows.rows() > p.limit ? json::value(std::string(rows.text(static_cast<int>(p.limit) - 1, 1)))
-                                                   : json::value(nullptr);
-          respond(http::json_response(http::Status::ok, {{"orders", std::move(orders)}, {"next_cursor", next}}));
+          respond(http::json_response(http::Status::ok, page_json(rows, p, "orders")));
         },
         [respond](const std::string&) { respond(store_unavailable_response()); });
   }));
@@ -236,14 +240,9 @@ void add_order_routes(http::Router& router, Services& services) {
     auto id = path_id(ctx, "id");
     if (!id) return respond(not_found("order"));
     AccountId account(ctx.principal->account_id);
-    Scopes scopes = ctx.principal->scopes;
     OrderId order(*id);
-    auto admit = [order, account, scopes](const Engine& engine) {
-      const Order* o = engine.order(order);
-      return o && o->account == account && has_scope(scopes, scope_for(o->request.side));
-    };
     run_command(
-        services, account, Cancel{order}, admit,
+        services, account, Cancel{order}, own_open_order(order, account, ctx.principal->scopes),
         [order](const EventSink& events, Seq) {
           auto out = order_with_fills(events, order);
           if (out["order"].is_null()) {
@@ -268,14 +267,9 @@ void add_order_routes(http::Router& router, Services& services) {
     if (fields.ok() && !amend.quantity && !amend.price) fields.fail("missing_field", "quantity", "send quantity, price or both");
     if (auto err = fields.finish()) return respond(std::move(*err));
     AccountId account(ctx.principal->account_id);
-    Scopes scopes = ctx.principal->scopes;
     OrderId order(*id);
-    auto admit = [order, account, scopes](const Engine& engine) {
-      const Order* o = engine.order(order);
-      return o && o->account == account && has_scope(scopes, scope_for(o->request.side));
-    };
     run_command(
-        services, account, amend, admit,
+        services, account, amend, own_open_order(order, account, ctx.principal->scopes),
         [order](const EventSink& events, Seq) {
           if (const auto* r = rejection(events)) {
             return http::error_response(http::Status::unprocessable_entity, to_string(r->reason),
@@ -321,11 +315,7 @@ void add_order_routes(http::Router& router, Services& services) {
         [respond, account = ctx.principal->account_id, p = std::get<Page>(page), market, since](store::PgConnection& db) {
           auto rows = db.exec(kListFills, {std::to_string(account), std::to_string(p.before), market,
                                            std::to_string(since), std::to_string(p.limit + 1)});
-          json::array fills;
-          for (int i = 0; i < rows.rows() && i < p.limit; ++i) fills.push_back(json::parse(rows.text(i, 0)));
-          json::value next = rows.rows() > p.limit ? json::value(std::string(rows.text(static_cast<int>(p.limit) - 1, 1)))
-                                                   : json::value(nullptr);
-          respond(http::json_response(http::Status::ok, {{"fills", std::move(fills)}, {"next_cursor", next}}));
+          respond(http::json_response(http::Status::ok, page_json(rows, p, "fills")));
         },
         [respond](const std::string&) { respond(store_unavailable_response()); });
   }));

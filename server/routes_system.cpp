@@ -25,28 +25,17 @@ void add_system_routes(http::Router& router, Services& services) {
 
   router.add(verb::get, "/metrics", [&services](http::RequestContext&, http::Respond respond) {
     std::string text = services.metrics.render();
-    text += "# HELP gpuex_store_up 1 when PostgreSQL answered the last health probe.\n";
-    text += "# TYPE gpuex_store_up gauge\n";
-    text += fmt::format("gpuex_store_up {}\n", services.health.up() ? 1 : 0);
-    text += "# HELP gpuex_store_probe_failures_total Health probes of PostgreSQL that failed.\n";
-    text += "# TYPE gpuex_store_probe_failures_total counter\n";
-    text += fmt::format("gpuex_store_probe_failures_total {}\n", services.health.failures());
+    auto add = [&text](std::string_view name, std::string_view type, std::string_view help, auto value) {
+      text += fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, value);
+    };
     auto w = services.writer.counters();
-    text += "# HELP gpuex_store_transactions_total Transactions the store writer committed.\n";
-    text += "# TYPE gpuex_store_transactions_total counter\n";
-    text += fmt::format("gpuex_store_transactions_total {}\n", w.transactions);
-    text += "# HELP gpuex_store_commands_total Engine commands committed.\n";
-    text += "# TYPE gpuex_store_commands_total counter\n";
-    text += fmt::format("gpuex_store_commands_total {}\n", w.commands);
-    text += "# HELP gpuex_store_rows_total Rows written with those commands (the commands included).\n";
-    text += "# TYPE gpuex_store_rows_total counter\n";
-    text += fmt::format("gpuex_store_rows_total {}\n", w.statements);
-    text += "# HELP gpuex_store_failed_transactions_total Transactions that did not commit.\n";
-    text += "# TYPE gpuex_store_failed_transactions_total counter\n";
-    text += fmt::format("gpuex_store_failed_transactions_total {}\n", w.failed_transactions);
-    text += "# HELP gpuex_engine_accepting 1 while the engine takes writes.\n";
-    text += "# TYPE gpuex_engine_accepting gauge\n";
-    text += fmt::format("gpuex_engine_accepting {}\n", services.runner.accepting() ? 1 : 0);
+    add("gpuex_store_up", "gauge", "1 when PostgreSQL answered the last health probe.", services.health.up() ? 1 : 0);
+    add("gpuex_store_probe_failures_total", "counter", "Health probes of PostgreSQL that failed.", services.health.failures());
+    add("gpuex_store_transactions_total", "counter", "Transactions the store writer committed.", w.transactions);
+    add("gpuex_store_commands_total", "counter", "Engine commands committed.", w.commands);
+    add("gpuex_store_rows_total", "counter", "Rows written with those commands (the commands included).", w.statements);
+    add("gpuex_store_failed_transactions_total", "counter", "Transactions that did not commit.", w.failed_transactions);
+    add("gpuex_engine_accepting", "gauge", "1 while the engine takes writes.", services.runner.accepting() ? 1 : 0);
     respond(http::text_response(http::Status::ok, std::move(text), "text/plain; version=0.0.4"));
   });
 }

@@ -298,35 +298,20 @@ json::object order_json(const Order& o) {
 }
 
 json::object pool_json(const Pool& p) {
-  const auto& s = p.spec;
-  return {
-      {"id", std::to_string(p.id.value)},
-      {"provider", std::to_string(p.provider.value)},
-      {"market", s.market.value},
-      {"region", s.region},
-      {"tier", to_string(s.tier)},
-      {"gpus_per_node", s.gpus_per_node},
-      {"nodes", s.nodes},
-      {"gpus", p.gpus().value},
-      {"nvlink", s.nvlink},
-      {"fabric", to_string(s.fabric)},
-      {"fabric_gbps", s.fabric_gbps},
-      {"sla_pct", measure(s.sla_pct_x1000, 3)},
-      {"pue", measure(s.energy.pue_x1000, 3)},
-      {"renewable_pct", measure(s.energy.renewable_pct_x100, 2)},
-      {"carbon_g_per_kwh", measure(s.energy.carbon_g_per_kwh_x100, 2)},
-      {"egress_usd_per_gb", format_usd(s.egress_per_gb)},
-      {"storage_usd_per_gb_month", format_usd(s.storage_per_gb_month)},
-      {"ip_usd_per_month", format_usd(s.ip_per_month)},
-      {"verified", p.verified},
-      {"verified_until", p.verified ? json::value(time_string(p.verified_until)) : json::value(nullptr)},
-      {"evidence", p.verified ? json::value(p.evidence) : json::value(nullptr)},
-      {"green_tier", to_string(p.green_tier)},
-      {"green_discount_bps", p.green_discount_bps},
-      {"retired", p.retired},
-      {"created_at", time_string(p.created_at)},
-      {"updated_at", time_string(p.updated_at)},
-  };
+  // The pool as registered, then what the exchange knows of it.
+  json::object j = pool_spec_body(p.spec);
+  j["id"] = std::to_string(p.id.value);
+  j["provider"] = std::to_string(p.provider.value);
+  j["gpus"] = p.gpus().value;
+  j["verified"] = p.verified;
+  j["verified_until"] = p.verified ? json::value(time_string(p.verified_until)) : json::value(nullptr);
+  j["evidence"] = p.verified ? json::value(p.evidence) : json::value(nullptr);
+  j["green_tier"] = to_string(p.green_tier);
+  j["green_discount_bps"] = p.green_discount_bps;
+  j["retired"] = p.retired;
+  j["created_at"] = time_string(p.created_at);
+  j["updated_at"] = time_string(p.updated_at);
+  return j;
 }
 
 json::object lease_json(const Lease& l, AccountId account) {
