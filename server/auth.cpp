@@ -1,8 +1,9 @@
 // See auth.hpp.
 #include "server/auth.hpp"
 
+#include "server/sha256.hpp"
+
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
 #include <openssl/rand.h>
 
 #include <stdexcept>
@@ -21,17 +22,6 @@ constexpr std::string_view kKeyPrefix = "gpx_";
 constexpr std::size_t kIdHex = 16;
 constexpr std::size_t kSecretHex = 64;
 
-std::string hex(const unsigned char* data, std::size_t n) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(n * 2);
-  for (std::size_t i = 0; i < n; ++i) {
-    out += kHex[data[i] >> 4];
-    out += kHex[data[i] & 15];
-  }
-  return out;
-}
-
 bool is_hex(std::string_view s) {
   for (char c : s) {
     if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
@@ -44,10 +34,10 @@ std::string random_hex(std::size_t bytes) {
   if (bytes > buf.size() || RAND_bytes(buf.data(), static_cast<int>(bytes)) != 1) {
     throw std::runtime_error("the system's random generator failed");
   }
-  return hex(buf.data(), bytes);
+  return to_hex(buf.data(), bytes);
 }
 
-std::string to_bytea(const KeyHash& hash) { return "\\x" + hex(hash.data(), hash.size()); }
+std::string to_bytea(const KeyHash& hash) { return "\\x" + to_hex(hash.data(), hash.size()); }
 
 std::optional<KeyHash> from_bytea(std::string_view text) {
   if (text.size() != 2 + 64 || text.substr(0, 2) != "\\x") return std::nullopt;
@@ -88,12 +78,7 @@ std::string scopes_to_string(Scopes scopes) {
   return out;
 }
 
-KeyHash hash_key(std::string_view key) {
-  KeyHash out{};
-  unsigned int len = 0;
-  EVP_Digest(key.data(), key.size(), out.data(), &len, EVP_sha256(), nullptr);
-  return out;
-}
+KeyHash hash_key(std::string_view key) { return sha256(key); }
 
 NewKey generate_key() {
   NewKey k;

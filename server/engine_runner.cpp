@@ -86,10 +86,11 @@ void EngineRunner::stop() {
   thread_.join();
 }
 
-void EngineRunner::submit(AccountId account, CommandBody body, Admit admit, Done done) {
+void EngineRunner::submit(AccountId account, CommandBody body, Admit admit, Done done,
+                          std::optional<Idempotency> idempotency) {
   {
     std::lock_guard lock(mutex_);
-    jobs_.push_back(Submit{account, std::move(body), std::move(admit), std::move(done)});
+    jobs_.push_back(Submit{account, std::move(body), std::move(admit), std::move(done), std::move(idempotency)});
   }
   wake_.notify_one();
 }
@@ -102,7 +103,8 @@ void EngineRunner::read(std::function<void(const Engine&)> fn) {
   wake_.notify_one();
 }
 
-void EngineRunner::apply(AccountId account, CommandBody body, Done done, store::Batch& batch) {
+void EngineRunner::apply(AccountId account, CommandBody body, Done done, store::Batch& batch,
+                         std::optional<Idempotency> idempotency) {
   const bool is_tick = std::holds_alternative<Tick>(body);
   // A time that never goes backwards: the later of the clock and the previous stamp.
   last_now_ = std::max(last_now_, server_time());
@@ -113,10 +115,40 @@ void EngineRunner::apply(AccountId account, CommandBody body, Done done, store::
   if (is_tick && events.empty() && !done) return;
   ++next_seq_;
   Seq seq = cmd.seq;
-  auto on_done = [done = std::move(done), seq](const EventSink* committed) {
-    if (done) done(committed ? Outcome::committed : Outcome::store_unavailable, committed, seq);
+  std::optional<store::IdempotencyRecord> record;
+  std::optional<std::pair<std::int64_t, std::string>> key;
+  if (idempotency) {
+    Answer answer = idempotency->answer(events, seq);
+    key.emplace(account.value, idempotency->key);
+    record = store::IdempotencyRecord{account.value, idempotency->key, idempotency->request_sha256, answer.status,
+                                      answer.body};
+    std::lock_guard lock(committed_mutex_);
+    keys_[*key] = KeyEntry{idempotency->request_sha256, std::move(answer), std::nullopt};
+  }
+  auto on_done = [this, done = std::move(done), seq, key](const EventSink* committed) {
+    if (key) {
+      std::lock_guard lock(committed_mutex_);
+      if (committed) keys_[*key].committed_at = SteadyClock::now();
+      else keys_.erase(*key);  // it never happened
+    }
+    if (done) done(Result{committed ? Outcome::committed : Outcome::store_unavailable, committed, seq, std::nullopt});
   };
-  batch.push_back(store::LoggedCommand{std::move(cmd), std::move(events), std::move(on_done)});
+  batch.push_back(store::LoggedCommand{std::move(cmd), std::move(events), std::move(record), std::move(on_done)});
+}
+
+bool EngineRunner::admit_key(Submit& s) {
+  auto reply = [&s](Outcome outcome, std::optional<Answer> stored = std::nullopt) {
+    if (s.done) s.done(Result{outcome, nullptr, 0, std::move(stored)});
+    return false;
+  };
+  // A store check older than this may have missed a key committed and forgotten here since.
+  if (SteadyClock::now() - s.idempotency->checked_at > kRememberEndedIds / 2) return reply(Outcome::stale_check);
+  std::lock_guard lock(committed_mutex_);
+  auto it = keys_.find({s.account.value, s.idempotency->key});
+  if (it == keys_.end()) return true;
+  if (it->second.request_sha256 != s.idempotency->request_sha256) return reply(Outcome::key_conflict);
+  if (!it->second.committed_at) return reply(Outcome::key_in_flight);
+  return reply(Outcome::replayed, it->second.answer);
 }
 
 void EngineRunner::forget_committed_ids() {
@@ -130,6 +162,8 @@ void EngineRunner::forget_committed_ids() {
     }
   }
   if (through > 0) engine_.committed_through(through);
+  std::lock_guard lock(committed_mutex_);
+  std::erase_if(keys_, [horizon](const auto& kv) { return kv.second.committed_at && *kv.second.committed_at < horizon; });
 }
 
 void EngineRunner::store_failed() {
@@ -182,7 +216,7 @@ void EngineRunner::run() {
       // Refuse what waits, then rebuild; reads wait for the rebuilt engine.
       for (auto& job : jobs) {
         if (auto* s = std::get_if<Submit>(&job)) {
-          if (s->done) s->done(Outcome::store_unavailable, nullptr, 0);
+          if (s->done) s->done(Result{Outcome::store_unavailable, nullptr, 0, std::nullopt});
         } else {
           std::get<Read>(job).fn(engine_);
         }
@@ -199,14 +233,15 @@ void EngineRunner::run() {
       }
       auto& s = std::get<Submit>(job);
       if (!accepting_) {
-        if (s.done) s.done(Outcome::store_unavailable, nullptr, 0);
+        if (s.done) s.done(Result{Outcome::store_unavailable, nullptr, 0, std::nullopt});
         continue;
       }
+      if (s.idempotency && !admit_key(s)) continue;
       if (s.admit && !s.admit(engine_)) {
-        if (s.done) s.done(Outcome::refused, nullptr, 0);
+        if (s.done) s.done(Result{Outcome::refused, nullptr, 0, std::nullopt});
         continue;
       }
-      apply(s.account, std::move(s.body), std::move(s.done), batch);
+      apply(s.account, std::move(s.body), std::move(s.done), batch, std::move(s.idempotency));
     }
     if (SteadyClock::now() >= next_tick) {
       next_tick = SteadyClock::now() + options_.tick_interval;
@@ -217,7 +252,7 @@ void EngineRunner::run() {
       // A last tick, always logged, so that replay on restart reaches the same time and state.
       if (accepting_) {
         std::promise<void> written;
-        apply(AccountId(0), Tick{}, [&written](Outcome, const EventSink*, Seq) { written.set_value(); }, batch);
+        apply(AccountId(0), Tick{}, [&written](const Result&) { written.set_value(); }, batch);
         writer_.submit(std::move(batch));
         written.get_future().wait();
       }

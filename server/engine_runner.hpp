@@ -9,6 +9,9 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <map>
+#include <optional>
+#include <string>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -49,14 +52,42 @@ class EngineRunner {
   // Logs a last tick (so a restart reaches the same time), waits for it to commit, and stops.
   void stop();
 
-  enum class Outcome { committed, refused, store_unavailable };
-  using Done = std::function<void(Outcome, const matching::EventSink* events, matching::Seq seq)>;
+  enum class Outcome {
+    committed,          // `events` are the command's, committed
+    refused,            // `admit` said no
+    store_unavailable,  // the batch did not commit, or writes are stopped
+    replayed,           // an Idempotency-Key seen before with the same request: `stored` is its answer
+    key_conflict,       // an Idempotency-Key seen before with another request
+    key_in_flight,      // the first request with this Idempotency-Key has not committed yet
+    stale_check,        // the store check of the key is too old to trust; check again
+  };
+  struct Answer {
+    unsigned status = 0;
+    std::string body;
+  };
+  struct Result {
+    Outcome outcome;
+    const matching::EventSink* events = nullptr;
+    matching::Seq seq = 0;
+    std::optional<Answer> stored;
+  };
+  using Done = std::function<void(const Result&)>;
   using Admit = std::function<bool(const matching::Engine&)>;
+
+  // A request with an Idempotency-Key that the store did not know when `checked_at`.
+  struct Idempotency {
+    std::string key;
+    std::string request_sha256;
+    std::chrono::steady_clock::time_point checked_at;
+    // The answer to store with the command (computed from its events on the engine thread).
+    std::function<Answer(const matching::EventSink&, matching::Seq)> answer;
+  };
 
   // On the engine thread: `admit` (may be empty) runs first with read-only access; if it returns
   // false, `done(refused)`. Otherwise the command is sequenced, applied and logged, and `done` hears
   // the events after commit, or store_unavailable if the batch did not commit.
-  void submit(matching::AccountId account, matching::CommandBody body, Admit admit, Done done);
+  void submit(matching::AccountId account, matching::CommandBody body, Admit admit, Done done,
+              std::optional<Idempotency> idempotency = std::nullopt);
   // Runs `fn` on the engine thread with read-only access to the live engine.
   void read(std::function<void(const matching::Engine&)> fn);
 
@@ -74,14 +105,24 @@ class EngineRunner {
     matching::CommandBody body;
     Admit admit;
     Done done;
+    std::optional<Idempotency> idempotency;
   };
+  // Idempotency-Keys in flight or committed in the last seconds (older ones the store answers).
+  struct KeyEntry {
+    std::string request_sha256;
+    std::optional<Answer> answer;
+    std::optional<std::chrono::steady_clock::time_point> committed_at;
+  };
+  // Checks `s`'s key; answers and returns false when the request must not run.
+  bool admit_key(Submit& s);
   struct Read {
     std::function<void(const matching::Engine&)> fn;
   };
   using Job = std::variant<Submit, Read>;
 
   void run();
-  void apply(matching::AccountId account, matching::CommandBody body, Done done, store::Batch& batch);
+  void apply(matching::AccountId account, matching::CommandBody body, Done done, store::Batch& batch,
+             std::optional<Idempotency> idempotency = std::nullopt);
   void rebuild();
   void forget_committed_ids();
 
@@ -104,6 +145,7 @@ class EngineRunner {
   // forgotten by the engine only some seconds after commit (see engine_runner.cpp).
   std::mutex committed_mutex_;
   std::deque<std::pair<std::chrono::steady_clock::time_point, matching::Seq>> committed_;
+  std::map<std::pair<std::int64_t, std::string>, KeyEntry> keys_;  // guarded by committed_mutex_
 
   std::thread thread_;
 };

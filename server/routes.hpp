@@ -32,11 +32,20 @@ struct Services {
   bool test_clock = false;
 };
 
+// Builds the response to a command from its events (a pure function of them).
+using CommandAnswer = std::function<http::Response(const matching::EventSink&, matching::Seq)>;
+
 // Runs a command through the engine and answers after commit: `answer` builds the response from
 // the command's events; `refused` answers when `admit` said no; a batch that did not commit is 503.
 void run_command(Services& services, matching::AccountId account, matching::CommandBody body,
-                 EngineRunner::Admit admit, std::function<http::Response(const matching::EventSink&, matching::Seq)> answer,
-                 std::function<http::Response()> refused, http::Respond respond);
+                 EngineRunner::Admit admit, CommandAnswer answer, std::function<http::Response()> refused,
+                 http::Respond respond);
+// The same for a POST that honours an Idempotency-Key header (API.md): the first answer to a key is
+// stored with the command, in its transaction, and replayed to a repeat of the same request; the key
+// with another request is 422 idempotency_conflict.
+void run_command(Services& services, const http::RequestContext& ctx, matching::CommandBody body,
+                 EngineRunner::Admit admit, CommandAnswer answer, std::function<http::Response()> refused,
+                 http::Respond respond);
 
 // Common answers.
 http::Response not_found(std::string_view what, std::string_view field = {});

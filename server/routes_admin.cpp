@@ -24,7 +24,7 @@ void add_admin_routes(http::Router& router, Services& services) {
                  if (!services.markets.count(market)) return respond(not_found("market"));
                  spdlog::info("admin: account {} {} market {}", ctx.principal->account_id, halt ? "halts" : "resumes", market);
                  run_command(
-                     services, AccountId(ctx.principal->account_id), HaltMarket{MarketId{market}, halt}, nullptr,
+                     services, ctx, HaltMarket{MarketId{market}, halt}, nullptr,
                      [market, halt](const EventSink&, Seq) {
                        return http::json_response(http::Status::ok, {{"market", market}, {"halted", halt}});
                      },

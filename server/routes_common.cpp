@@ -5,6 +5,7 @@
 #include <charconv>
 
 #include "server/routes.hpp"
+#include "server/sha256.hpp"
 
 namespace gpuex {
 
@@ -17,19 +18,105 @@ http::Response store_unavailable_response() {
                               "the exchange cannot store writes right now; nothing was done, retry shortly");
 }
 
-void run_command(Services& services, matching::AccountId account, matching::CommandBody body, EngineRunner::Admit admit,
-                 std::function<http::Response(const matching::EventSink&, matching::Seq)> answer,
-                 std::function<http::Response()> refused, http::Respond respond) {
+namespace {
+
+constexpr const char* kFindKey =
+    "SELECT request_sha256 = $3::bytea, status, body FROM idempotency_keys WHERE account_id = $1 AND key = $2";
+
+http::Response replay(const EngineRunner::Answer& answer) {
+  http::Response res{static_cast<http::Status>(answer.status), 11};
+  res.set(http::bhttp::field::content_type, "application/json");
+  res.set("Idempotent-Replayed", "true");
+  res.body() = answer.body;
+  res.prepare_payload();
+  return res;
+}
+
+http::Response key_conflict() {
+  return http::error_response(http::Status::unprocessable_entity, "idempotency_conflict",
+                              "this Idempotency-Key was used for a different request", "Idempotency-Key");
+}
+
+void submit_command(Services& services, matching::AccountId account, matching::CommandBody body,
+                    EngineRunner::Admit admit, CommandAnswer answer, std::function<http::Response()> refused,
+                    http::Respond respond, std::optional<EngineRunner::Idempotency> idempotency) {
   if (!services.runner.accepting()) return respond(store_unavailable_response());
-  services.runner.submit(account, std::move(body), std::move(admit),
-                         [answer = std::move(answer), refused = std::move(refused), respond](
-                             EngineRunner::Outcome outcome, const matching::EventSink* events, matching::Seq seq) {
-                           switch (outcome) {
-                             case EngineRunner::Outcome::committed: return respond(answer(*events, seq));
-                             case EngineRunner::Outcome::refused: return respond(refused());
-                             case EngineRunner::Outcome::store_unavailable: return respond(store_unavailable_response());
-                           }
-                         });
+  services.runner.submit(
+      account, std::move(body), std::move(admit),
+      [answer = std::move(answer), refused = std::move(refused), respond](const EngineRunner::Result& r) {
+        using O = EngineRunner::Outcome;
+        switch (r.outcome) {
+          case O::committed: return respond(answer(*r.events, r.seq));
+          case O::refused: return respond(refused());
+          case O::store_unavailable: return respond(store_unavailable_response());
+          case O::replayed: return respond(replay(*r.stored));
+          case O::key_conflict: return respond(key_conflict());
+          case O::key_in_flight:
+            return respond(http::error_response(http::Status::conflict, "idempotency_in_progress",
+                                                "a request with this Idempotency-Key is still being processed",
+                                                "Idempotency-Key"));
+          case O::stale_check: {
+            auto res = http::error_response(http::Status::service_unavailable, "not_ready", "the exchange is busy; retry");
+            res.set(http::bhttp::field::retry_after, "1");
+            return respond(std::move(res));
+          }
+        }
+      },
+      std::move(idempotency));
+}
+
+bool is_key(std::string_view key) {
+  if (key.empty() || key.size() > 64) return false;
+  for (char c : key) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
+              c == '.' || c == ':';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+void run_command(Services& services, matching::AccountId account, matching::CommandBody body, EngineRunner::Admit admit,
+                 CommandAnswer answer, std::function<http::Response()> refused, http::Respond respond) {
+  submit_command(services, account, std::move(body), std::move(admit), std::move(answer), std::move(refused),
+                 std::move(respond), std::nullopt);
+}
+
+void run_command(Services& services, const http::RequestContext& ctx, matching::CommandBody body,
+                 EngineRunner::Admit admit, CommandAnswer answer, std::function<http::Response()> refused,
+                 http::Respond respond) {
+  matching::AccountId account(ctx.principal->account_id);
+  auto header = ctx.request.find("Idempotency-Key");
+  if (header == ctx.request.end()) {
+    return run_command(services, account, std::move(body), std::move(admit), std::move(answer), std::move(refused),
+                       std::move(respond));
+  }
+  std::string key(header->value());
+  if (!is_key(key)) {
+    return respond(http::error_response(http::Status::bad_request, "invalid_field",
+                                        "Idempotency-Key must be 1 to 64 of A-Z a-z 0-9 - _ . :", "Idempotency-Key"));
+  }
+  // The same key with the same method, path and body is the same request.
+  std::string hash = sha256_bytea(std::string(ctx.request.method_string()) + " " + std::string(ctx.request.target()) +
+                                  "\n" + ctx.request.body());
+  auto checked_at = std::chrono::steady_clock::now();
+  services.queries.submit(
+      [&services, account, key, hash, checked_at, body = std::move(body), admit = std::move(admit),
+       answer = std::move(answer), refused = std::move(refused), respond](store::PgConnection& db) mutable {
+        auto row = db.exec(kFindKey, {std::to_string(account.value), key, hash});
+        if (row.rows() > 0) {
+          if (row.text(0, 0) != "t") return respond(key_conflict());
+          return respond(replay({static_cast<unsigned>(row.integer(0, 1)), std::string(row.text(0, 2))}));
+        }
+        auto stored_answer = [answer](const matching::EventSink& events, matching::Seq seq) {
+          auto res = answer(events, seq);
+          return EngineRunner::Answer{res.result_int(), res.body()};
+        };
+        submit_command(services, account, std::move(body), std::move(admit), std::move(answer), std::move(refused),
+                       std::move(respond), EngineRunner::Idempotency{key, hash, checked_at, std::move(stored_answer)});
+      },
+      [respond](const std::string&) { respond(store_unavailable_response()); });
 }
 
 std::optional<std::int64_t> path_id(const http::RequestContext& ctx, std::string_view name) {

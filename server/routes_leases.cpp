@@ -67,7 +67,7 @@ void add_lease_routes(http::Router& router, Services& services) {
     AccountId account(ctx.principal->account_id);
     LeaseId lease(*id);
     run_command(
-        services, account, ReleaseLease{lease},
+        services, ctx, ReleaseLease{lease},
         [lease, account](const Engine& engine) {
           const Lease* l = engine.lease(lease);
           return l && l->buyer == account;

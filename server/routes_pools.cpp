@@ -73,7 +73,7 @@ void add_pool_routes(http::Router& router, Services& services) {
     if (auto err = fields.finish()) return respond(std::move(*err));
     if (!services.markets.count(spec.market.value)) return respond(not_found("market", "market"));
     run_command(
-        services, AccountId(ctx.principal->account_id), AddPool{std::move(spec)}, nullptr,
+        services, ctx, AddPool{std::move(spec)}, nullptr,
         [](const EventSink& events, Seq) { return pool_answer(events, http::Status::created); },
         [] { return not_found("market", "market"); }, std::move(respond));
   }));
@@ -157,8 +157,7 @@ void add_pool_routes(http::Router& router, Services& services) {
     }
     PoolId pool(*id);
     run_command(
-        services, AccountId(ctx.principal->account_id), verify,
-        [pool](const Engine& engine) { return engine.pool(pool) != nullptr; },
+        services, ctx, verify, [pool](const Engine& engine) { return engine.pool(pool) != nullptr; },
         [](const EventSink& events, Seq) { return pool_answer(events, http::Status::ok); },
         [] { return not_found("pool"); }, std::move(respond));
   }));

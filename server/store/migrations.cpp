@@ -1,7 +1,7 @@
 // Applies migrations/: see migrations.hpp.
 #include "server/store/migrations.hpp"
 
-#include <openssl/evp.h>
+#include "server/sha256.hpp"
 
 #include <map>
 
@@ -22,19 +22,6 @@ constexpr const char* kTableExists = "SELECT to_regclass('schema_migrations') IS
 // Any constant shared by every gpuexd: the key of the migration advisory lock.
 constexpr const char* kLock = "SELECT pg_advisory_lock(7474016)";
 constexpr const char* kUnlock = "SELECT pg_advisory_unlock(7474016)";
-
-std::string sha256_hex(std::string_view data) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_Digest(data.data(), data.size(), digest, &len, EVP_sha256(), nullptr);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < len; ++i) {
-    out += kHex[digest[i] >> 4];
-    out += kHex[digest[i] & 15];
-  }
-  return out;
-}
 
 std::map<int, std::string> applied_versions(PgConnection& conn) {
   std::map<int, std::string> applied;

@@ -2,12 +2,12 @@
 #include "server/store/writer.hpp"
 
 #include <boost/json/serialize.hpp>
-#include <openssl/evp.h>
 #include <spdlog/spdlog.h>
 
 #include <map>
 #include <optional>
 
+#include "server/sha256.hpp"
 #include "server/store/command_codec.hpp"
 #include "server/store/connection.hpp"
 #include "server/wire.hpp"
@@ -38,7 +38,12 @@ INSERT INTO trades (id, at, market, bucket, buy_order_id, sell_order_id, buyer_i
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19::jsonb, $20::jsonb,
         $21::jsonb))sql"};
 constexpr Statement kSetHalted{"set_halted", "UPDATE markets SET halted = $2 WHERE id = $1"};
-constexpr Statement kStatements[] = {kInsertCommand, kUpsertOrder, kUpsertPool, kUpsertLease, kInsertTrade, kSetHalted};
+// A key already stored was checked before the command ran; DO NOTHING keeps a race from failing the batch.
+constexpr Statement kInsertIdempotency{"insert_idempotency", R"sql(
+INSERT INTO idempotency_keys (account_id, key, request_sha256, status, body) VALUES ($1, $2, $3::bytea, $4, $5)
+ON CONFLICT DO NOTHING)sql"};
+constexpr Statement kStatements[] = {kInsertCommand, kUpsertOrder, kUpsertPool,      kUpsertLease,
+                                     kInsertTrade,   kSetHalted,   kInsertIdempotency};
 
 std::string num(std::int64_t v) { return std::to_string(v); }
 std::string boolean(bool b) { return b ? "true" : "false"; }
@@ -77,17 +82,7 @@ struct Rows {
 }  // namespace
 
 std::string request_sha256(const OrderRequest& request) {
-  std::string canonical = json::serialize(wire::order_request_body(request));
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_Digest(canonical.data(), canonical.size(), digest, &len, EVP_sha256(), nullptr);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out = "\\x";
-  for (unsigned int i = 0; i < len; ++i) {
-    out += kHex[digest[i] >> 4];
-    out += kHex[digest[i] & 15];
-  }
-  return out;
+  return sha256_bytea(json::serialize(wire::order_request_body(request)));
 }
 
 Writer::Writer(std::string dsn, FailureListener on_failure) : dsn_(std::move(dsn)), on_failure_(std::move(on_failure)) {}
@@ -195,6 +190,11 @@ void Writer::run() {
                                      json::serialize(wire::lease_json(l, l.buyer))});
           }
           for (const auto& [market, halted] : rows.halts) pipe.send(kSetHalted, {market.value, boolean(halted)});
+          if (const auto& idem = logged.idempotency) {
+            pipe.send(kInsertIdempotency, {num(idem->account_id), idem->key, idem->request_sha256,
+                                           num(idem->status), idem->body});
+            ++statements;
+          }
         }
       }
       pipe.send("COMMIT");

@@ -7,6 +7,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -16,9 +17,19 @@
 
 namespace gpuex::store {
 
+// The answer to a request that carried an Idempotency-Key, stored with its command.
+struct IdempotencyRecord {
+  std::int64_t account_id = 0;
+  std::string key;
+  std::string request_sha256;  // "\\x..." bytea text
+  unsigned status = 0;
+  std::string body;
+};
+
 struct LoggedCommand {
   matching::Command command;
   matching::EventSink events;
+  std::optional<IdempotencyRecord> idempotency;
   // Called once on the writer thread: with the events after COMMIT, or with nullptr when the batch
   // holding this command did not commit (the command never happened).
   std::function<void(const matching::EventSink*)> done;

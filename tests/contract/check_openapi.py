@@ -64,7 +64,7 @@ def run_checks(spec, port, admin, provider, buyer):
     failures = []
     checked = 0
 
-    def call(method, path, template, key=None, body=None):
+    def call(method, path, template, key=None, body=None, headers=None):
         nonlocal checked
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), data=data, method=method)
@@ -72,6 +72,8 @@ def run_checks(spec, port, admin, provider, buyer):
             req.add_header("Authorization", "Bearer " + key["api_key"])
         if data is not None:
             req.add_header("Content-Type", "application/json")
+        for k, v in (headers or {}).items():
+            req.add_header(k, v)
         try:
             with urllib.request.urlopen(req, timeout=20) as r:
                 status, text, ctype = r.status, r.read().decode(), r.headers.get("Content-Type", "")
@@ -120,6 +122,11 @@ def run_checks(spec, port, admin, provider, buyer):
                     "nvlink": True, "fabric": "infiniband", "fabric_gbps": 400, "sla_pct": "99.9", "pue": "1.1",
                     "renewable_pct": 90, "carbon_g_per_kwh": 50, "egress_usd_per_gb": "0.01"})
     pid = pool["id"]
+    pool_body = {"market": "A100-PCIE-80G", "region": "US", "tier": "spot", "gpus_per_node": 1, "nodes": 1,
+                 "pue": "1.5", "renewable_pct": 10, "carbon_g_per_kwh": 500}
+    call("POST", "/v1/pools", "/v1/pools", provider, pool_body, {"Idempotency-Key": "contract-1"})
+    call("POST", "/v1/pools", "/v1/pools", provider, pool_body, {"Idempotency-Key": "contract-1"})
+    call("POST", "/v1/pools", "/v1/pools", provider, dict(pool_body, nodes=2), {"Idempotency-Key": "contract-1"})
     call("GET", "/v1/pools", "/v1/pools", provider)
     call("GET", "/v1/pools/%s" % pid, "/v1/pools/{id}", provider)
     call("PATCH", "/v1/pools/%s" % pid, "/v1/pools/{id}", provider, {"nodes": 3})

@@ -316,3 +316,39 @@ TEST_CASE("the engine's state after a clean stop equals the state rebuilt on res
   CHECK(recovered[1].str() == stopped[1].str());
   CHECK(recovered[2].str() == stopped[2].str());
 }
+
+TEST_CASE("an Idempotency-Key makes a POST happen once, across a restart too") {
+  Market m;
+  const std::string body = R"({"market": "H100-SXM-80G", "region": "FR", "tier": "instance", "gpus_per_node": 4,
+                               "nodes": 3, "pue": "1.4", "renewable_pct": 30, "carbon_g_per_kwh": 350})";
+  auto with_key = [&](const std::string& key) {
+    auto h = bearer(m.provider.api_key);
+    h.emplace_back("Idempotency-Key", key);
+    return h;
+  };
+  auto first = m.http->request("POST", "/v1/pools", body, with_key("pool-fr-1"));
+  REQUIRE(first.status == 201);
+  auto again = m.http->request("POST", "/v1/pools", body, with_key("pool-fr-1"));
+  CHECK(again.status == 201);
+  CHECK(again.body == first.body);
+  CHECK(again.headers["idempotent-replayed"] == "true");
+
+  auto other = m.http->request("POST", "/v1/pools", R"({"market": "H100-SXM-80G", "region": "FR", "tier": "instance",
+      "gpus_per_node": 4, "nodes": 4, "pue": "1.4", "renewable_pct": 30, "carbon_g_per_kwh": 350})", with_key("pool-fr-1"));
+  CHECK(other.status == 422);
+  CHECK(code(other) == "idempotency_conflict");
+  CHECK(m.http->request("POST", "/v1/pools", body, with_key("no spaces allowed")).status == 400);
+
+  m.server->stop();
+  m.server = std::make_unique<Gpuexd>(m.db.dsn(), std::vector<std::string>{}, false);
+  m.http = std::make_unique<HttpClient>(m.server->port());
+  auto after = m.http->request("POST", "/v1/pools", body, with_key("pool-fr-1"));
+  CHECK(after.status == 201);
+  CHECK(after.body == first.body);
+  CHECK(after.headers["idempotent-replayed"] == "true");
+  // One pool, whatever the repeats.
+  CHECK(m.get(m.provider, "/v1/pools").json().at("pools").as_array().size() == 1);
+  // Without a key, the same body is a new pool.
+  CHECK(m.http->request("POST", "/v1/pools", body, bearer(m.provider.api_key)).status == 201);
+  CHECK(m.get(m.provider, "/v1/pools").json().at("pools").as_array().size() == 2);
+}
