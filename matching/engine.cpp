@@ -18,18 +18,35 @@ namespace {
 
 constexpr Seconds kForever{std::numeric_limits<std::int64_t>::max() / 4};
 
+struct LiveOrder;
+struct LivePool;
+
+// Ordered and compared by (effective, priority, id) only. `lo` / `pool` are lookup shortcuts set when the
+// key is put into a book (the order's node in Impl::orders and its pool's in Impl::pools; both maps keep
+// element addresses stable, and an order leaves the books before it leaves the map); null elsewhere.
 struct AskKey {
   Price effective;
   Seq priority{0};
   OrderId id;
-  auto operator<=>(const AskKey&) const = default;
+  LiveOrder* lo{nullptr};
+  const LivePool* pool{nullptr};
+  bool operator==(const AskKey& o) const {
+    return effective == o.effective && priority == o.priority && id == o.id;
+  }
+  auto operator<=>(const AskKey& o) const {
+    if (auto c = effective <=> o.effective; c != 0) return c;
+    if (auto c = priority <=> o.priority; c != 0) return c;
+    return id <=> o.id;
+  }
 };
 
+// Ordered (BidOrder) and compared by (price, priority, id) only; `lo` as for AskKey.
 struct BidKey {
   Price price;
   Seq priority{0};
   OrderId id;
-  bool operator==(const BidKey&) const = default;
+  LiveOrder* lo{nullptr};
+  bool operator==(const BidKey& o) const { return price == o.price && priority == o.priority && id == o.id; }
 };
 
 // Bids: price descending, then arrival.
@@ -68,6 +85,7 @@ struct LiveOrder {
   bool counted{false};
   bool closed{false};
   std::vector<LeaseId> sold;  // sell: leases it created (some may have ended)
+  LivePool* hooked_pool{nullptr};  // sell in a book: the pool whose book_asks hold it
 };
 
 struct LivePool {
@@ -75,6 +93,9 @@ struct LivePool {
   Steps used;  // open asks' free capacity + GPUs held by leases, over time
   std::set<OrderId> asks;
   std::set<LeaseId> leases;
+  // This pool's part of its Book's asks / spot_asks (same keys), so a bid walks only the pools it admits.
+  std::set<AskKey> book_asks;
+  std::set<AskKey> book_spot_asks;
 };
 
 using BidSet = std::set<BidKey, BidOrder>;
@@ -87,6 +108,7 @@ struct Book {
   BidSet bids;                 // resting fixed-window bids
   BidSet duration_bids;        // resting duration (spot) bids
   std::set<PoolId> spot_pools;
+  std::set<LivePool*> ask_pools;  // pools with a non-empty book_asks (order irrelevant: walks merge by key)
 };
 
 // Walks two bid sets in one priority order; the caller may erase the key it was just given.
@@ -473,6 +495,42 @@ struct Engine::Impl {
     return bid.is_duration_bid() ? b.spot_asks : b.asks;
   }
 
+  // Visits, in asks_for(b, bid) order, exactly its keys with effective <= limit whose pool satisfies `c`
+  // (the others eligible_qty would reject): a k-way merge over the admitted pools' book_asks /
+  // book_spot_asks. fn(key) returns false to stop. Like a walk of the one set, fn may erase or re-insert
+  // the key it was given (a fill changes only that ask); pool attributes do not change during a walk.
+  template <class F>
+  void walk_asks(const Book& b, const Order& bid, Price limit, const BidConstraints& c, F&& fn) const {
+    using It = std::set<AskKey>::const_iterator;
+    struct Head {
+      It it;
+      It end;
+    };
+    std::vector<Head> heads;
+    const bool spot = bid.is_duration_bid();
+    for (const LivePool* lp : b.ask_pools) {
+      const std::set<AskKey>& s = spot ? lp->book_spot_asks : lp->book_asks;
+      if (s.empty() || s.begin()->effective > limit) continue;
+      if (!pool_satisfies(lp->p, c)) continue;
+      heads.push_back(Head{s.begin(), s.end()});
+    }
+    const auto later = [](const Head& x, const Head& y) { return *y.it < *x.it; };  // min-heap on key
+    std::make_heap(heads.begin(), heads.end(), later);
+    while (!heads.empty()) {
+      std::pop_heap(heads.begin(), heads.end(), later);
+      Head& h = heads.back();
+      const AskKey k = *h.it;
+      if (k.effective > limit) return;
+      ++h.it;
+      if (h.it == h.end) {
+        heads.pop_back();
+      } else {
+        std::push_heap(heads.begin(), heads.end(), later);
+      }
+      if (!fn(k)) return;
+    }
+  }
+
   // Takes an order out of the book and the account sums before it changes. Returns whether it rested.
   bool unhook(LiveOrder& lo) {
     const bool was = lo.in_book;
@@ -484,6 +542,11 @@ struct Engine::Impl {
         const AskKey k{lo.o.effective_price, lo.o.priority, lo.o.id};
         b.asks.erase(k);
         if (lo.in_spot) b.spot_asks.erase(k);
+        LivePool* lp = lo.hooked_pool;
+        lp->book_asks.erase(k);
+        if (lo.in_spot) lp->book_spot_asks.erase(k);
+        if (lp->book_asks.empty()) b.ask_pools.erase(lp);
+        lo.hooked_pool = nullptr;
         lo.in_spot = false;
       }
       lo.in_book = false;
@@ -504,12 +567,17 @@ struct Engine::Impl {
       if (into_book) {
         Book& b = books.at(o.market);
         if (o.is_buy()) {
-          (o.is_duration_bid() ? b.duration_bids : b.bids).insert(BidKey{o.request.price, o.priority, o.id});
+          (o.is_duration_bid() ? b.duration_bids : b.bids).insert(BidKey{o.request.price, o.priority, o.id, &lo});
         } else {
-          const AskKey k{o.effective_price, o.priority, o.id};
+          LivePool& lp = pools.at(o.request.pool);
+          const AskKey k{o.effective_price, o.priority, o.id, &lo, &lp};
           b.asks.insert(k);
           lo.in_spot = spot_now(o);
           if (lo.in_spot) b.spot_asks.insert(k);
+          if (lp.book_asks.empty()) b.ask_pools.insert(&lp);
+          lp.book_asks.insert(k);
+          if (lo.in_spot) lp.book_spot_asks.insert(k);
+          lo.hooked_pool = &lp;
         }
         lo.in_book = true;
       }
@@ -811,11 +879,12 @@ struct Engine::Impl {
     const Book& book = books.at(bid.market);
     const Seconds ws = bid_start(bid);
     const Seconds we = bid_end(bid);
-    for (const AskKey& k : asks_for(book, bid)) {
-      if (k.effective > bid.request.price) break;
-      if (eligible_qty(bid, bid.remaining, orders.at(k.id).o, ws, we).value > 0) return true;
-    }
-    return false;
+    bool found = false;
+    walk_asks(book, bid, bid.request.price, bid.request.constraints, [&](const AskKey& k) {
+      found = eligible_qty(bid, bid.remaining, k.lo->o, ws, we).value > 0;
+      return !found;
+    });
+    return found;
   }
 
   // Matches an incoming bid (out of the book). Emits trades; leaves the bid's own announcement to the caller.
@@ -845,20 +914,20 @@ struct Engine::Impl {
       }
       return;
     }
-    const std::set<AskKey>& asks = asks_for(book, bid.o);
-    for (auto it = asks.begin(); it != asks.end() && bid.o.remaining.value > 0;) {
-      const AskKey k = *it;
-      ++it;
-      if (k.effective > bid.o.request.price) break;
-      LiveOrder& ask = orders.at(k.id);
+    bool stopped = false;
+    walk_asks(book, bid.o, bid.o.request.price, c, [&](const AskKey& k) {
+      if (bid.o.remaining.value <= 0) return false;
+      LiveOrder& ask = *k.lo;
       const Qty q = eligible_qty(bid.o, bid.o.remaining, ask.o, ws, we);
-      if (q.value == 0) continue;
+      if (q.value == 0) return true;
       if (ask.o.account == bid.o.account) {
-        if (!self_trade(bid, ask, at_placement)) return;
-        continue;
+        stopped = !self_trade(bid, ask, at_placement);
+        return !stopped;
       }
       execute_fill(bid, ask, q, ws, we, ask.o.effective_price, Side::buy);
-    }
+      return true;
+    });
+    if (stopped) return;
     if (bid.o.remaining.value > 0) {
       for (const PreemptCandidate& pc : preempt_candidates(bid.o)) {
         if (bid.o.remaining.value == 0) break;
@@ -877,15 +946,16 @@ struct Engine::Impl {
     const bool single = bid.o.request.constraints.single_pool;
     std::map<PoolId, std::pair<Qty, std::vector<PlannedFill>>> per_pool;
     Qty total;
-    for (const AskKey& k : asks_for(book, bid.o)) {
-      if (k.effective > bid.o.request.price) break;
-      const Order& ask = orders.at(k.id).o;
+    std::optional<bool> result;  // set when the walk decided
+    walk_asks(book, bid.o, bid.o.request.price, bid.o.request.constraints, [&](const AskKey& k) {
+      const Order& ask = k.lo->o;
       Qty cap = need - total;
       if (single) cap = need - per_pool[ask.request.pool].first;
       const Qty q = eligible_qty(bid.o, cap, ask, ws, we);
-      if (q.value == 0) continue;
+      if (q.value == 0) return true;
       if (ask.account == bid.o.account) {
         own = true;
+        result = false;
         return false;
       }
       const PlannedFill f{ask.id, LeaseId(), q, ws, we, ask.effective_price};
@@ -895,14 +965,20 @@ struct Engine::Impl {
         pp.second.push_back(f);
         if (pp.first == need) {
           plan = pp.second;
-          return true;
+          result = true;
+          return false;
         }
       } else {
         total += q;
         plan.push_back(f);
-        if (total == need) return true;
+        if (total == need) {
+          result = true;
+          return false;
+        }
       }
-    }
+      return true;
+    });
+    if (result) return *result;
     if (single) return false;
     for (const PreemptCandidate& pc : preempt_candidates(bid.o)) {
       const std::int64_t lot = pc.lot.value;
@@ -922,7 +998,7 @@ struct Engine::Impl {
     BidWalk walk(book.bids, book.duration_bids, spot_now(ask));
     while (const auto k = walk.next()) {
       if (k->price < ask.effective_price) break;
-      const Order& bid = orders.at(k->id).o;
+      const Order& bid = k->lo->o;
       if (eligible_qty(bid, bid.remaining, ask, bid_start(bid), bid_end(bid)).value > 0) return true;
     }
     return false;
@@ -938,7 +1014,7 @@ struct Engine::Impl {
       BidWalk walk(book.bids, book.duration_bids, spot_now(ask.o));
       while (const auto k = walk.next()) {
         if (complete || k->price < ask.o.effective_price) break;
-        const Order& bid = orders.at(k->id).o;
+        const Order& bid = k->lo->o;
         const Seconds ws = bid_start(bid);
         const Seconds we = bid_end(bid);
         const Qty q = eligible_qty(bid, bid.remaining, trial, ws, we);
@@ -965,7 +1041,7 @@ struct Engine::Impl {
     while (ask.o.is_open()) {
       const auto k = walk.next();
       if (!k || k->price < ask.o.effective_price) break;
-      LiveOrder& bid = orders.at(k->id);
+      LiveOrder& bid = *k->lo;
       const Seconds ws = bid_start(bid.o);
       const Seconds we = bid_end(bid.o);
       const Qty q = eligible_qty(bid.o, bid.o.remaining, ask.o, ws, we);
@@ -1531,25 +1607,31 @@ struct Engine::Impl {
     const bool aon = r.time_in_force == TimeInForce::fok || r.constraints.single_pool;
     std::map<PoolId, std::pair<Qty, std::vector<QuoteFill>>> per_pool;
     Qty total;
-    for (const AskKey& k : asks_for(book->second, bid)) {
-      if (k.effective > r.price || total == r.quantity) break;
-      const Order& ask = orders.at(k.id).o;
+    std::optional<std::vector<QuoteFill>> single_fills;  // set when one pool covered the quantity
+    walk_asks(book->second, bid, r.price, r.constraints, [&](const AskKey& k) {
+      if (total == r.quantity) return false;
+      const Order& ask = k.lo->o;
       const PoolId pool = ask.request.pool;
       const Qty cap = r.constraints.single_pool ? r.quantity - per_pool[pool].first : r.quantity - total;
       const Qty q = eligible_qty(bid, cap, ask, ws, we);
-      if (q.value == 0) continue;
+      if (q.value == 0) return true;
       const QuoteFill fill{pool, ask.id, q, ws, we, ask.effective_price, ask.request.price, ask.green_discount_bps,
                            false};
       if (r.constraints.single_pool) {
         auto& pp = per_pool[pool];
         pp.first += q;
         pp.second.push_back(fill);
-        if (pp.first == r.quantity) return pp.second;
+        if (pp.first == r.quantity) {
+          single_fills = pp.second;
+          return false;
+        }
       } else {
         total += q;
         out.push_back(fill);
       }
-    }
+      return true;
+    });
+    if (single_fills) return std::move(*single_fills);
     if (r.constraints.single_pool) return {};
     for (const PreemptCandidate& pc : preempt_candidates(bid)) {
       if (total == r.quantity) break;
