@@ -121,7 +121,7 @@ std::optional<std::int64_t> JsonFields::measure(std::string_view name, Need need
              v->get_int64() < std::numeric_limits<std::int64_t>::max() / unit) {
     n = v->get_int64() * unit;
   } else if (v->is_double() && std::isfinite(v->get_double()) && std::fabs(v->get_double()) < 1e12) {
-    // A measure, not money: accept a double only when it has no more decimals than the scale.
+    // A percentage or similar measure: a JSON double is accepted only with no more decimals than the scale.
     double scaled = v->get_double() * static_cast<double>(unit);
     double rounded = std::round(scaled);
     if (std::fabs(scaled - rounded) < 1e-6) n = static_cast<std::int64_t>(rounded);
