@@ -22,6 +22,7 @@
 #include "server/http_server.hpp"
 #include "server/routes.hpp"
 #include "server/store/migrations.hpp"
+#include "server/ws_session.hpp"
 
 namespace gpuex {
 namespace {
@@ -151,21 +152,17 @@ int serve(const ServerConfig& config) {
   RateLimiter per_ip(config.ip_rate_per_s, config.ip_burst);
   Gate gate(keys, per_key, per_ip);
 
-  // The engine thread and the store writer (DESIGN.md §2); the published books follow commits.
+  // The engine thread and the store writer (DESIGN.md §2); the published books and the WebSocket
+  // channels follow commits (the hub applies committed deltas to the views and publishes them).
   BookViews views;
   EngineRunner* runner_ptr = nullptr;
   store::Writer writer(config.dsn, [&runner_ptr](const std::string&) {
     if (runner_ptr) runner_ptr->store_failed();
   });
-  writer.add_listener([&views](const store::Batch& batch) {
-    for (const auto& logged : batch) {
-      for (const auto& e : logged.events) {
-        if (const auto* d = std::get_if<matching::BookDelta>(&e)) views.apply(*d);
-      }
-    }
-  });
+  ws::Hub hub(views, [&runner_ptr] { return runner_ptr ? runner_ptr->server_time_ms() : 0; });
+  writer.add_listener([&hub](const store::Batch& batch) { hub.publish(batch); });
   EngineRunner runner(engine_config, writer,
-                      {config.dsn, config.tick_interval, 2048, [&views](const matching::Engine& e) { views.reset(e); }});
+                      {config.dsn, config.tick_interval, 2048, [&hub](const matching::Engine& e) { hub.reset(e); }});
   runner_ptr = &runner;
   if (config.test_clock) spdlog::warn("test clock on: POST /v1/admin/clock can move server time (never in production)");
   {
@@ -177,7 +174,7 @@ int serve(const ServerConfig& config) {
   }
   writer.start();
   runner.start();
-  Services services{health, queries, metrics, keys, gate, runner, writer, views, markets, config.test_clock};
+  Services services{health, queries, metrics, keys, gate, runner, writer, views, hub, markets, config.test_clock};
 
   http::Router router;
   add_system_routes(router, services);
@@ -189,6 +186,8 @@ int serve(const ServerConfig& config) {
   add_admin_routes(router, services);
 
   HttpServer server(ioc, config, router, metrics, tls ? &*tls : nullptr);
+  ws::Context websocket{hub, keys, runner, per_ip, services.markets, config};
+  server.set_websocket(&websocket);
   auto bound = server.start();
   write_port_file(config.port_file, bound.port());
   spdlog::info("gpuexd {} listening on {}://{}:{}, database {}, {} markets", GPUEX_VERSION,

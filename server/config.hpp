@@ -35,6 +35,17 @@ struct ServerConfig {
   std::chrono::seconds read_timeout{15};    // a request must arrive whole within this
   std::size_t max_connections = 10'000;
   std::size_t max_connections_per_ip = 1'000;
+
+  // WebSocket /v1/ws (API.md); connections count against the limits above.
+  std::chrono::milliseconds ws_heartbeat{5'000};     // heartbeat on a channel idle this long
+  std::chrono::milliseconds ws_idle_timeout{60'000}; // close a connection that sent nothing this long
+  std::size_t ws_queue_limit = 4'096;                // messages waiting for a slow reader, then close
+  int ws_send_buffer = 64 * 1024;                    // the socket's kernel send buffer (0: the OS's)
+  std::size_t ws_max_subscriptions = 100;            // channels per connection
+  std::size_t ws_message_limit = 16 * 1024;          // bytes in one client message (close 1009 above)
+  unsigned ws_bad_message_limit = 10;                // bad client messages before the server closes
+  double ws_message_rate = 20;                       // client messages per second (burst below)
+  double ws_message_burst = 50;
 };
 
 }  // namespace gpuex

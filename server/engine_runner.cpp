@@ -37,6 +37,11 @@ std::int64_t EngineRunner::server_time() const {
   return wall.count() + clock_offset_.load();
 }
 
+std::int64_t EngineRunner::server_time_ms() const {
+  auto wall = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch());
+  return wall.count() + clock_offset_.load() * 1000;
+}
+
 EngineRunner::Recovery EngineRunner::recover(store::PgConnection& db) {
   auto started = SteadyClock::now();
   Engine engine(config_);

@@ -98,6 +98,8 @@ class EngineRunner {
   void advance_clock(std::int64_t seconds) { clock_offset_.fetch_add(seconds); }
   // Server time: the wall clock plus any test-clock advance, Unix seconds.
   std::int64_t server_time() const;
+  // The same in milliseconds (the `ts` of WebSocket messages).
+  std::int64_t server_time_ms() const;
 
  private:
   struct Submit {

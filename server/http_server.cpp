@@ -127,6 +127,12 @@ void HttpServer::add_session(const std::shared_ptr<http::Session>& session) {
   metrics_.connection_opened();
 }
 
+void HttpServer::hand_over(http::Session* from, const std::shared_ptr<http::Session>& to) {
+  std::lock_guard lock(mutex_);
+  sessions_.erase(from);
+  sessions_.emplace(to.get(), to);
+}
+
 void HttpServer::remove_session(http::Session* session, const std::string& ip) {
   std::lock_guard lock(mutex_);
   if (sessions_.erase(session) > 0) metrics_.connection_closed();

@@ -17,6 +17,9 @@
 #include "server/router.hpp"
 
 namespace gpuex {
+namespace ws {
+struct Context;
+}
 
 class HttpServer {
  public:
@@ -37,6 +40,13 @@ class HttpServer {
   // Called by sessions as they start and end.
   void add_session(const std::shared_ptr<http::Session>& session);
   void remove_session(http::Session* session, const std::string& ip);
+  // A connection changes hands (an HTTP session upgraded to a WebSocket): `to` takes `from`'s place
+  // and its count; `from` must then not call remove_session.
+  void hand_over(http::Session* from, const std::shared_ptr<http::Session>& to);
+
+  // Where upgrades to /v1/ws go; without it /v1/ws is an unknown route.
+  void set_websocket(ws::Context* context) { websocket_ = context; }
+  ws::Context* websocket() const { return websocket_; }
 
  private:
   void accept();
@@ -48,6 +58,7 @@ class HttpServer {
   const http::Router& router_;
   Metrics& metrics_;
   boost::asio::ssl::context* tls_;
+  ws::Context* websocket_ = nullptr;
   boost::asio::ip::tcp::acceptor acceptor_;
   std::atomic<bool> stopping_{false};
 

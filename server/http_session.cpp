@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "server/http_server.hpp"
+#include "server/ws_session.hpp"
 
 namespace gpuex::http {
 namespace {
@@ -37,7 +38,9 @@ class HttpSession : public Session, public std::enable_shared_from_this<HttpSess
   HttpSession(HttpServer& server, std::string ip, Args&&... args)
       : stream_(std::forward<Args>(args)...), server_(server), ip_(std::move(ip)) {}
 
-  ~HttpSession() override { server_.remove_session(this, ip_); }
+  ~HttpSession() override {
+    if (!handed_over_) server_.remove_session(this, ip_);
+  }
 
   void run() {
     net::dispatch(stream_.get_executor(), [self = this->shared_from_this()] {
@@ -106,6 +109,16 @@ class HttpSession : public Session, public std::enable_shared_from_this<HttpSess
     dispatch_request();
   }
 
+  // /v1/ws: the connection becomes a WebSocket session, which takes this one's place in the server.
+  void upgrade() {
+    route_ = "/v1/ws";
+    if (auto refused = server_.websocket()->refuse(parser_->get(), ip_)) return send(std::move(*refused));
+    server_.metrics().record_request(method_, route_, 101, Clock::now() - started_);
+    auto ws = ws::start_session(std::move(stream_), parser_->release(), ip_, server_, *server_.websocket());
+    server_.hand_over(this, ws);
+    handed_over_ = true;
+  }
+
   // A request we will not route: answer it, then close without reading further.
   void fail_request(Response res) {
     closing_ = true;
@@ -119,6 +132,7 @@ class HttpSession : public Session, public std::enable_shared_from_this<HttpSess
     method_ = req.method_string();
     std::string_view target = req.target();
     auto path = target.substr(0, target.find('?'));
+    if (path == "/v1/ws" && server_.websocket()) return upgrade();
     auto match = server_.router().match(req.method(), path);
     route_ = match.pattern.empty() ? "(unknown)" : match.pattern;
 
@@ -213,6 +227,7 @@ class HttpSession : public Session, public std::enable_shared_from_this<HttpSess
   Clock::time_point started_{};
   std::string method_;
   std::string route_;
+  bool handed_over_ = false;  // upgraded: the WebSocket session owns the connection now
   bool busy_ = false;     // a request is being handled or its response written
   bool closing_ = false;  // close after the current response
 };

@@ -67,6 +67,26 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   serve->add_option("--max-connections-per-ip", config.max_connections_per_ip, "Open connections per client IP")
       ->capture_default_str();
+  serve->add_option("--ws-heartbeat-ms", config.ws_heartbeat, "WebSocket: heartbeat on a channel idle this long")
+      ->check(CLI::Range(10, 600'000))
+      ->capture_default_str();
+  serve->add_option("--ws-idle-ms", config.ws_idle_timeout, "WebSocket: close a connection silent this long")
+      ->check(CLI::Range(50, 3'600'000))
+      ->capture_default_str();
+  serve->add_option("--ws-queue", config.ws_queue_limit, "WebSocket: messages queued for a slow reader before it is closed")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1'000'000}))
+      ->capture_default_str();
+  serve->add_option("--ws-send-buffer", config.ws_send_buffer,
+                    "WebSocket: kernel send buffer per connection in bytes (0: the OS default, which grows to MBs)")
+      ->check(CLI::Range(0, 64 * 1024 * 1024))
+      ->capture_default_str();
+  serve->add_option("--ws-max-subscriptions", config.ws_max_subscriptions, "WebSocket: channels per connection")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{10'000}))
+      ->capture_default_str();
+  serve->add_option("--ws-message-rate", config.ws_message_rate, "WebSocket: client messages per second")
+      ->capture_default_str();
+  serve->add_option("--ws-message-burst", config.ws_message_burst, "WebSocket: client message burst")
+      ->capture_default_str();
 
   auto* migrate = app.add_subcommand("migrate", "Apply pending database migrations and exit");
   add_database_options(*migrate, config);

@@ -15,6 +15,7 @@
 #include "server/router.hpp"
 #include "server/store/health_monitor.hpp"
 #include "server/store/query_pool.hpp"
+#include "server/ws_hub.hpp"
 
 namespace gpuex {
 
@@ -28,6 +29,7 @@ struct Services {
   EngineRunner& runner;
   store::Writer& writer;
   BookViews& views;
+  ws::Hub& hub;
   std::map<std::string, matching::MarketSpec> markets;  // by id
   bool test_clock = false;
 };

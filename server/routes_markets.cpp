@@ -47,18 +47,10 @@ void add_market_routes(http::Router& router, Services& services) {
                                                                              http::Respond respond) {
     const auto& market = ctx.path_params.at("m");
     if (!services.markets.count(market)) return respond(not_found("market"));
-    matching::Bucket bucket = matching::Bucket::spot();
-    auto name = query_param(ctx, "bucket").value_or("spot");
-    if (name != "spot") {
-      int y = 0, m = 0;
-      bool ok = name.size() == 7 && name[4] == '-' &&
-                std::from_chars(name.data(), name.data() + 4, y).ptr == name.data() + 4 &&
-                std::from_chars(name.data() + 5, name.data() + 7, m).ptr == name.data() + 7 && y >= 1970 && m >= 1 && m <= 12;
-      if (!ok) {
-        return respond(http::error_response(http::Status::bad_request, "invalid_field",
-                                            "bucket must be spot or a month such as 2027-01", "bucket"));
-      }
-      bucket = matching::Bucket{y * 100 + m};
+    auto bucket = wire::parse_bucket(query_param(ctx, "bucket").value_or("spot"));
+    if (!bucket) {
+      return respond(http::error_response(http::Status::bad_request, "invalid_field",
+                                          "bucket must be spot or a month such as 2027-01", "bucket"));
     }
     std::size_t depth = 20;
     if (auto d = query_param(ctx, "depth")) {
@@ -69,21 +61,13 @@ void add_market_routes(http::Router& router, Services& services) {
       }
       depth = static_cast<std::size_t>(std::min(v, 1000L));  // more is clamped (API.md)
     }
-    auto view = services.views.get(matching::MarketId{market}, bucket, depth);
-    auto levels = [](const std::vector<matching::Level>& side) {
-      boost::json::array out;
-      for (const auto& l : side) out.push_back(boost::json::array{boost::json::value(wire::price_string(l.price)),
-                                                                  boost::json::value(l.quantity.value)});
-      return out;
-    };
-    respond(http::json_response(
-        http::Status::ok,
-        {{"market", market},
-         {"bucket", matching::to_string(bucket)},
-         {"sequence", view.sequence},
-         {"bids", levels(view.bids)},
-         {"asks", levels(view.asks)},
-         {"constrained_bids", {{"orders", view.constrained_bids.orders}, {"gpus", view.constrained_bids.gpus.value}}}}));
+    auto view = services.views.get(matching::MarketId{market}, *bucket, depth);
+    respond(http::json_response(http::Status::ok, {{"market", market},
+                                                   {"bucket", matching::to_string(*bucket)},
+                                                   {"sequence", view.sequence},
+                                                   {"bids", wire::levels_json(view.bids)},
+                                                   {"asks", wire::levels_json(view.asks)},
+                                                   {"constrained_bids", wire::constrained_json(view.constrained_bids)}}));
   }));
 }
 

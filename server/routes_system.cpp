@@ -35,6 +35,12 @@ void add_system_routes(http::Router& router, Services& services) {
     add("gpuex_store_commands_total", "counter", "Engine commands committed.", w.commands);
     add("gpuex_store_rows_total", "counter", "Rows written with those commands (the commands included).", w.statements);
     add("gpuex_store_failed_transactions_total", "counter", "Transactions that did not commit.", w.failed_transactions);
+    auto ws = services.hub.stats();
+    add("gpuex_ws_subscriptions", "gauge", "WebSocket channel subscriptions open.", ws.subscriptions);
+    add("gpuex_ws_messages_total", "counter", "WebSocket channel messages built (each serialized once).", ws.messages);
+    add("gpuex_ws_deliveries_total", "counter", "WebSocket messages queued to subscribers.", ws.deliveries);
+    add("gpuex_ws_slow_consumers_total", "counter", "WebSocket connections closed for not reading fast enough.",
+        ws.slow_consumers);
     add("gpuex_engine_accepting", "gauge", "1 while the engine takes writes.", services.runner.accepting() ? 1 : 0);
     respond(http::text_response(http::Status::ok, std::move(text), "text/plain; version=0.0.4"));
   });

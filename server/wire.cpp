@@ -63,6 +63,28 @@ std::string measure(std::int64_t v, int scale) { return format_fixed(v, scale, 0
 std::string time_string(Seconds t) { return format_rfc3339(t.value); }
 std::string price_string(Price p) { return format_price(p.value); }
 
+std::optional<Bucket> parse_bucket(std::string_view text) {
+  if (text == "spot") return Bucket::spot();
+  int y = 0, m = 0;
+  bool ok = text.size() == 7 && text[4] == '-' &&
+            std::from_chars(text.data(), text.data() + 4, y).ptr == text.data() + 4 &&
+            std::from_chars(text.data() + 5, text.data() + 7, m).ptr == text.data() + 7 && y >= 1970 && m >= 1 &&
+            m <= 12;
+  if (!ok) return std::nullopt;
+  return Bucket{y * 100 + m};
+}
+
+json::array levels_json(const std::vector<Level>& levels) {
+  json::array out;
+  out.reserve(levels.size());
+  for (const auto& l : levels) out.push_back(json::array{json::value(price_string(l.price)), json::value(l.quantity.value)});
+  return out;
+}
+
+json::object constrained_json(const ConstrainedBids& constrained) {
+  return {{"orders", constrained.orders}, {"gpus", constrained.gpus.value}};
+}
+
 OrderRequest read_order_request(JsonFields& f) {
   OrderRequest r;
   auto side = f.one_of("side", Need::required, {"buy", "sell"});

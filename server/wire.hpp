@@ -2,11 +2,15 @@
 // into JSON responses. Validation that needs no market state happens here and becomes a 400.
 #pragma once
 
+#include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
 
 #include <optional>
 #include <string>
+#include <string_view>
+#include <vector>
 
+#include "matching/engine.hpp"
 #include "matching/lease.hpp"
 #include "matching/order.hpp"
 #include "matching/pool.hpp"
@@ -43,5 +47,11 @@ boost::json::object print_json(const matching::Trade& trade);
 
 std::string time_string(matching::Seconds t);
 std::string price_string(matching::Price p);
+
+// "spot" or a month "2027-01" -> the book bucket; nullopt for anything else.
+std::optional<matching::Bucket> parse_bucket(std::string_view text);
+// Book levels as [["2.0500", 16], ...] and the constrained-bid count as {orders, gpus}.
+boost::json::array levels_json(const std::vector<matching::Level>& levels);
+boost::json::object constrained_json(const matching::ConstrainedBids& constrained);
 
 }  // namespace gpuex::wire

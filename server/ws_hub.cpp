@@ -1,0 +1,214 @@
+// See ws_hub.hpp.
+#include "server/ws_hub.hpp"
+
+#include <boost/json/serialize.hpp>
+
+#include <limits>
+
+#include "server/wire.hpp"
+
+namespace gpuex::ws {
+
+using namespace matching;
+namespace json = boost::json;
+
+namespace {
+
+constexpr std::string_view kind_name(Channel::Kind kind) {
+  switch (kind) {
+    case Channel::Kind::book: return "book";
+    case Channel::Kind::trades: return "trades";
+    case Channel::Kind::orders: return "orders";
+    case Channel::Kind::fills: return "fills";
+    case Channel::Kind::leases: return "leases";
+  }
+  return "?";
+}
+
+std::string private_key(Channel::Kind kind, std::int64_t account) {
+  return std::string(kind_name(kind)) + "#" + std::to_string(account);
+}
+
+}  // namespace
+
+std::string Channel::key() const { return is_private() ? private_key(kind, account) : name; }
+
+std::variant<Channel, ChannelError> parse_channel(std::string_view name,
+                                                  const std::map<std::string, MarketSpec>& markets,
+                                                  std::int64_t account, bool may_read) {
+  Channel c;
+  c.name = std::string(name);
+  auto colon = name.find(':');
+  auto head = name.substr(0, colon);
+  auto market_known = [&](std::string_view m) { return markets.count(std::string(m)) > 0; };
+
+  if (head == "orders" || head == "fills" || head == "leases") {
+    if (colon != std::string_view::npos) {
+      return ChannelError{"invalid_channel", "private channels take no arguments: subscribe to \"" +
+                                                 std::string(head) + "\""};
+    }
+    if (account == 0) {
+      return ChannelError{"unauthenticated", "channel " + c.name + " needs an API key: send {\"op\":\"auth\"} first"};
+    }
+    if (!may_read) return ChannelError{"forbidden", "channel " + c.name + " needs a key with the read scope"};
+    c.kind = head == "orders" ? Channel::Kind::orders : head == "fills" ? Channel::Kind::fills : Channel::Kind::leases;
+    c.account = account;
+    return c;
+  }
+  if (head == "trades" && colon != std::string_view::npos) {
+    auto market = name.substr(colon + 1);
+    if (!market_known(market)) return ChannelError{"not_found", "no such market: " + std::string(market)};
+    c.kind = Channel::Kind::trades;
+    c.market = MarketId{std::string(market)};
+    return c;
+  }
+  if (head == "book" && colon != std::string_view::npos) {
+    auto rest = name.substr(colon + 1);
+    auto second = rest.find(':');
+    if (second == std::string_view::npos) {
+      return ChannelError{"invalid_channel", "a book channel is book:{market}:{bucket}, e.g. book:h100-80gb:spot"};
+    }
+    auto market = rest.substr(0, second);
+    if (!market_known(market)) return ChannelError{"not_found", "no such market: " + std::string(market)};
+    auto bucket = wire::parse_bucket(rest.substr(second + 1));
+    if (!bucket) {
+      return ChannelError{"invalid_channel", "the bucket of " + c.name + " must be spot or a month such as 2027-01"};
+    }
+    c.kind = Channel::Kind::book;
+    c.market = MarketId{std::string(market)};
+    c.bucket = *bucket;
+    return c;
+  }
+  return ChannelError{"invalid_channel", "unknown channel \"" + c.name +
+                                             "\"; channels are book:{market}:{bucket}, trades:{market}, orders, "
+                                             "fills, leases"};
+}
+
+Hub::Hub(BookViews& views, std::function<std::int64_t()> clock_ms) : views_(views), clock_ms_(std::move(clock_ms)) {}
+
+void Hub::subscribe(const Channel& channel, const std::shared_ptr<Subscriber>& subscriber) {
+  std::lock_guard lock(mutex_);
+  auto [it, fresh] = channels_.try_emplace(channel.key());
+  Listeners& l = it->second;
+  if (fresh) l.channel = channel;
+  std::erase_if(l.subscribers, [&](const auto& w) {
+    auto s = w.lock();
+    return !s || s == subscriber;
+  });
+  if (channel.kind == Channel::Kind::book) {
+    // The snapshot and the deltas after it come from the same lock: no overlap, no gap.
+    Depth d = views_.get(channel.market, channel.bucket, std::numeric_limits<std::size_t>::max());
+    l.seq = d.sequence;
+    json::object body{{"type", "snapshot"},
+                      {"channel", channel.name},
+                      {"seq", d.sequence},
+                      {"ts", clock_ms_()},
+                      {"bids", wire::levels_json(d.bids)},
+                      {"asks", wire::levels_json(d.asks)},
+                      {"constrained_bids", wire::constrained_json(d.constrained_bids)}};
+    subscriber->deliver(channel, d.sequence, std::make_shared<const std::string>(json::serialize(body)));
+    ++stats_.messages;
+    ++stats_.deliveries;
+  }
+  l.subscribers.push_back(subscriber);
+}
+
+void Hub::unsubscribe(const Channel& channel, const Subscriber* subscriber) {
+  std::lock_guard lock(mutex_);
+  auto it = channels_.find(channel.key());
+  if (it == channels_.end()) return;
+  std::erase_if(it->second.subscribers, [&](const auto& w) {
+    auto s = w.lock();
+    return !s || s.get() == subscriber;
+  });
+  // Private channels come and go with their accounts' connections; public ones keep their seq.
+  if (it->second.subscribers.empty() && it->second.channel.is_private()) channels_.erase(it);
+}
+
+void Hub::send(const std::string& key, std::string_view type, json::object body, std::optional<std::uint64_t> seq) {
+  auto it = channels_.find(key);
+  if (it == channels_.end()) return;
+  Listeners& l = it->second;
+  l.seq = seq ? *seq : l.seq + 1;
+  if (l.subscribers.empty()) return;
+  body["type"] = type;
+  body["channel"] = l.channel.name;
+  body["seq"] = l.seq;
+  body["ts"] = clock_ms_();
+  auto message = std::make_shared<const std::string>(json::serialize(body));
+  ++stats_.messages;
+  std::size_t live = 0;
+  for (std::size_t i = 0; i < l.subscribers.size(); ++i) {
+    if (auto s = l.subscribers[i].lock()) {
+      s->deliver(l.channel, l.seq, message);
+      ++stats_.deliveries;
+      if (live != i) l.subscribers[live] = std::move(l.subscribers[i]);  // (a self-move would empty it)
+      ++live;
+    }
+  }
+  l.subscribers.resize(live);
+}
+
+void Hub::send_private(AccountId account, Channel::Kind kind, std::string_view type, json::object body) {
+  auto key = private_key(kind, account.value);
+  if (channels_.count(key)) send(key, type, std::move(body));
+}
+
+void Hub::publish(const store::Batch& batch) {
+  std::lock_guard lock(mutex_);
+  for (const auto& logged : batch) {
+    for (const auto& event : logged.events) {
+      std::visit(
+          [&](const auto& e) {
+            using E = std::decay_t<decltype(e)>;
+            if constexpr (std::is_same_v<E, BookDelta>) {
+              views_.apply(e);
+              json::array changes;
+              for (const auto& c : e.changes) {
+                changes.push_back(json::array{json::value(to_string(c.side)), json::value(wire::price_string(c.price)),
+                                              json::value(c.quantity.value)});
+              }
+              send("book:" + e.market.value + ":" + to_string(e.bucket), "delta",
+                   {{"changes", std::move(changes)}, {"constrained_bids", wire::constrained_json(e.constrained_bids)}},
+                   e.sequence);
+            } else if constexpr (std::is_same_v<E, TradeEvent>) {
+              const Trade& t = e.trade;
+              send("trades:" + t.market.value, "trade", {{"trade", wire::print_json(t)}});
+              send_private(t.buyer, Channel::Kind::fills, "fill", {{"fill", wire::fill_json(t, Side::buy)}});
+              send_private(t.seller, Channel::Kind::fills, "fill", {{"fill", wire::fill_json(t, Side::sell)}});
+            } else if constexpr (std::is_same_v<E, OrderAccepted> || std::is_same_v<E, OrderRejected> ||
+                                 std::is_same_v<E, OrderUpdated> || std::is_same_v<E, OrderDone>) {
+              send_private(e.order.account, Channel::Kind::orders, "order", {{"order", wire::order_json(e.order)}});
+            } else if constexpr (std::is_same_v<E, LeaseChanged>) {
+              const Lease& l = e.lease;
+              send_private(l.buyer, Channel::Kind::leases, "lease", {{"lease", wire::lease_json(l, l.buyer)}});
+              if (l.provider != l.buyer) {
+                send_private(l.provider, Channel::Kind::leases, "lease", {{"lease", wire::lease_json(l, l.provider)}});
+              }
+            } else if constexpr (std::is_same_v<E, LeasePreempted>) {
+              send_private(e.buyer, Channel::Kind::leases, "preempted",
+                           {{"lease_id", std::to_string(e.lease.value)},
+                            {"quantity", e.quantity.value},
+                            {"preempted_at", wire::time_string(e.preempted_at)},
+                            {"ends_at", wire::time_string(e.ends_at)},
+                            {"by_trade", std::to_string(e.by_trade.value)}});
+            }
+          },
+          event);
+    }
+  }
+}
+
+void Hub::reset(const Engine& engine) {
+  std::lock_guard lock(mutex_);
+  views_.reset(engine);
+}
+
+Hub::Stats Hub::stats() const {
+  std::lock_guard lock(mutex_);
+  Stats s = stats_;
+  for (const auto& [key, l] : channels_) s.subscriptions += l.subscribers.size();
+  return s;
+}
+
+}  // namespace gpuex::ws

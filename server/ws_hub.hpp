@@ -1,0 +1,113 @@
+// The WebSocket hub: the channels of /v1/ws (API.md) and who listens to them. The store writer hands
+// it every committed batch; it turns the batch's events into channel messages, each serialized once
+// and shared by all of the channel's subscribers. It also owns the ordering of the published books:
+// committed deltas reach the REST views and the book channels under one lock, so a subscriber's
+// snapshot and the deltas after it never overlap or leave a gap. No Beast or Asio here.
+#pragma once
+
+#include <boost/json/object.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "server/book_views.hpp"
+#include "server/store/writer.hpp"
+
+namespace gpuex::ws {
+
+using Message = std::shared_ptr<const std::string>;
+
+// A channel a client named, checked. Private channels belong to the account that subscribed.
+struct Channel {
+  enum class Kind { book, trades, orders, fills, leases };
+  Kind kind{Kind::book};
+  std::string name;             // as the client wrote it: "book:h100-80gb:spot", "orders"
+  matching::MarketId market;    // book, trades
+  matching::Bucket bucket;      // book
+  std::int64_t account = 0;     // orders, fills, leases
+
+  bool is_private() const { return kind == Kind::orders || kind == Kind::fills || kind == Kind::leases; }
+  // The hub's key: the name, plus the account for a private channel.
+  std::string key() const;
+};
+
+// Why a channel name was refused: an error code of the socket protocol and a human message.
+struct ChannelError {
+  std::string code;  // "invalid_channel", "not_found", "unauthenticated", "forbidden"
+  std::string message;
+};
+
+// Parses "book:{market}:{bucket}", "trades:{market}", "orders", "fills", "leases". `account` is the
+// authenticated account (0 if none) and `may_read` whether its key has the read scope.
+std::variant<Channel, ChannelError> parse_channel(std::string_view name,
+                                                  const std::map<std::string, matching::MarketSpec>& markets,
+                                                  std::int64_t account, bool may_read);
+
+// A connection that listens. deliver() runs under the hub's lock (on the writer thread, or in
+// subscribe()): it must only queue the message, never block or call back into the hub.
+class Subscriber {
+ public:
+  virtual ~Subscriber() = default;
+  virtual void deliver(const Channel& channel, std::uint64_t seq, const Message& message) = 0;
+};
+
+class Hub {
+ public:
+  // `clock_ms`: server time in Unix milliseconds (with any test-clock advance), the `ts` of messages.
+  Hub(BookViews& views, std::function<std::int64_t()> clock_ms);
+
+  // Adds `subscriber` to `channel` (a repeat replaces the old subscription); a book channel first
+  // delivers its snapshot.
+  void subscribe(const Channel& channel, const std::shared_ptr<Subscriber>& subscriber);
+  void unsubscribe(const Channel& channel, const Subscriber* subscriber);
+
+  // The writer's after-commit listener: applies committed book deltas to the views, then publishes.
+  void publish(const store::Batch& batch);
+  // After the engine was rebuilt (only committed state): the views are reset to it.
+  void reset(const matching::Engine& engine);
+
+  std::int64_t now_ms() const { return clock_ms_(); }
+
+  // A connection was closed because it did not read fast enough.
+  void count_slow_consumer() {
+    std::lock_guard lock(mutex_);
+    ++stats_.slow_consumers;
+  }
+
+  struct Stats {
+    std::uint64_t messages = 0;        // messages built
+    std::uint64_t deliveries = 0;      // messages handed to subscribers
+    std::uint64_t slow_consumers = 0;  // connections closed for falling behind
+    std::size_t subscriptions = 0;
+  };
+  Stats stats() const;
+
+ private:
+  struct Listeners {
+    Channel channel;
+    std::uint64_t seq = 0;  // the last message's (book channels: the view's sequence)
+    std::vector<std::weak_ptr<Subscriber>> subscribers;
+  };
+  // Builds and sends one message to the channel `key` if anyone listens; `body` gets type, channel,
+  // seq and ts added. `seq` is the book's sequence, or nullopt to count one up.
+  void send(const std::string& key, std::string_view type, boost::json::object body,
+            std::optional<std::uint64_t> seq = std::nullopt);
+  void send_private(matching::AccountId account, Channel::Kind kind, std::string_view type,
+                    boost::json::object body);
+
+  BookViews& views_;
+  std::function<std::int64_t()> clock_ms_;
+  mutable std::mutex mutex_;
+  std::map<std::string, Listeners> channels_;
+  Stats stats_;
+};
+
+}  // namespace gpuex::ws

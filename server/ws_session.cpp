@@ -1,0 +1,565 @@
+// See ws_session.hpp. One strand per connection (the socket's executor); the hub delivers from the
+// store writer's thread into a queue guarded by a mutex, and the strand writes it out one message
+// at a time.
+#include "server/ws_session.hpp"
+
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core/buffers_to_string.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/write.hpp>
+#include <boost/beast/websocket.hpp>
+#include <boost/beast/websocket/ssl.hpp>
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+#include <spdlog/spdlog.h>
+
+#include <deque>
+#include <set>
+
+#include "server/gate.hpp"
+#include "server/http_server.hpp"
+
+namespace gpuex::ws {
+namespace {
+
+namespace beast = boost::beast;
+namespace net = boost::asio;
+namespace websocket = beast::websocket;
+namespace json = boost::json;
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kCloseDeadline = std::chrono::seconds(2);  // a close handshake that takes longer is cut
+constexpr auto kHandshakeTime = std::chrono::seconds(10);
+
+Message make_message(const json::object& body) { return std::make_shared<const std::string>(json::serialize(body)); }
+
+template <class NextLayer>
+class WsSession : public http::Session,
+                  public Subscriber,
+                  public std::enable_shared_from_this<WsSession<NextLayer>> {
+ public:
+  WsSession(NextLayer stream, http::Request upgrade, std::string ip, HttpServer& server, Context& context)
+      : ws_(std::move(stream)),
+        upgrade_(std::move(upgrade)),
+        ip_(std::move(ip)),
+        server_(server),
+        context_(context),
+        timer_(ws_.get_executor()),
+        close_deadline_(ws_.get_executor()),
+        inbound_(context.config.ws_message_burst) {}
+
+  ~WsSession() override { server_.remove_session(this, ip_); }
+
+  void run() {
+    net::dispatch(ws_.get_executor(), [self = this->shared_from_this()] { self->authenticate_upgrade(); });
+  }
+
+  void shutdown() override {
+    net::post(ws_.get_executor(), [self = this->shared_from_this()] {
+      self->close(websocket::close_code::going_away, "the server is shutting down");
+    });
+  }
+
+  // From the hub, under its lock, on the writer thread (or on this strand while subscribing).
+  void deliver(const Channel& channel, std::uint64_t seq, const Message& message) override {
+    std::lock_guard lock(mutex_);
+    auto it = subscriptions_.find(channel.key());
+    if (it == subscriptions_.end()) return;  // unsubscribed meanwhile
+    it->second.last_seq = seq;
+    it->second.last_sent = Clock::now();
+    enqueue_locked(message);
+  }
+
+ private:
+  const ServerConfig& config() const { return context_.config; }
+
+  struct Subscription {
+    Channel channel;
+    std::uint64_t last_seq = 0;
+    Clock::time_point last_sent;
+  };
+
+  // ---- upgrade -------------------------------------------------------------------------------
+
+  // An Authorization header on the upgrade authenticates the connection; a bad key is a plain 401.
+  void authenticate_upgrade() {
+    auto token = bearer_token(upgrade_);
+    if (!token) return accept();
+    context_.keys.authenticate(*token, [self = this->shared_from_this()](KeyStore::Outcome outcome, Principal p) {
+      net::post(self->ws_.get_executor(), [self, outcome, p = std::move(p)]() mutable {
+        if (outcome == KeyStore::Outcome::ok) {
+          self->principal_ = std::move(p);
+          return self->accept();
+        }
+        self->refuse_upgrade(outcome == KeyStore::Outcome::store_unavailable
+                                 ? http::error_response(http::Status::service_unavailable, "store_unavailable",
+                                                        "the key cannot be checked: PostgreSQL does not answer")
+                                 : http::error_response(http::Status::unauthorized, "unauthenticated",
+                                                        "unknown or revoked API key"));
+      });
+    });
+  }
+
+  void refuse_upgrade(http::Response res) {
+    res.keep_alive(false);
+    auto shared = std::make_shared<http::Response>(std::move(res));
+    beast::get_lowest_layer(ws_).expires_after(kHandshakeTime);
+    http::bhttp::async_write(ws_.next_layer(), *shared,
+                             [self = this->shared_from_this(), shared](beast::error_code, std::size_t) {
+                               beast::error_code ignored;
+                               beast::get_lowest_layer(self->ws_).socket().shutdown(net::socket_base::shutdown_send,
+                                                                                    ignored);
+                               beast::get_lowest_layer(self->ws_).socket().close(ignored);
+                             });
+  }
+
+  void accept() {
+    // From here on the WebSocket layer keeps its own time: a handshake limit, and our idle check.
+    beast::get_lowest_layer(ws_).expires_never();
+    websocket::stream_base::timeout timeouts{kHandshakeTime, websocket::stream_base::none(), false};
+    ws_.set_option(timeouts);
+    ws_.set_option(websocket::stream_base::decorator(
+        [](websocket::response_type& res) { res.set(http::bhttp::field::server, "gpuexd/" GPUEX_VERSION); }));
+    ws_.read_message_max(config().ws_message_limit);
+    // What waits for a slow reader is bounded by our queue plus this, not by the kernel's autotuning.
+    if (config().ws_send_buffer > 0) {
+      beast::error_code ignored;
+      beast::get_lowest_layer(ws_).socket().set_option(net::socket_base::send_buffer_size(config().ws_send_buffer),
+                                                       ignored);
+    }
+    ws_.text(true);
+    // Pings and pongs from the client count as signs of life.
+    ws_.control_callback([this](websocket::frame_type, beast::string_view) { last_received_ = Clock::now(); });
+    ws_.async_accept(upgrade_, [self = this->shared_from_this()](beast::error_code ec) {
+      if (ec) return self->end();
+      self->upgrade_ = {};
+      self->last_received_ = Clock::now();
+      self->read();
+      self->arm_timer();
+    });
+  }
+
+  // ---- reading ------------------------------------------------------------------------------
+
+  void read() {
+    ws_.async_read(in_, [self = this->shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
+  }
+
+  void on_read(beast::error_code ec) {
+    if (ec) return end();  // closed by either side, too big (Beast answered 1009), or the socket failed
+    last_received_ = Clock::now();
+    std::string text = beast::buffers_to_string(in_.data());
+    in_.consume(in_.size());
+    if (!closing()) handle(text, ws_.got_text());
+    read();
+  }
+
+  void handle(const std::string& text, bool is_text) {
+    auto now = Clock::now();
+    inbound_ = std::min(config().ws_message_burst,
+                        inbound_ + config().ws_message_rate * std::chrono::duration<double>(now - inbound_at_).count());
+    inbound_at_ = now;
+    if (inbound_ < 1) return bad("rate_limited", "more than the allowed messages per second");
+    inbound_ -= 1;
+    if (!is_text) return bad("malformed_json", "messages are JSON text frames");
+    boost::system::error_code ec;
+    json::value v = json::parse(text, ec);
+    if (ec || !v.is_object()) return bad("malformed_json", "a message is a JSON object such as {\"op\":\"ping\"}");
+    const json::object& m = v.as_object();
+    const json::value* op = m.if_contains("op");
+    if (!op || !op->is_string()) return bad("missing_field", "every message needs an \"op\"", "op");
+    std::string_view name = op->as_string();
+    if (name == "ping") return reply({{"type", "pong"}, {"ts", context_.hub.now_ms()}});
+    if (name == "subscribe") return subscribe(m);
+    if (name == "unsubscribe") return unsubscribe(m);
+    if (name == "auth") return auth(m);
+    if (name == "cancel_on_disconnect") return cancel_on_disconnect(m);
+    bad("invalid_field", "unknown op \"" + std::string(name) + "\"; ops are subscribe, unsubscribe, auth, ping, "
+                             "cancel_on_disconnect", "op");
+  }
+
+  // Checks that `m` has only `allowed` fields; answers the first stranger.
+  bool only_fields(const json::object& m, std::initializer_list<std::string_view> allowed) {
+    for (const auto& [k, v] : m) {
+      if (std::find(allowed.begin(), allowed.end(), k) == allowed.end()) {
+        bad("unknown_field", "unknown field \"" + std::string(k) + "\"", k);
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // The channel names of a subscribe/unsubscribe, or nullopt after answering the error.
+  std::optional<std::vector<std::string>> channel_names(const json::object& m) {
+    if (!only_fields(m, {"op", "channels"})) return std::nullopt;
+    const json::value* list = m.if_contains("channels");
+    if (!list) {
+      bad("missing_field", "\"channels\" lists the channels, e.g. [\"trades:h100-80gb\"]", "channels");
+      return std::nullopt;
+    }
+    if (!list->is_array() || list->as_array().empty()) {
+      bad("invalid_field", "\"channels\" must be a non-empty array of channel names", "channels");
+      return std::nullopt;
+    }
+    std::vector<std::string> names;
+    for (const auto& c : list->as_array()) {
+      if (!c.is_string() || c.as_string().size() > 200) {
+        bad("invalid_field", "each channel is a string of at most 200 characters", "channels");
+        return std::nullopt;
+      }
+      names.emplace_back(c.as_string());
+    }
+    if (names.size() > config().ws_max_subscriptions) {
+      bad("too_many_subscriptions", "at most " + std::to_string(config().ws_max_subscriptions) +
+                                        " channels per connection", "channels");
+      return std::nullopt;
+    }
+    return names;
+  }
+
+  std::variant<Channel, ChannelError> parse(const std::string& name) const {
+    return parse_channel(name, context_.markets, principal_ ? principal_->account_id : 0,
+                         principal_ && has_scope(principal_->scopes, Scope::read));
+  }
+
+  void subscribe(const json::object& m) {
+    auto names = channel_names(m);
+    if (!names) return;
+    std::vector<Channel> channels;
+    std::set<std::string> added;
+    {
+      std::lock_guard lock(mutex_);
+      for (const auto& name : *names) {
+        auto parsed = parse(name);
+        if (auto* err = std::get_if<ChannelError>(&parsed)) return bad_locked(err->code, err->message, "channels", name);
+        auto& c = std::get<Channel>(parsed);
+        if (!subscriptions_.count(c.key())) added.insert(c.key());
+        channels.push_back(std::move(c));
+      }
+      if (subscriptions_.size() + added.size() > config().ws_max_subscriptions) {
+        return bad_locked("too_many_subscriptions",
+                          "at most " + std::to_string(config().ws_max_subscriptions) + " channels per connection",
+                          "channels");
+      }
+      json::array listed;
+      for (const auto& c : channels) listed.emplace_back(c.name);
+      enqueue_locked(make_message({{"type", "subscribed"}, {"channels", std::move(listed)}}));
+      for (const auto& c : channels) subscriptions_.insert_or_assign(c.key(), Subscription{c, 0, Clock::now()});
+    }
+    // Outside our lock: the hub takes its own and delivers (the book snapshot) into our queue.
+    for (const auto& c : channels) context_.hub.subscribe(c, this->shared_from_this());
+  }
+
+  void unsubscribe(const json::object& m) {
+    auto names = channel_names(m);
+    if (!names) return;
+    std::vector<Channel> removed;
+    {
+      std::lock_guard lock(mutex_);
+      for (const auto& name : *names) {
+        auto parsed = parse(name);
+        if (auto* c = std::get_if<Channel>(&parsed)) {
+          auto it = subscriptions_.find(c->key());
+          if (it == subscriptions_.end()) continue;
+          removed.push_back(it->second.channel);
+          subscriptions_.erase(it);
+        }
+      }
+    }
+    json::array listed;
+    for (const auto& c : removed) {
+      context_.hub.unsubscribe(c, this);
+      listed.emplace_back(c.name);
+    }
+    reply({{"type", "unsubscribed"}, {"channels", std::move(listed)}});
+  }
+
+  void auth(const json::object& m) {
+    if (!only_fields(m, {"op", "key"})) return;
+    const json::value* key = m.if_contains("key");
+    if (!key || !key->is_string()) return bad("missing_field", "\"key\" is your API key", "key");
+    if (principal_) return bad("already_authenticated", "this connection is already authenticated");
+    context_.keys.authenticate(key->as_string(), [self = this->shared_from_this()](KeyStore::Outcome outcome,
+                                                                                 Principal p) {
+      net::post(self->ws_.get_executor(), [self, outcome, p = std::move(p)]() mutable {
+        if (outcome == KeyStore::Outcome::store_unavailable) {
+          return self->reply({{"type", "error"},
+                              {"code", "store_unavailable"},
+                              {"message", "the key cannot be checked: PostgreSQL does not answer"}});
+        }
+        if (outcome != KeyStore::Outcome::ok) return self->bad("unauthenticated", "unknown or revoked API key", "key");
+        if (self->principal_) return self->bad("already_authenticated", "this connection is already authenticated");
+        self->principal_ = std::move(p);
+        self->reply(self->auth_reply());
+      });
+    });
+  }
+
+  json::object auth_reply() const {
+    json::array scopes;
+    for (auto s : {Scope::read, Scope::trade, Scope::provide, Scope::admin}) {
+      if (has_scope(principal_->scopes, s)) scopes.emplace_back(scopes_to_string(static_cast<Scopes>(s)));
+    }
+    return {{"type", "auth"}, {"account_id", std::to_string(principal_->account_id)}, {"scopes", std::move(scopes)}};
+  }
+
+  void cancel_on_disconnect(const json::object& m) {
+    if (!only_fields(m, {"op", "enabled"})) return;
+    const json::value* enabled = m.if_contains("enabled");
+    if (!enabled || !enabled->is_bool()) return bad("missing_field", "\"enabled\" must be true or false", "enabled");
+    if (!principal_) return bad("unauthenticated", "the dead man's switch needs an authenticated connection");
+    if (!has_scope(principal_->scopes, Scope::trade) && !has_scope(principal_->scopes, Scope::provide)) {
+      return bad("forbidden", "the dead man's switch needs a key with the trade or provide scope");
+    }
+    cancel_on_disconnect_ = enabled->as_bool();
+    reply({{"type", "cancel_on_disconnect"}, {"enabled", cancel_on_disconnect_}});
+  }
+
+  // A bad message is answered; after too many the connection is closed.
+  void bad(std::string_view code, std::string_view message, std::string_view field = {}, std::string_view channel = {}) {
+    {
+      std::lock_guard lock(mutex_);
+      bad_locked(code, message, field, channel);
+    }
+  }
+  void bad_locked(std::string_view code, std::string_view message, std::string_view field = {},
+                  std::string_view channel = {}) {
+    json::object e{{"type", "error"}, {"code", code}, {"message", message}};
+    if (!field.empty()) e["field"] = field;
+    if (!channel.empty()) e["channel"] = channel;
+    enqueue_locked(make_message(e));
+    if (++bad_messages_ >= config().ws_bad_message_limit) {
+      net::post(ws_.get_executor(), [self = this->shared_from_this()] {
+        self->close(websocket::close_code::policy_error, "too many bad messages");
+      });
+    }
+  }
+
+  void reply(const json::object& body) {
+    std::lock_guard lock(mutex_);
+    enqueue_locked(make_message(body));
+  }
+
+  // ---- writing ------------------------------------------------------------------------------
+
+  void enqueue_locked(const Message& message) {
+    if (closing_) return;
+    if (out_.size() >= config().ws_queue_limit) {
+      // A reader this far behind is closed, not buffered without bound.
+      closing_ = true;
+      out_.clear();
+      net::post(ws_.get_executor(), [self = this->shared_from_this()] { self->close_slow_consumer(); });
+      return;
+    }
+    out_.push_back(message);
+    if (!writing_) {
+      writing_ = true;
+      net::post(ws_.get_executor(), [self = this->shared_from_this()] { self->write_next(); });
+    }
+  }
+
+  void write_next() {
+    Message next;
+    {
+      std::lock_guard lock(mutex_);
+      if (out_.empty()) {
+        writing_ = false;
+        if (closing_ && close_code_) start_close();
+        return;
+      }
+      next = std::move(out_.front());
+      out_.pop_front();
+    }
+    ws_.async_write(net::buffer(*next), [self = this->shared_from_this(), next](beast::error_code ec, std::size_t) {
+      if (ec) {
+        std::lock_guard lock(self->mutex_);
+        self->writing_ = false;
+        return;  // the read side sees the failure and ends the session
+      }
+      self->write_next();
+    });
+  }
+
+  // ---- closing ------------------------------------------------------------------------------
+
+  bool closing() {
+    std::lock_guard lock(mutex_);
+    return closing_;
+  }
+
+  void close_slow_consumer() {
+    spdlog::info("ws: closing a slow consumer at {} ({} messages queued)", ip_, config().ws_queue_limit);
+    context_.hub.count_slow_consumer();
+    close(websocket::close_code::policy_error, "slow consumer: the outbound queue is full");
+  }
+
+  // Starts closing with `code`: no more deliveries; the close frame follows what is being written;
+  // a peer that does not finish the handshake within kCloseDeadline is cut off.
+  void close(websocket::close_code code, std::string reason) {
+    bool writing;
+    {
+      std::lock_guard lock(mutex_);
+      if (close_code_) return;
+      closing_ = true;
+      out_.clear();
+      close_code_ = websocket::close_reason(code, reason);
+      writing = writing_;
+    }
+    leave_hub();
+    close_deadline_.expires_after(kCloseDeadline);
+    close_deadline_.async_wait([self = this->shared_from_this()](beast::error_code ec) {
+      if (ec) return;
+      beast::error_code ignored;
+      beast::get_lowest_layer(self->ws_).socket().close(ignored);
+    });
+    if (!writing) start_close();
+  }
+
+  void start_close() {
+    if (close_sent_) return;
+    close_sent_ = true;
+    ws_.async_close(*close_code_, [self = this->shared_from_this()](beast::error_code) {});
+  }
+
+  void leave_hub() {
+    std::map<std::string, Subscription> subs;
+    {
+      std::lock_guard lock(mutex_);
+      subs.swap(subscriptions_);
+    }
+    for (const auto& [key, s] : subs) context_.hub.unsubscribe(s.channel, this);
+  }
+
+  // The connection is over (either side closed it, or it failed): runs once.
+  void end() {
+    if (ended_) return;
+    ended_ = true;
+    {
+      std::lock_guard lock(mutex_);
+      closing_ = true;
+      out_.clear();
+    }
+    leave_hub();
+    timer_.cancel();
+    close_deadline_.cancel();
+    beast::error_code ignored;
+    beast::get_lowest_layer(ws_).socket().close(ignored);
+    if (cancel_on_disconnect_ && principal_ && !server_.stopping()) fire_dead_mans_switch();
+  }
+
+  void fire_dead_mans_switch() {
+    auto account = principal_->account_id;
+    spdlog::info("ws: dead man's switch: the connection of account {} ended; cancelling its open orders", account);
+    context_.runner.submit(matching::AccountId{account}, matching::CancelAll{std::nullopt}, {},
+                           [account](const EngineRunner::Result& r) {
+                             if (r.outcome != EngineRunner::Outcome::committed) {
+                               spdlog::error("ws: dead man's switch for account {} could not cancel: the store "
+                                             "did not commit",
+                                             account);
+                               return;
+                             }
+                             std::size_t n = 0;
+                             for (const auto& e : *r.events) n += std::holds_alternative<matching::OrderDone>(e);
+                             spdlog::info("ws: dead man's switch cancelled {} orders of account {}", n, account);
+                           });
+  }
+
+  // ---- time: heartbeats and the idle limit ---------------------------------------------------
+
+  void arm_timer() {
+    auto period = std::clamp(std::min(config().ws_heartbeat, config().ws_idle_timeout) / 4,
+                             std::chrono::milliseconds(10), std::chrono::milliseconds(1000));
+    timer_.expires_after(period);
+    timer_.async_wait([self = this->shared_from_this()](beast::error_code ec) {
+      if (ec || self->ended_) return;
+      self->on_timer();
+    });
+  }
+
+  void on_timer() {
+    auto now = Clock::now();
+    if (now - last_received_ >= config().ws_idle_timeout) {
+      return close(websocket::close_code::policy_error,
+                   "idle: nothing received for " + std::to_string(config().ws_idle_timeout.count()) + " ms");
+    }
+    {
+      std::lock_guard lock(mutex_);
+      if (closing_) return;
+      for (auto& [key, s] : subscriptions_) {
+        if (now - s.last_sent < config().ws_heartbeat) continue;
+        s.last_sent = now;
+        enqueue_locked(make_message({{"type", "heartbeat"},
+                                     {"channel", s.channel.name},
+                                     {"seq", s.last_seq},
+                                     {"ts", context_.hub.now_ms()}}));
+      }
+    }
+    arm_timer();
+  }
+
+  websocket::stream<NextLayer> ws_;
+  http::Request upgrade_;
+  std::string ip_;
+  HttpServer& server_;
+  Context& context_;
+  net::steady_timer timer_;
+  net::steady_timer close_deadline_;
+  beast::flat_buffer in_;
+
+  // Strand only.
+  std::optional<Principal> principal_;
+  bool cancel_on_disconnect_ = false;
+  bool ended_ = false;
+  bool close_sent_ = false;
+  Clock::time_point last_received_ = Clock::now();
+  double inbound_;  // tokens of the client-message rate limit
+  Clock::time_point inbound_at_ = Clock::now();
+
+  // Shared with the hub's thread.
+  std::mutex mutex_;
+  std::deque<Message> out_;
+  bool writing_ = false;
+  bool closing_ = false;
+  std::optional<websocket::close_reason> close_code_;
+  std::map<std::string, Subscription> subscriptions_;
+  unsigned bad_messages_ = 0;
+};
+
+template <class NextLayer>
+std::shared_ptr<http::Session> start(NextLayer stream, http::Request upgrade, std::string ip, HttpServer& server,
+                                     Context& context) {
+  auto session = std::make_shared<WsSession<NextLayer>>(std::move(stream), std::move(upgrade), ip, server, context);
+  session->run();
+  return session;
+}
+
+}  // namespace
+
+std::optional<http::Response> Context::refuse(const http::Request& request, const std::string& ip) {
+  if (!websocket::is_upgrade(request)) {
+    auto res = http::error_response(http::Status::upgrade_required, "upgrade_required",
+                                    "/v1/ws is a WebSocket endpoint: send a GET with Upgrade: websocket");
+    res.set(http::bhttp::field::upgrade, "websocket");
+    return res;
+  }
+  auto d = per_ip.take(ip);
+  if (d.allowed) return std::nullopt;
+  auto res = http::error_response(http::Status::too_many_requests, "rate_limited",
+                                  "too many requests; retry after " + std::to_string(d.retry_after_s) + " s");
+  res.set(http::bhttp::field::retry_after, std::to_string(d.retry_after_s));
+  return res;
+}
+
+std::shared_ptr<http::Session> start_session(beast::tcp_stream stream, http::Request upgrade, std::string ip,
+                                             HttpServer& server, Context& context) {
+  return start(std::move(stream), std::move(upgrade), std::move(ip), server, context);
+}
+
+std::shared_ptr<http::Session> start_session(beast::ssl_stream<beast::tcp_stream> stream, http::Request upgrade,
+                                             std::string ip, HttpServer& server, Context& context) {
+  return start(std::move(stream), std::move(upgrade), std::move(ip), server, context);
+}
+
+}  // namespace gpuex::ws

@@ -1,0 +1,51 @@
+// WebSocket connections of /v1/ws (API.md): an HTTP session that receives an upgrade request hands
+// its stream here. Each connection subscribes to channels of the Hub, keeps a bounded outbound
+// queue (a reader that falls behind is closed, never buffered without bound), sends heartbeats on
+// idle channels, closes connections that fall silent, and runs the dead man's switch.
+#pragma once
+
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "server/auth.hpp"
+#include "server/config.hpp"
+#include "server/engine_runner.hpp"
+#include "server/http_response.hpp"
+#include "server/http_session.hpp"
+#include "server/rate_limiter.hpp"
+#include "server/ws_hub.hpp"
+
+namespace gpuex {
+class HttpServer;
+}
+
+namespace gpuex::ws {
+
+// What every WebSocket connection needs; owned by serve(), outlives every connection.
+struct Context {
+  Hub& hub;
+  KeyStore& keys;
+  EngineRunner& runner;
+  RateLimiter& per_ip;
+  const std::map<std::string, matching::MarketSpec>& markets;
+  const ServerConfig& config;
+
+  // The answer to a request for /v1/ws that will not be upgraded (426 without an upgrade, 429 over
+  // the per-IP rate), or nullopt to go ahead.
+  std::optional<http::Response> refuse(const http::Request& request, const std::string& ip);
+};
+
+// Takes over an accepted connection whose request `upgrade` asked for a WebSocket on /v1/ws; the
+// caller hands the returned session its place in the server (HttpServer::hand_over).
+std::shared_ptr<http::Session> start_session(boost::beast::tcp_stream stream, http::Request upgrade, std::string ip,
+                                             HttpServer& server, Context& context);
+std::shared_ptr<http::Session> start_session(boost::beast::ssl_stream<boost::beast::tcp_stream> stream,
+                                             http::Request upgrade, std::string ip, HttpServer& server,
+                                             Context& context);
+
+}  // namespace gpuex::ws

@@ -1,0 +1,519 @@
+// /v1/ws against a real gpuexd and PostgreSQL, with real WebSocket clients (API.md "WebSocket").
+#include <boost/json.hpp>
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "server/rfc3339.hpp"
+#include "support/cluster.hpp"
+#include "support/http_client.hpp"
+#include "support/ws_client.hpp"
+
+using namespace gpuex::test;
+namespace json = boost::json;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr const char* kMarket = "H100-SXM-80G";
+const std::string kBook = std::string("book:") + kMarket + ":spot";
+const std::string kTrades = std::string("trades:") + kMarket;
+
+std::int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+std::string at(std::int64_t t) { return gpuex::format_rfc3339(t); }
+std::string str(const json::value& v) { return std::string(v.as_string()); }
+
+// A fresh exchange: admin, a provider, two buyers; `args` go to `gpuexd serve`.
+struct Exchange {
+  TestDatabase db;
+  CreatedAccount provider, buyer, buyer2, reader;
+  std::unique_ptr<Gpuexd> server;
+  std::unique_ptr<HttpClient> http;
+
+  explicit Exchange(std::vector<std::string> args = {}) {
+    REQUIRE(run_gpuexd({"migrate", "--dsn", db.dsn()}).exit_code == 0);
+    provider = create_account(db.dsn(), "provider", "provide,read");
+    buyer = create_account(db.dsn(), "buyer", "trade,read");
+    buyer2 = create_account(db.dsn(), "buyer2", "trade,read");
+    reader = create_account(db.dsn(), "reader", "trade");  // no read scope
+    args.insert(args.end(), {"--tick-ms", "100", "--key-rate", "100000", "--key-burst", "100000", "--ip-rate",
+                             "100000", "--ip-burst", "100000"});
+    server = std::make_unique<Gpuexd>(db.dsn(), args, false);
+    http = std::make_unique<HttpClient>(server->port());
+  }
+
+  unsigned short port() const { return server->port(); }
+
+  HttpReply send(const CreatedAccount& who, const std::string& method, const std::string& path,
+                 const json::value& body = nullptr) {
+    return http->request(method, path, body.is_null() ? "" : json::serialize(body), bearer(who.api_key));
+  }
+
+  std::string pool(const std::string& tier = "bare_metal", int nodes = 10000) {
+    auto r = send(provider, "POST", "/v1/pools",
+                  json::object{{"market", kMarket}, {"region", "DE"}, {"tier", tier}, {"gpus_per_node", 8},
+                               {"nodes", nodes}, {"pue", "1.2"}, {"renewable_pct", 50}, {"carbon_g_per_kwh", 200}});
+    INFO(r.body);
+    REQUIRE(r.status == 201);
+    return str(r.json().at("id"));
+  }
+
+  json::object ask(const std::string& pool_id, const std::string& price, int gpus) {
+    auto r = send(provider, "POST", "/v1/orders",
+                  json::object{{"side", "sell"}, {"pool_id", pool_id}, {"price", price}, {"quantity", gpus},
+                               {"start", at(unix_now() - 60)}, {"end", at(unix_now() + 30 * 86400)}});
+    INFO(r.body);
+    REQUIRE(r.status == 201);
+    return r.json().as_object();
+  }
+
+  json::object bid(const CreatedAccount& who, const std::string& price, int gpus, bool interruptible = false,
+                   int duration = 3600) {
+    json::object body{{"side", "buy"}, {"market", kMarket}, {"price", price}, {"quantity", gpus},
+                      {"duration", duration}};
+    if (interruptible) body["interruptible"] = true;
+    auto r = send(who, "POST", "/v1/orders", body);
+    INFO(r.body);
+    REQUIRE(r.status == 201);
+    return r.json().as_object();
+  }
+
+  json::object book() {
+    auto r = http->get(std::string("/v1/markets/") + kMarket + "/book?bucket=spot&depth=1000");
+    REQUIRE(r.status == 200);
+    return r.json().as_object();
+  }
+
+  std::size_t metric(const std::string& name) {
+    auto text = http->get("/metrics").body;
+    auto pos = text.find("\n" + name + " ");
+    REQUIRE(pos != std::string::npos);
+    return std::stoull(text.substr(pos + name.size() + 2));
+  }
+
+  std::size_t open_orders(const CreatedAccount& who) {
+    auto r = send(who, "GET", "/v1/orders?status=open");
+    REQUIRE(r.status == 200);
+    return r.json().at("orders").as_array().size();
+  }
+};
+
+std::string price(int ticks) {  // ticks of 0.0001
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%d.%04d", ticks / 10000, ticks % 10000);
+  return buf;
+}
+
+// A book rebuilt from a channel's snapshot and deltas, checking that seq grows by exactly one.
+struct BookReplica {
+  std::map<std::string, std::int64_t> bids, asks;
+  json::value constrained;
+  std::uint64_t seq = 0;
+  bool have_snapshot = false;
+
+  void apply(const json::object& m) {
+    auto type = m.at("type").as_string();
+    if (type == "snapshot") {
+      bids.clear();
+      asks.clear();
+      for (const auto& l : m.at("bids").as_array()) bids[str(l.at(0))] = l.at(1).as_int64();
+      for (const auto& l : m.at("asks").as_array()) asks[str(l.at(0))] = l.at(1).as_int64();
+      constrained = m.at("constrained_bids");
+      seq = m.at("seq").to_number<std::uint64_t>();
+      have_snapshot = true;
+    } else if (type == "delta") {
+      REQUIRE(have_snapshot);
+      auto next = m.at("seq").to_number<std::uint64_t>();
+      REQUIRE(next == seq + 1);  // no gap, no repeat
+      seq = next;
+      for (const auto& c : m.at("changes").as_array()) {
+        auto& side = c.at(0).as_string() == "buy" ? bids : asks;
+        auto qty = c.at(2).as_int64();
+        if (qty == 0) side.erase(str(c.at(1)));
+        else side[str(c.at(1))] = qty;
+      }
+      constrained = m.at("constrained_bids");
+    } else if (type == "heartbeat") {
+      REQUIRE(m.at("seq").to_number<std::uint64_t>() == seq);
+    }
+  }
+
+  // Reads `ws` until this replica reaches `target`.
+  void follow(WsClient& ws, std::uint64_t target) {
+    auto deadline = std::chrono::steady_clock::now() + 20s;
+    while (seq < target || !have_snapshot) {
+      REQUIRE(std::chrono::steady_clock::now() < deadline);
+      auto m = ws.next(1s);
+      if (!m) continue;
+      if (m->contains("channel") && m->at("channel").as_string() == kBook) apply(*m);
+    }
+  }
+
+  void check_equals(const json::object& rest) {
+    std::map<std::string, std::int64_t> rest_bids, rest_asks;
+    for (const auto& l : rest.at("bids").as_array()) rest_bids[str(l.at(0))] = l.at(1).as_int64();
+    for (const auto& l : rest.at("asks").as_array()) rest_asks[str(l.at(0))] = l.at(1).as_int64();
+    CHECK(seq == rest.at("sequence").to_number<std::uint64_t>());
+    CHECK(bids == rest_bids);
+    CHECK(asks == rest_asks);
+    CHECK(constrained == rest.at("constrained_bids"));
+  }
+};
+
+WsClient authed(unsigned short port, const CreatedAccount& who) { return WsClient(port, bearer(who.api_key)); }
+
+void subscribe(WsClient& ws, std::vector<std::string> channels) {
+  json::array list;
+  for (auto& c : channels) list.emplace_back(c);
+  ws.send(json::object{{"op", "subscribe"}, {"channels", list}});
+  auto reply = ws.expect("subscribed");
+  CHECK(reply.at("channels").as_array() == list);
+}
+
+// Collects messages of one channel until `count` arrived, checking seq grows by one.
+std::vector<json::object> collect(WsClient& ws, const std::string& channel, std::size_t count) {
+  std::vector<json::object> out;
+  std::uint64_t seq = 0;
+  auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (out.size() < count && std::chrono::steady_clock::now() < deadline) {
+    auto m = ws.next(1s);
+    if (!m || m->at("type").as_string() == "heartbeat" || !m->contains("channel") ||
+        m->at("channel").as_string() != channel) {
+      continue;
+    }
+    auto s = m->at("seq").to_number<std::uint64_t>();
+    if (seq != 0) REQUIRE(s == seq + 1);
+    seq = s;
+    out.push_back(*m);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("ws: a book channel's snapshot plus deltas equals the REST book under random load, and every trade print matches both fills") {
+  Exchange x({"--ws-idle-ms", "600000"});  // the readers stay silent through the load
+  auto pool_a = x.pool();
+  auto pool_b = x.pool();
+
+  WsClient market(x.port());
+  subscribe(market, {kBook});
+  WsClient tape(x.port());
+  subscribe(tape, {kTrades});
+  BookReplica early;
+  early.apply(market.expect("snapshot", kBook));
+  WsClient buyer_ws = authed(x.port(), x.buyer);
+  WsClient buyer2_ws(x.port());
+  buyer2_ws.send(json::object{{"op", "auth"}, {"key", x.buyer2.api_key}});
+  CHECK(buyer2_ws.expect("auth").at("account_id").as_string() == x.buyer2.account_id);
+  WsClient provider_ws = authed(x.port(), x.provider);
+  for (auto* ws : {&buyer_ws, &buyer2_ws, &provider_ws}) subscribe(*ws, {"fills"});
+
+  std::mt19937 rng(GENERATE(1u, 2u));
+  std::vector<std::pair<const CreatedAccount*, std::string>> open;  // resting orders to cancel
+  std::map<std::string, json::object> trades;                        // trade id -> the taker's fill
+  std::unique_ptr<WsClient> late;                                     // subscribes halfway
+  BookReplica late_book;
+  for (int i = 0; i < 240; ++i) {
+    if (i == 120) {
+      late = std::make_unique<WsClient>(x.port());
+      subscribe(*late, {kBook});
+    }
+    int what = static_cast<int>(rng() % 10);
+    const CreatedAccount* who = &x.provider;
+    json::object placed;
+    if (what < 4) {
+      placed = x.ask(rng() % 2 ? pool_a : pool_b, price(18000 + static_cast<int>(rng() % 20) * 100),
+                     1 + static_cast<int>(rng() % 6));
+    } else if (what < 8) {
+      // Mostly below the asks; one in four crosses.
+      who = rng() % 2 ? &x.buyer : &x.buyer2;
+      int ticks = rng() % 4 == 0 ? 21000 : 15000 + static_cast<int>(rng() % 20) * 100;
+      placed = x.bid(*who, price(ticks), 1 + static_cast<int>(rng() % 4));
+    } else {
+      if (open.empty()) continue;
+      auto k = rng() % open.size();
+      auto r = x.send(*open[k].first, "DELETE", "/v1/orders/" + open[k].second);
+      INFO(r.body);
+      CHECK((r.status == 200 || r.status == 404));  // it may have filled meanwhile
+      open.erase(open.begin() + static_cast<long>(k));
+      continue;
+    }
+    const auto& order = placed.at("order").as_object();
+    if (order.at("status").as_string() == "open") open.emplace_back(who, str(order.at("id")));
+    for (const auto& f : placed.at("fills").as_array()) trades[str(f.at("trade_id"))] = f.as_object();
+  }
+  REQUIRE(trades.size() > 5);  // the load must have traded to test anything
+
+  auto rest = x.book();
+  auto target = rest.at("sequence").to_number<std::uint64_t>();
+  REQUIRE(target > 100);
+  early.follow(market, target);
+  early.check_equals(rest);
+  late_book.follow(*late, target);
+  late_book.check_equals(rest);
+  CHECK(late_book.seq == early.seq);
+
+  // Every print on trades:{market}, in order and without gaps, is one of the trades, and each
+  // appears in the buyer's and the seller's private fills with the same terms.
+  auto prints = collect(tape, kTrades, trades.size());
+  REQUIRE(prints.size() == trades.size());
+  std::set<std::string> printed;
+  for (const auto& p : prints) printed.insert(str(p.at("trade").at("trade_id")));
+  CHECK(printed.size() == trades.size());
+  for (const auto& id : printed) CHECK(trades.count(id) == 1);
+
+  std::map<std::string, json::object> buyer_fills, seller_fills;
+  // Bids rest and asks cross them too, so count each buyer's trades from its own REST fills.
+  for (auto* who : {&x.buyer, &x.buyer2}) {
+    auto n = x.send(*who, "GET", "/v1/fills?limit=1000").json().at("fills").as_array().size();
+    auto& ws = who == &x.buyer ? buyer_ws : buyer2_ws;
+    for (const auto& m : collect(ws, "fills", n)) buyer_fills[str(m.at("fill").at("trade_id"))] = m.at("fill").as_object();
+  }
+  for (const auto& m : collect(provider_ws, "fills", trades.size())) {
+    seller_fills[str(m.at("fill").at("trade_id"))] = m.at("fill").as_object();
+  }
+  REQUIRE(seller_fills.size() == trades.size());
+  REQUIRE(buyer_fills.size() == trades.size());
+  for (const auto& p : prints) {
+    const auto& t = p.at("trade").as_object();
+    auto id = str(t.at("trade_id"));
+    INFO("trade " << id);
+    for (const auto* side : {&buyer_fills, &seller_fills}) {
+      const auto& f = side->at(id);
+      CHECK(f.at("price") == t.at("price"));
+      CHECK(f.at("quantity") == t.at("quantity"));
+      CHECK(f.at("start") == t.at("start"));
+      CHECK(f.at("end") == t.at("end"));
+    }
+    CHECK(buyer_fills.at(id).at("side").as_string() == "buy");
+    CHECK(seller_fills.at(id).at("side").as_string() == "sell");
+  }
+}
+
+TEST_CASE("ws: a consumer that never reads is disconnected while another subscriber keeps receiving every delta") {
+  Exchange x({"--ws-queue", "64"});
+  auto pool = x.pool();
+  WsClient slow(x.port(), {}, 4096);  // a small receive window, and it never reads after subscribing
+  slow.send(json::object{{"op", "subscribe"}, {"channels", json::array{kBook}}});
+  WsClient reader(x.port());
+  subscribe(reader, {kBook});
+  BookReplica replica;
+
+  // Book changes until the server gives up on the slow reader (bounded), reading as we go.
+  int placed = 0;
+  for (; placed < 20000 && x.metric("gpuex_ws_slow_consumers_total") == 0; ++placed) {
+    for (int k = 0; k < 20; ++k, ++placed) x.ask(pool, price(20000 + placed % 5000), 1);
+    while (auto m = reader.next(0ms)) replica.apply(*m);
+  }
+  INFO("asks placed: " << placed);
+  REQUIRE(x.metric("gpuex_ws_slow_consumers_total") == 1);
+
+  // The other subscriber saw every delta, in order, up to the book's current sequence.
+  auto rest = x.book();
+  replica.follow(reader, rest.at("sequence").to_number<std::uint64_t>());
+  replica.check_equals(rest);
+
+  // The slow one finds its connection ended once it reads what the kernel had buffered.
+  auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (!slow.ended() && std::chrono::steady_clock::now() < deadline) slow.next(1s);
+  REQUIRE(slow.ended());
+  CHECK(x.server->log().find("closing a slow consumer") != std::string::npos);
+}
+
+TEST_CASE("ws: the dead man's switch cancels all of the account's open orders when its connection is killed") {
+  Exchange x;
+  auto pool = x.pool();
+  auto ask = x.ask(pool, "3.0000", 4);  // the provider's order must survive
+  for (const char* p : {"1.0000", "1.1000", "1.2000"}) x.bid(x.buyer, p, 2);
+  x.bid(x.buyer2, "1.0500", 1);
+  REQUIRE(x.open_orders(x.buyer) == 3);
+
+  {
+    WsClient ws = authed(x.port(), x.buyer);
+    ws.send(json::object{{"op", "cancel_on_disconnect"}, {"enabled", true}});
+    auto reply = ws.expect("cancel_on_disconnect");
+    CHECK(reply.at("enabled").as_bool());
+    ws.kill();
+  }
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (x.open_orders(x.buyer) > 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(50ms);
+  CHECK(x.open_orders(x.buyer) == 0);
+  CHECK(x.open_orders(x.buyer2) == 1);
+  CHECK(x.open_orders(x.provider) == 1);
+  auto all = x.send(x.buyer, "GET", "/v1/orders?status=all").json();
+  for (const auto& o : all.at("orders").as_array()) CHECK(o.at("status").as_string() == "cancelled");
+
+  SECTION("switched off, a dropped connection cancels nothing") {
+    x.bid(x.buyer, "1.0000", 1);
+    WsClient ws = authed(x.port(), x.buyer);
+    ws.send(json::object{{"op", "cancel_on_disconnect"}, {"enabled", true}});
+    ws.expect("cancel_on_disconnect");
+    ws.send(json::object{{"op", "cancel_on_disconnect"}, {"enabled", false}});
+    CHECK_FALSE(ws.expect("cancel_on_disconnect").at("enabled").as_bool());
+    ws.kill();
+    std::this_thread::sleep_for(500ms);  // give a wrong cancel the time to happen
+    CHECK(x.open_orders(x.buyer) == 1);
+  }
+}
+
+TEST_CASE("ws: a connection that falls silent is closed, and its dead man's switch fires") {
+  Exchange x({"--ws-idle-ms", "1500", "--ws-heartbeat-ms", "200"});
+  x.bid(x.buyer, "1.0000", 2);
+  WsClient ws = authed(x.port(), x.buyer);
+  subscribe(ws, {kTrades});
+  ws.send(json::object{{"op", "cancel_on_disconnect"}, {"enabled", true}});
+  ws.expect("cancel_on_disconnect");
+  // Heartbeats on the idle channel repeat its seq (nothing traded: 0) while we stay silent.
+  auto hb = ws.expect("heartbeat", kTrades);
+  CHECK(hb.at("seq").as_int64() == 0);
+  CHECK(hb.at("ts").as_int64() > 0);
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!ws.ended() && std::chrono::steady_clock::now() < deadline) ws.next(1s);
+  REQUIRE(ws.ended());
+  CHECK(ws.ended()->code == 1008);
+  CHECK(ws.ended()->reason.find("idle") != std::string::npos);
+  deadline = std::chrono::steady_clock::now() + 10s;
+  while (x.open_orders(x.buyer) > 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(50ms);
+  CHECK(x.open_orders(x.buyer) == 0);
+}
+
+TEST_CASE("ws: private channels carry only the subscriber's own orders, fills and leases") {
+  Exchange x;
+  auto pool = x.pool();
+  WsClient a = authed(x.port(), x.buyer);
+  WsClient b = authed(x.port(), x.buyer2);
+  WsClient p = authed(x.port(), x.provider);
+  for (auto* ws : {&a, &b, &p}) subscribe(*ws, {"orders", "fills", "leases"});
+
+  x.ask(pool, "2.0000", 8);
+  auto a1 = x.bid(x.buyer, "2.5000", 2);   // trades
+  auto b1 = x.bid(x.buyer2, "2.5000", 3);  // trades
+  auto a2 = x.bid(x.buyer, "1.0000", 1);   // rests
+  x.send(x.buyer, "DELETE", "/v1/orders/" + str(a2.at("order").at("id")));
+
+  std::set<std::string> a_orders{str(a1.at("order").at("id")), str(a2.at("order").at("id"))};
+  std::set<std::string> b_orders{str(b1.at("order").at("id"))};
+  auto ids_of = [&](const CreatedAccount& who, const char* list) {
+    std::set<std::string> out;
+    auto body = x.send(who, "GET", std::string("/v1/") + list).json();
+    for (const auto& o : body.at(list).as_array()) out.insert(str(o.at("id")));
+    return out;
+  };
+  auto a_leases = ids_of(x.buyer, "leases");
+  auto b_leases = ids_of(x.buyer2, "leases");
+  REQUIRE(a_leases.size() == 1);
+  REQUIRE(b_leases.size() == 1);
+
+  // A: its two orders (accepted, filled / accepted, cancelled), one fill, its lease.
+  auto check_stream = [&](WsClient& ws, const std::set<std::string>& orders, const std::set<std::string>& leases,
+                          std::size_t fills) {
+    std::size_t seen_fills = 0, seen_orders = 0, seen_leases = 0;
+    while (auto m = ws.next(1500ms)) {
+      auto type = str(m->at("type"));
+      if (type == "order") {
+        ++seen_orders;
+        CHECK(orders.count(str(m->at("order").at("id"))) == 1);
+      } else if (type == "fill") {
+        ++seen_fills;
+        CHECK(orders.count(str(m->at("fill").at("order_id"))) == 1);
+      } else if (type == "lease") {
+        ++seen_leases;
+        CHECK(leases.count(str(m->at("lease").at("id"))) == 1);
+        CHECK(m->at("lease").at("role").as_string() == "buyer");
+      }
+    }
+    CHECK(seen_fills == fills);
+    CHECK(seen_orders >= orders.size() * 2);
+    CHECK(seen_leases >= 1);
+  };
+  check_stream(a, a_orders, a_leases, 1);
+  check_stream(b, b_orders, b_leases, 1);
+
+  // The provider sees both leases, as provider, and its own ask's fills.
+  std::set<std::string> provider_leases;
+  std::size_t provider_fills = 0;
+  while (auto m = p.next(1500ms)) {
+    if (m->at("type") == "lease") {
+      CHECK(m->at("lease").at("role").as_string() == "provider");
+      provider_leases.insert(str(m->at("lease").at("id")));
+    }
+    if (m->at("type") == "fill") {
+      ++provider_fills;
+      CHECK(m->at("fill").at("side").as_string() == "sell");
+    }
+  }
+  CHECK(provider_fills == 2);
+  std::set<std::string> all_leases = a_leases;
+  all_leases.insert(b_leases.begin(), b_leases.end());
+  CHECK(provider_leases == all_leases);
+
+  SECTION("private channels need a key, with the read scope") {
+    WsClient anonymous(x.port());
+    anonymous.send(json::object{{"op", "subscribe"}, {"channels", json::array{"orders"}}});
+    auto e = anonymous.expect("error");
+    CHECK(e.at("code").as_string() == "unauthenticated");
+    WsClient no_read = authed(x.port(), x.reader);
+    no_read.send(json::object{{"op", "subscribe"}, {"channels", json::array{"fills"}}});
+    CHECK(no_read.expect("error").at("code").as_string() == "forbidden");
+    CHECK(upgrade_status(x.port(), bearer("gpx_k_0000000000000000_" + std::string(64, '0'))) == 401);
+  }
+}
+
+TEST_CASE("ws: bad messages get an error that names the problem, limits are enforced, abuse closes the connection") {
+  Exchange x({"--ws-max-subscriptions", "3"});
+  WsClient ws(x.port());
+  auto error_for = [&](const std::string& text) {
+    ws.send(text);
+    return ws.expect("error");
+  };
+  ws.send(json::object{{"op", "ping"}});
+  CHECK(ws.expect("pong").at("ts").as_int64() > 0);
+  CHECK(error_for("{not json").at("code").as_string() == "malformed_json");
+  CHECK(error_for(R"({"op":"dance"})").at("code").as_string() == "invalid_field");
+  CHECK(error_for(R"({"channels":[]})").at("code").as_string() == "missing_field");
+  auto e = error_for(R"({"op":"subscribe","channels":["book:NOPE:spot"]})");
+  CHECK(e.at("code").as_string() == "not_found");
+  CHECK(e.at("channel").as_string() == "book:NOPE:spot");
+  CHECK(error_for(R"({"op":"subscribe","channels":["book:H100-SXM-80G:2027-13"]})").at("code").as_string() ==
+        "invalid_channel");
+  CHECK(error_for(R"({"op":"subscribe","channels":["weather"]})").at("code").as_string() == "invalid_channel");
+  CHECK(error_for(R"({"op":"subscribe","channels":["trades:H100-SXM-80G"],"extra":1})").at("code").as_string() ==
+        "unknown_field");
+  subscribe(ws, {kTrades, kBook});
+  ws.expect("snapshot", kBook);
+  CHECK(error_for(R"({"op":"subscribe","channels":["book:H100-SXM-80G:2027-01","book:H100-SXM-80G:2027-02"]})")
+            .at("code")
+            .as_string() == "too_many_subscriptions");
+  ws.send(json::object{{"op", "unsubscribe"}, {"channels", json::array{kTrades}}});
+  CHECK(ws.expect("unsubscribed").at("channels").as_array() == json::array{kTrades});
+
+  SECTION("a message over 16 KiB closes the connection with 1009") {
+    ws.send(R"({"op":"ping","pad":")" + std::string(20000, 'x') + "\"}");
+    auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (!ws.ended() && std::chrono::steady_clock::now() < deadline) ws.next(1s);
+    REQUIRE(ws.ended());
+    INFO(ws.ended()->error);
+    CHECK(ws.ended()->code == 1009);
+  }
+  SECTION("ten bad messages close the connection with 1008") {
+    for (int i = 0; i < 10; ++i) ws.send("[]");
+    auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (!ws.ended() && std::chrono::steady_clock::now() < deadline) ws.next(1s);
+    REQUIRE(ws.ended());
+    CHECK(ws.ended()->code == 1008);
+    CHECK(ws.ended()->reason == "too many bad messages");
+  }
+  SECTION("a plain GET of /v1/ws is told to upgrade") {
+    auto r = x.http->get("/v1/ws");
+    CHECK(r.status == 426);
+    CHECK(r.json().at("error").at("code").as_string() == "upgrade_required");
+  }
+}
