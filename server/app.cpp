@@ -187,6 +187,7 @@ int serve(const ServerConfig& config) {
   add_order_routes(router, services);
   add_lease_routes(router, services);
   add_admin_routes(router, services);
+  add_quote_routes(router, services);
 
   HttpServer server(ioc, config, router, metrics, tls ? &*tls : nullptr);
   auto bound = server.start();
