@@ -87,7 +87,7 @@ std::string field(const HttpReply& r) { return str(r.json().at("error").at("fiel
 
 }  // namespace
 
-TEST_CASE("pg: a quote prices each fill all-in by hand-computed sums, and changes nothing", "[pg][quote]") {
+TEST_CASE("a quote prices each fill all-in by hand-computed sums, and changes nothing", "[pg][quote]") {
   QuoteMarket m;
   auto de = m.pool_with_ask("DE", "0.0100", "0.1000", "2.0000");
   auto us = m.pool_with_ask("US", "0.0050", "0.0730", "2.1000");
@@ -147,7 +147,7 @@ TEST_CASE("pg: a quote prices each fill all-in by hand-computed sums, and change
   CHECK(m.http->get("/v1/markets/H100-SXM-80G/book").body == book_before);
 }
 
-TEST_CASE("pg: the all-in is rounded once, half to even, at the end", "[pg][quote]") {
+TEST_CASE("the all-in is rounded once, half to even, at the end", "[pg][quote]") {
   QuoteMarket m;
   // Fees chosen so the parts are exact: egress 1 GB x 0.000001 = 1 micro-dollar; storage 1 GB x 0.000365 / 730
   // = 0.5 micro-dollars.
@@ -172,7 +172,7 @@ TEST_CASE("pg: the all-in is rounded once, half to even, at the end", "[pg][quot
   CHECK(str(r.json().at("fills").at(0).at("all_in_usd_per_gpu_hour")) == "2.000001");
 }
 
-TEST_CASE("pg: a quote on a verified green pool shows the discount and the verified energy values", "[pg][quote]") {
+TEST_CASE("a quote on a verified green pool shows the discount and the verified energy values", "[pg][quote]") {
   QuoteMarket m;
   auto pool = m.pool_with_ask("SE", "0.0200", "0", "2.0000", "1.1", 90, 50);
   auto v = m.post(m.admin, "/v1/pools/" + str(pool.at("id")) + "/verify",
@@ -204,7 +204,7 @@ TEST_CASE("pg: a quote on a verified green pool shows the discount and the verif
   CHECK(str(p.at("carbon_g_per_kwh")) == "50");
 }
 
-TEST_CASE("pg: quote errors use the order codes", "[pg][quote]") {
+TEST_CASE("quote errors use the order codes", "[pg][quote]") {
   QuoteMarket m;
   m.pool_with_ask("DE", "0", "0", "2.0000");
   auto bad = [&](json::object body, unsigned status, const char* expect_code, const char* expect_field) {
@@ -256,7 +256,7 @@ TEST_CASE("pg: quote errors use the order codes", "[pg][quote]") {
   bad(buy("2.5000", 4), 422, "market_halted", "market");
 }
 
-TEST_CASE("pg: quotes are limited per client IP like other public data", "[pg][quote]") {
+TEST_CASE("quotes are limited per client IP like other public data", "[pg][quote]") {
   QuoteMarket m({"--ip-rate", "1", "--ip-burst", "3"});
   unsigned limited = 0;
   std::string retry_after;

@@ -36,7 +36,7 @@ std::int64_t count_items(HttpClient& http, const std::string& key, const std::st
 
 }  // namespace
 
-TEST_CASE("pg: replay turns real offers into pools and asks and runs buyers that trade", "[pg][replay]") {
+TEST_CASE("replay turns real offers into pools and asks and runs buyers that trade", "[pg][replay]") {
   TestDatabase db;
   REQUIRE(run_gpuexd({"migrate", "--dsn", db.dsn()}).exit_code == 0);
   auto admin = create_account(db.dsn(), "ops", "admin");
@@ -105,7 +105,7 @@ TEST_CASE("pg: replay turns real offers into pools and asks and runs buyers that
   CHECK(pools_after == 40);
 }
 
-TEST_CASE("pg: replay waits out 429s and tries again", "[pg][replay]") {
+TEST_CASE("replay waits out 429s and tries again", "[pg][replay]") {
   TestDatabase db;
   REQUIRE(run_gpuexd({"migrate", "--dsn", db.dsn()}).exit_code == 0);
   auto admin = create_account(db.dsn(), "ops", "admin");
@@ -124,7 +124,7 @@ TEST_CASE("pg: replay waits out 429s and tries again", "[pg][replay]") {
   CHECK(std::stoll(last[3]) == 0);
 }
 
-TEST_CASE("pg: replay stops cleanly on SIGINT", "[pg][replay]") {
+TEST_CASE("replay stops cleanly on SIGINT", "[pg][replay]") {
   TestDatabase db;
   REQUIRE(run_gpuexd({"migrate", "--dsn", db.dsn()}).exit_code == 0);
   auto admin = create_account(db.dsn(), "ops", "admin");
@@ -147,7 +147,7 @@ TEST_CASE("pg: replay stops cleanly on SIGINT", "[pg][replay]") {
   CHECK(replay.log().find("replay: stopped after") != std::string::npos);
 }
 
-TEST_CASE("pg: replay fails clearly when gpuexd cannot be reached or refuses the key", "[pg][replay]") {
+TEST_CASE("replay fails clearly when gpuexd cannot be reached or refuses the key", "[pg][replay]") {
   // Port 1 on loopback: nothing listens there.
   auto run = run_gpuexd({"replay", "--url", "http://127.0.0.1:1", "--admin-key", "k", "--offers", kOffers,
                          "--seconds", "2"});
