@@ -1590,6 +1590,10 @@ struct Engine::Impl {
     std::vector<QuoteFill> out;
     auto book = books.find(r.market);
     if (r.side != Side::buy || book == books.end() || r.quantity.value <= 0 || r.min_chunk.value <= 0) return out;
+    // What a placement would end before any fill: a halted market, a gtd already expired, a post_only bid
+    // (it rests without fills or is rejected as would_take).
+    if (book->second.halted || r.post_only) return out;
+    if (r.time_in_force == TimeInForce::gtd && r.expire_at && *r.expire_at <= now) return out;
     if (r.start.has_value() == r.duration.has_value()) return out;
     Order bid;
     bid.id = OrderId(std::numeric_limits<std::int64_t>::max());
@@ -1924,6 +1928,11 @@ std::optional<PoolCapacity> Engine::pool_capacity(PoolId id, Seconds from, Secon
 
 std::vector<QuoteFill> Engine::quote(const OrderRequest& buy, AccountId account) const {
   return impl_->quote(buy, account);
+}
+
+bool Engine::halted(const MarketId& market) const {
+  auto it = impl_->books.find(market);
+  return it != impl_->books.end() && it->second.halted;
 }
 
 std::uint64_t Engine::digest() const { return impl_->digest(); }

@@ -221,8 +221,10 @@ class Engine {
   const Pool* pool(PoolId id) const;
   std::optional<PoolCapacity> pool_capacity(PoolId id, Seconds from, Seconds to) const;
   // Dry run of a buy order for `account` at now(): the fills it would get, in priority order (all-or-
-  // none orders: all or nothing). Empty for an invalid or unfillable request.
+  // none orders: all or nothing). Empty for an invalid or unfillable request, in a halted market, for a
+  // post_only bid (it never takes) and for a gtd bid already expired: what the placement would get.
   std::vector<QuoteFill> quote(const OrderRequest& buy, AccountId account) const;
+  bool halted(const MarketId& market) const;  // false for an unknown market
   std::uint64_t digest() const;  // FNV-1a over the whole state (EngineState), stable across runs
   Seq last_seq() const;
   Seconds now() const;

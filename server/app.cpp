@@ -184,6 +184,7 @@ int serve(const ServerConfig& config) {
   add_order_routes(router, services);
   add_lease_routes(router, services);
   add_admin_routes(router, services);
+  add_quote_routes(router, services);
 
   HttpServer server(ioc, config, router, metrics, tls ? &*tls : nullptr);
   ws::Context websocket{hub, keys, runner, per_ip, services.markets, config};

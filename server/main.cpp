@@ -1,9 +1,10 @@
-// gpuexd: the gpuex exchange server. Sub-commands: serve, migrate.
+// gpuexd: the gpuex exchange server. Sub-commands: serve, migrate, admin, replay.
 #include <CLI/CLI.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "server/app.hpp"
+#include "server/replay.hpp"
 #include "server/store/connection.hpp"
 
 namespace {
@@ -99,6 +100,30 @@ int main(int argc, char** argv) {
   create_account->add_option("--name", account_name, "Account name")->required();
   create_account->add_option("--scopes", account_scopes, "Comma-separated: read, trade, provide, admin")->required();
 
+  auto* replay = app.add_subcommand("replay", "Load generator: real offers as pools and asks, buyers bidding at a rate");
+  gpuex::ReplayOptions replay_options;
+  replay->add_option("--url", replay_options.url, "gpuexd base URL (plain HTTP)")->capture_default_str();
+  replay->add_option("--admin-key", replay_options.admin_key, "API key with the admin scope")
+      ->envname("GPUEX_ADMIN_KEY")
+      ->required();
+  replay->add_option("--offers", replay_options.offers, "Offers CSV (data/vast-offers-*.csv)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  replay->add_option("--rate", replay_options.rate, "Buy orders per second")->capture_default_str();
+  replay->add_option("--seconds", replay_options.seconds, "Stop after this long (0: until Ctrl-C)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  replay->add_option("--buyers", replay_options.buyers, "Buyer accounts")->check(CLI::Range(1, 1000))->capture_default_str();
+  replay->add_option("--seed", replay_options.seed, "Seed of the offers mapping and the order stream")->capture_default_str();
+  replay->add_option("--pools", replay_options.max_pools, "At most this many pools (0: one per machine of the file)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  replay->add_option("--accounts", replay_options.accounts,
+                     "Accounts' API keys (JSON): reused if the file exists from an earlier run, else written");
+  replay->add_option("--progress-s", replay_options.progress_every_s, "Seconds between progress lines")
+      ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
+
   CLI11_PARSE(app, argc, argv);
 
   // Logs go to stderr; stdout carries only what a command prints for scripts (an API key, say).
@@ -107,6 +132,7 @@ int main(int argc, char** argv) {
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e%z %^%l%$ %v");
   try {
     if (*serve) return gpuex::serve(config);
+    if (*replay) return gpuex::replay(replay_options);
     if (*create_account) return gpuex::admin_create_account(config, account_name, account_scopes);
     return gpuex::migrate(config);
   } catch (const gpuex::store::StoreError& e) {

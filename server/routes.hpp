@@ -78,6 +78,8 @@ void add_pool_routes(http::Router& router, Services& services);
 void add_order_routes(http::Router& router, Services& services);
 // /v1/leases.
 void add_lease_routes(http::Router& router, Services& services);
+// POST /v1/quote: a dry run of a buy order (public).
+void add_quote_routes(http::Router& router, Services& services);
 // Halt/resume, limits, state digest, test clock.
 void add_admin_routes(http::Router& router, Services& services);
 

@@ -147,6 +147,16 @@ def run_checks(spec, port, admin, provider, buyer):
     call("POST", "/v1/orders", "/v1/orders", buyer,
          {"side": "buy", "market": "H100-SXM-80G", "price": "1.0000", "quantity": 3, "min_chunk": 2, "duration": 3600})
     call("POST", "/v1/orders", "/v1/orders", buyer, {"side": "buy"})
+    _, quote = call("POST", "/v1/quote", "/v1/quote", None,
+                    {"side": "buy", "market": "H100-SXM-80G", "price": "3.0000", "quantity": 4, "duration": 3600,
+                     "egress_gb_per_gpu_hour": "1.5", "storage_gb": 100})
+    if not quote or not quote["fills"]:
+        failures.append("POST /v1/quote: no fill quoted against the open ask")
+    call("POST", "/v1/quote", "/v1/quote", None, {"side": "sell", "pool_id": pid, "price": "1.0000", "quantity": 1})
+    call("POST", "/v1/quote", "/v1/quote", None, {"side": "buy", "market": "NOPE", "price": "1.0000", "quantity": 1,
+                                                  "duration": 3600})
+    call("POST", "/v1/quote", "/v1/quote", None, {"side": "buy", "market": "H100-SXM-80G", "price": "1.00005",
+                                                  "quantity": 1, "duration": 3600})
     call("GET", "/v1/orders?status=all", "/v1/orders", buyer)
     call("GET", "/v1/orders/%s" % fwd["order"]["id"], "/v1/orders/{id}", buyer)
     call("GET", "/v1/orders/by-client-id/fwd", "/v1/orders/by-client-id/{cid}", buyer)
