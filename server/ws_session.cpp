@@ -124,11 +124,11 @@ class WsSession : public http::Session,
         [](websocket::response_type& res) { res.set(http::bhttp::field::server, "gpuexd/" GPUEX_VERSION); }));
     ws_.read_message_max(config().ws_message_limit);
     // What waits for a slow reader is bounded by our queue plus this, not by the kernel's autotuning.
-    if (config().ws_send_buffer > 0) {
-      beast::error_code ignored;
-      beast::get_lowest_layer(ws_).socket().set_option(net::socket_base::send_buffer_size(config().ws_send_buffer),
-                                                       ignored);
-    }
+    beast::error_code ignored;
+    auto& socket = beast::get_lowest_layer(ws_).socket();
+    if (config().ws_send_buffer > 0) socket.set_option(net::socket_base::send_buffer_size(config().ws_send_buffer), ignored);
+    // Market data goes out as soon as it is published, not held back to coalesce small frames.
+    socket.set_option(net::ip::tcp::no_delay(true), ignored);
     ws_.text(true);
     // Pings and pongs from the client count as signs of life.
     ws_.control_callback([this](websocket::frame_type, beast::string_view) { last_received_ = Clock::now(); });

@@ -5,89 +5,29 @@
 // cancels of the connection's own resting orders; providers and buyers on separate keep-alive
 // connections. Run with `scripts/bench e2e [--connections N] [--seconds S] [--json]`, which provides a
 // private PostgreSQL (GPUEX_BENCH_DSN) and the gpuexd to start (GPUEX_GPUEXD).
-#include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-
-#include <boost/asio/connect.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <boost/json.hpp>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <random>
-#include <regex>
-#include <sstream>
 #include <thread>
 
+#include "bench/support/bench_support.hpp"
 #include "server/rfc3339.hpp"
 #include "server/store/connection.hpp"
 
-extern char** environ;
-
 namespace {
 
-namespace beast = boost::beast;
-namespace bhttp = beast::http;
-namespace net = boost::asio;
+using namespace gpuex::bench;
 namespace json = boost::json;
 using Clock = std::chrono::steady_clock;
 
 const char* kMarkets[] = {"H100-SXM-80G", "H100-PCIE-80G", "H200-SXM-141G", "H200-NVL-141G", "B200-180G",
                           "A100-SXM-80G", "A100-PCIE-80G", "L40S-48G",     "RTX4090-24G",   "V100-SXM2-32G"};
-
-std::string getenv_or_die(const char* name) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) {
-    std::fprintf(stderr, "%s is not set: run through scripts/bench e2e\n", name);
-    std::exit(2);
-  }
-  return v;
-}
-
-std::string run(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) throw std::runtime_error("cannot run " + cmd);
-  char buf[4096];
-  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  if (pclose(p) != 0) throw std::runtime_error("failed: " + cmd + "\n" + out);
-  return out;
-}
-
-// One blocking keep-alive HTTP connection.
-class Connection {
- public:
-  explicit Connection(unsigned short port) : socket_(ioc_) {
-    socket_.connect(net::ip::tcp::endpoint(net::ip::make_address("127.0.0.1"), port));
-    socket_.set_option(net::ip::tcp::no_delay(true));
-  }
-  std::pair<unsigned, std::string> call(bhttp::verb method, const std::string& target, const std::string& key,
-                                        const std::string& body = {}) {
-    bhttp::request<bhttp::string_body> req{method, target, 11};
-    req.set(bhttp::field::host, "127.0.0.1");
-    if (!key.empty()) req.set(bhttp::field::authorization, "Bearer " + key);
-    if (!body.empty()) req.set(bhttp::field::content_type, "application/json");
-    req.body() = body;
-    req.prepare_payload();
-    bhttp::write(socket_, req);
-    bhttp::response<bhttp::string_body> res;
-    bhttp::read(socket_, buffer_, res);
-    return {res.result_int(), std::move(res.body())};
-  }
-
- private:
-  net::io_context ioc_;
-  net::ip::tcp::socket socket_;
-  beast::flat_buffer buffer_;
-};
 
 struct Options {
   int connections = 32;
@@ -95,19 +35,6 @@ struct Options {
   int warmup_seconds = 3;
   bool json = false;
 };
-
-double percentile(std::vector<double>& v, double p) {
-  if (v.empty()) return 0;
-  std::size_t i = std::min(v.size() - 1, static_cast<std::size_t>(p * static_cast<double>(v.size())));
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(i), v.end());
-  return v[i];
-}
-
-std::int64_t metric(const std::string& text, const std::string& name) {
-  std::smatch m;
-  if (!std::regex_search(text, m, std::regex("\n" + name + " ([0-9]+)"))) return 0;
-  return std::stoll(m[1]);
-}
 
 // PostgreSQL's own ceiling: one connection writes `transactions` transactions of `per_tx` commands,
 // each command one command-log row and `rows_per_command - 1` order rows with real documents,
@@ -174,54 +101,20 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const std::string base_dsn = getenv_or_die("GPUEX_BENCH_DSN");
-  const std::string gpuexd = getenv_or_die("GPUEX_GPUEXD");
-  const std::string base = base_dsn.substr(0, base_dsn.rfind('/'));
-  const std::string dsn = base + "/gpuex_bench_e2e";
+  const std::string gpuexd = getenv_or_die("GPUEX_GPUEXD", "e2e");
+  const std::string dsn = fresh_database(getenv_or_die("GPUEX_BENCH_DSN", "e2e"), "gpuex_bench_e2e", gpuexd);
   auto log = [&](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); };
-
-  {
-    auto admin = gpuex::store::PgConnection::connect(base + "/postgres");
-    admin.exec_script("DROP DATABASE IF EXISTS gpuex_bench_e2e WITH (FORCE)");
-    admin.exec_script("CREATE DATABASE gpuex_bench_e2e");
-  }
-  run(gpuexd + " migrate --dsn " + dsn + " 2>/dev/null");
-  auto create = [&](const std::string& name, const std::string& scopes) {
-    auto out = run(gpuexd + " admin create-account --dsn " + dsn + " --name " + name + " --scopes " + scopes + " 2>/dev/null");
-    return json::parse(out).as_object();
-  };
+  auto create = [&](const std::string& name, const std::string& scopes) { return create_account(gpuexd, dsn, name, scopes); };
   auto admin = create("ops", "admin");
   std::vector<json::object> accounts;
   for (int c = 0; c < opt.connections; ++c) {
     accounts.push_back(create("acct" + std::to_string(c), c % 2 == 0 ? "provide,read" : "trade,read"));
   }
 
-  std::string port_file = "/tmp/gpuex-bench-e2e-" + std::to_string(::getpid()) + ".port";
-  std::string server_log = "/tmp/gpuex-bench-e2e-" + std::to_string(::getpid()) + ".log";
-  std::vector<std::string> args = {gpuexd, "--log-level", "warn", "serve", "--dsn", dsn, "--listen", "127.0.0.1:0", "--port-file", port_file,
-                                   "--key-rate", "1000000000", "--key-burst", "1000000000", "--ip-rate", "1000000000",
-                                   "--ip-burst", "1000000000"};
   log("limits raised for the benchmark: --key-rate/--key-burst/--ip-rate/--ip-burst 1e9, exposure limits 10M orders per account");
-  std::vector<char*> argv2;
-  for (auto& a : args) argv2.push_back(a.data());
-  argv2.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, server_log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  pid_t server = 0;
-  if (posix_spawn(&server, argv2[0], &fa, nullptr, argv2.data(), environ) != 0) return 1;
-  unsigned short port = 0;
-  for (int i = 0; i < 600 && port == 0; ++i) {
-    std::ifstream in(port_file);
-    unsigned p = 0;
-    if (in >> p) port = static_cast<unsigned short>(p);
-    else std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  if (port == 0) {
-    log("gpuexd did not start; see " + server_log);
-    return 1;
-  }
+  Server server(gpuexd, dsn, "e2e", {"--key-rate", "1000000000", "--key-burst", "1000000000", "--ip-rate", "1000000000",
+                                     "--ip-burst", "1000000000"});
+  const unsigned short port = server.port();
 
   // Set-up: raised exposure limits, one pool per market per provider.
   std::vector<std::vector<std::string>> pools(accounts.size());
@@ -230,11 +123,11 @@ int main(int argc, char** argv) {
     std::string admin_key(admin.at("api_key").as_string());
     for (std::size_t i = 0; i < accounts.size(); ++i) {
       std::string id(accounts[i].at("account_id").as_string());
-      c.call(bhttp::verb::put, "/v1/accounts/" + id + "/limits", admin_key,
+      c.call("PUT", "/v1/accounts/" + id + "/limits", admin_key,
              R"({"max_open_gpus": 100000000, "max_open_notional": "1000000000000", "max_open_orders": 10000000})");
       if (i % 2 != 0) continue;
       for (const char* m : kMarkets) {
-        auto r = c.call(bhttp::verb::post, "/v1/pools", std::string(accounts[i].at("api_key").as_string()),
+        auto r = c.call("POST", "/v1/pools", std::string(accounts[i].at("api_key").as_string()),
                         json::serialize(json::object{{"market", m}, {"region", "DE"}, {"tier", "bare_metal"},
                                                      {"gpus_per_node", 64}, {"nodes", 10000}, {"pue", "1.3"},
                                                      {"renewable_pct", 40}, {"carbon_g_per_kwh", 300}}));
@@ -264,7 +157,7 @@ int main(int argc, char** argv) {
       while (!stop) {
         int roll = static_cast<int>(rng() % 100);
         std::string target = "/v1/orders", body;
-        bhttp::verb method = bhttp::verb::post;
+        std::string method = "POST";
         bool rests = false;
         std::size_t mi = rng() % 10;
         char price[16];
@@ -273,7 +166,7 @@ int main(int argc, char** argv) {
           target += "/" + resting[k];
           resting[k] = resting.back();
           resting.pop_back();
-          method = bhttp::verb::delete_;
+          method = "DELETE";
         } else if (roll < 20) {
           // Crossing: takes from the other side's resting orders, the rest cancelled (ioc).
           if (provider) {
@@ -319,7 +212,7 @@ int main(int argc, char** argv) {
   std::string before;
   {
     Connection c(port);
-    before = c.call(bhttp::verb::get, "/metrics", "").second;
+    before = c.call("GET", "/metrics", "").second;
   }
   measuring = true;
   auto t0 = Clock::now();
@@ -329,13 +222,11 @@ int main(int argc, char** argv) {
   std::string after;
   {
     Connection c(port);
-    after = c.call(bhttp::verb::get, "/metrics", "").second;
+    after = c.call("GET", "/metrics", "").second;
   }
   stop = true;
   for (auto& t : threads) t.join();
-  ::kill(server, SIGTERM);
-  int status = 0;
-  ::waitpid(server, &status, 0);
+  server.stop();
 
   std::vector<double> all;
   std::int64_t errs = 0;

@@ -517,3 +517,55 @@ TEST_CASE("ws: bad messages get an error that names the problem, limits are enfo
     CHECK(r.json().at("error").at("code").as_string() == "upgrade_required");
   }
 }
+
+TEST_CASE("ws: every message sent and received matches schema/ws.json") {
+  Exchange x({"--ws-heartbeat-ms", "200"});
+  auto path = scratch_path("ws-messages.jsonl");
+  std::ofstream transcript(path);
+
+  WsClient market(x.port());
+  WsClient provider = authed(x.port(), x.provider);
+  WsClient buyer(x.port());
+  WsClient buyer2 = authed(x.port(), x.buyer2);
+  for (auto* ws : {&market, &provider, &buyer, &buyer2}) ws->record(&transcript);
+
+  subscribe(market, {kBook, kTrades});
+  market.expect("snapshot", kBook);
+  market.expect("heartbeat", kTrades);
+  market.send(json::object{{"op", "ping"}});
+  market.expect("pong");
+  market.send(json::object{{"op", "subscribe"}, {"channels", json::array{"orders"}}});
+  market.expect("error");
+  buyer.send(json::object{{"op", "auth"}, {"key", x.buyer.api_key}});
+  buyer.expect("auth");
+  subscribe(buyer, {"orders", "fills", "leases"});
+  buyer.send(json::object{{"op", "cancel_on_disconnect"}, {"enabled", false}});
+  buyer.expect("cancel_on_disconnect");
+
+  // Preemption (docs/market-rules.md): the buyer holds a spot pool's 8 GPUs on an interruptible
+  // lease at 1.00; buyer2 bids 2.00 for 4 of them, interruptible, and takes them after the notice.
+  auto pool = x.pool("spot", 1);
+  x.ask(pool, "1.0000", 8);
+  x.bid(x.buyer, "1.0000", 8, true, 10 * 86400);
+  auto taken = x.bid(x.buyer2, "2.0000", 4, true);
+  REQUIRE(taken.at("fills").as_array().size() == 1);
+  CHECK(taken.at("fills").at(0).at("price").as_string() == "1.0001");
+  auto notice = buyer.expect("preempted", "leases");
+  CHECK(notice.at("quantity").as_int64() == 4);
+  market.expect("delta", kBook);
+  CHECK_FALSE(market.expect("trade", kTrades).at("trade").at("preemption").as_bool());  // the buyer's
+  CHECK(market.expect("trade", kTrades).at("trade").at("preemption").as_bool());        // buyer2's
+  market.send(json::object{{"op", "unsubscribe"}, {"channels", json::array{kTrades}}});
+  market.expect("unsubscribed");
+  // Drain what else arrived, so it is checked too.
+  for (auto* ws : {&market, &provider, &buyer, &buyer2}) {
+    while (ws->next(300ms)) {
+    }
+  }
+  transcript.close();
+
+  auto r = run_command({"/usr/bin/python3", std::string(GPUEX_SOURCE_DIR) + "/tests/contract/check_ws_messages.py",
+                        std::string(GPUEX_SOURCE_DIR) + "/schema/ws.json", path});
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+}

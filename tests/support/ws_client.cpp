@@ -10,6 +10,7 @@
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
+#include <ostream>
 #include <stdexcept>
 
 namespace gpuex::test {
@@ -27,6 +28,11 @@ struct WsClient::Impl {
   bool read_done = false;
   beast::error_code read_ec;
   std::optional<Ended> ended;
+  std::ostream* transcript = nullptr;
+
+  void log(const char* from, const std::string& text) {
+    if (transcript) *transcript << R"({"from":")" << from << R"(","message":)" << text << "}\n";
+  }
 
   // Runs until `done` or the timeout; returns whether `done` became true.
   bool run(const bool& done, std::chrono::milliseconds timeout) {
@@ -84,7 +90,10 @@ WsClient::~WsClient() {
   delete impl_;
 }
 
+void WsClient::record(std::ostream* out) { impl_->transcript = out; }
+
 void WsClient::send(const std::string& text) {
+  impl_->log("client", text);
   bool done = false;
   beast::error_code ec;
   impl_->ws.async_write(net::buffer(text), [&](beast::error_code e, std::size_t) {
@@ -123,6 +132,7 @@ std::optional<boost::json::object> WsClient::next(std::chrono::milliseconds time
   }
   std::string text = beast::buffers_to_string(i.buffer.data());
   i.buffer.consume(i.buffer.size());
+  i.log("server", text);
   return boost::json::parse(text).as_object();
 }
 

@@ -5,6 +5,7 @@
 #include <boost/json/object.hpp>
 
 #include <chrono>
+#include <iosfwd>
 #include <optional>
 #include <string>
 #include <utility>
@@ -38,6 +39,10 @@ class WsClient {
     std::string error;
   };
   const std::optional<Ended>& ended() const;
+
+  // From now on, every message sent and received is appended to `out` as a JSON line
+  // {"from": "client"|"server", "message": ...} (for tests/contract/check_ws_messages.py).
+  void record(std::ostream* out);
 
   void close();  // a clean close handshake
   void kill();   // drops the TCP connection without a close frame
