@@ -52,6 +52,7 @@ CREATE TABLE index_prices (
   day          bigint NOT NULL CHECK (day % 86400 = 0),
   price_micros bigint NOT NULL,
   gpu_seconds  numeric NOT NULL,
+  trades       bigint NOT NULL,
   PRIMARY KEY (market, day, price_micros)
 );
 -- value in micro-dollars per GPU-hour = trimmed_x20 / (18 × gpu_seconds): trimmed_x20 is
@@ -62,6 +63,7 @@ CREATE TABLE daily_index (
   day         bigint NOT NULL CHECK (day % 86400 = 0),
   gpu_seconds numeric NOT NULL,
   trimmed_x20 numeric NOT NULL,
+  trades      bigint NOT NULL,
   PRIMARY KEY (market, day)
 );
 
@@ -95,11 +97,11 @@ GROUP BY t.market, t.bucket, i.s, t.at - t.at % i.s;
 INSERT INTO last_trades
 SELECT DISTINCT ON (market, bucket) market, bucket, at, id, price_micros FROM trades ORDER BY market, bucket, at DESC, id DESC;
 INSERT INTO index_prices
-SELECT market, at - at % 86400, price_micros, sum(quantity::numeric * (end_at - start_at))
+SELECT market, at - at % 86400, price_micros, sum(quantity::numeric * (end_at - start_at)), count(*)
 FROM trades WHERE bucket = 'spot' GROUP BY 1, 2, 3;
 INSERT INTO daily_index
-SELECT market, day, v, sum(price_micros * greatest(0, least(20 * c1, 19 * v) - greatest(20 * c0, v)))
-FROM (SELECT market, day, price_micros,
+SELECT market, day, v, sum(price_micros * greatest(0, least(20 * c1, 19 * v) - greatest(20 * c0, v))), sum(trades)
+FROM (SELECT market, day, price_micros, trades,
              sum(gpu_seconds) OVER w - gpu_seconds AS c0, sum(gpu_seconds) OVER w AS c1,
              sum(gpu_seconds) OVER (PARTITION BY market, day) AS v
       FROM index_prices WINDOW w AS (PARTITION BY market, day ORDER BY price_micros)) h

@@ -339,7 +339,8 @@ void add_analytics_routes(http::Router& router, Services& services) {
     services.queries.submit(
         [market, now, from, respond](store::PgConnection& db) {
           auto perf = perf_e6(db, market);
-          auto r = db.exec(kSelectStats, {market, num(from), num(now)});
+          std::int64_t first_hour = floor_to(from + 3599, 3600), last_hour = floor_to(now, 3600);
+          auto r = db.exec(kSelectStats, {market, num(from), num(now), num(first_hour), num(last_hour)});
           Int128 gs = numeric(r, 0, 1), green = numeric(r, 0, 5);
           std::optional<std::int64_t> vwap, high, low;
           if (gs > 0) vwap = ratio(numeric(r, 0, 2), gs);

@@ -172,6 +172,8 @@ void copy(store::PgConnection& db, const std::string& data) {
 
 void load(store::PgConnection& db, const Options& o, std::int64_t end) {
   Generator gen(o.trades, end);
+  analytics::Rollups rollups;
+  rollups.prepare(db);
   auto t0 = Clock::now();
   double copy_ms = 0, rollup_ms = 0;
   for (std::int64_t from = 0; from < o.trades; from += kBatch) {
@@ -390,7 +392,8 @@ int main(int argc, char** argv) {
     workloads.push_back(Workload{
         "stats_24h",
         [=](store::PgConnection& c, const std::string& m) {
-          return cells(c.exec(analytics::sql::kSelectStats, {m, num(from), num(end)}));
+          std::int64_t first_hour = (from + 3599) / 3600 * 3600, last_hour = end / 3600 * 3600;
+          return cells(c.exec(analytics::sql::kSelectStats, {m, num(from), num(end), num(first_hour), num(last_hour)}));
         },
         [=](store::PgConnection& c, const std::string& m) {
           return cells(c.exec(kRawStats, {m, num(from), num(end)}));

@@ -18,15 +18,19 @@ GROUP BY bucket)sql";
 inline constexpr const char* kSelectOpenInterest = R"sql(
 SELECT bucket, gpu_seconds FROM open_interest
 WHERE market = $1 AND bucket <> 'spot' AND bucket >= $2 AND gpu_seconds > 0)sql";
+// $1 market, $2 from (a minute), $3 now, $4 the first whole hour at or after from, $5 the hour of now:
+// one-minute candles at the edges, hourly ones for the whole hours between.
 inline constexpr const char* kSelectStats = R"sql(
 SELECT coalesce(sum(trades), 0), coalesce(sum(gpu_seconds), 0), coalesce(sum(notional), 0), max(high_micros),
        min(low_micros), coalesce(sum(green_gpu_seconds), 0), coalesce(sum(discount), 0)
-FROM candles WHERE market = $1 AND interval_s = 60 AND period_start >= $2 AND period_start <= $3)sql";
+FROM candles
+WHERE market = $1 AND ((interval_s = 60 AND ((period_start >= $2 AND period_start < $4) OR
+                                             (period_start >= $5 AND period_start <= $3))) OR
+                       (interval_s = 3600 AND period_start >= $4 AND period_start < $5)))sql";
+// $1 market, $2 from, $3 to (days starting in [from, to)).
 inline constexpr const char* kSelectIndex = R"sql(
-SELECT d.day, d.gpu_seconds, d.trimmed_x20, coalesce(c.trades, 0)
-FROM daily_index d
-LEFT JOIN candles c ON c.market = d.market AND c.bucket = 'spot' AND c.interval_s = 86400 AND c.period_start = d.day
-WHERE d.market = $1 AND d.day >= $2 AND d.day < $3 AND d.gpu_seconds > 0
-ORDER BY d.day)sql";
+SELECT day, gpu_seconds, trimmed_x20, trades FROM daily_index
+WHERE market = $1 AND day >= $2 AND day < $3 AND gpu_seconds > 0
+ORDER BY day)sql";
 
 }  // namespace gpuex::analytics::sql

@@ -45,24 +45,26 @@ ON CONFLICT (market, bucket) DO UPDATE SET at = excluded.at, trade_id = excluded
 WHERE (excluded.at, excluded.trade_id) > (l.at, l.trade_id))sql"};
 
 constexpr store::Statement kUpsertIndexPrices{"rollup_index_prices", R"sql(
-INSERT INTO index_prices AS p (market, day, price_micros, gpu_seconds)
-SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::numeric[])
-ON CONFLICT (market, day, price_micros) DO UPDATE SET gpu_seconds = p.gpu_seconds + excluded.gpu_seconds)sql"};
+INSERT INTO index_prices AS p (market, day, price_micros, gpu_seconds, trades)
+SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::numeric[], $5::bigint[])
+ON CONFLICT (market, day, price_micros) DO UPDATE SET gpu_seconds = p.gpu_seconds + excluded.gpu_seconds,
+                                                      trades = p.trades + excluded.trades)sql"};
 
 // The trimmed mean of DESIGN.md §5 for each touched (market, day): with the day's volume V and each
 // price's cumulative volume [c0, c1) in price order, the part of a price's volume inside [V/20, 19V/20]
 // counts (a price on a cut counts in part); everything ×20 keeps the cuts integers.
 constexpr store::Statement kRecomputeIndex{"rollup_daily_index", R"sql(
-INSERT INTO daily_index AS d (market, day, gpu_seconds, trimmed_x20)
-SELECT market, day, v, sum(price_micros * greatest(0, least(20 * c1, 19 * v) - greatest(20 * c0, v)))
-FROM (SELECT p.market, p.day, p.price_micros,
+INSERT INTO daily_index AS d (market, day, gpu_seconds, trimmed_x20, trades)
+SELECT market, day, v, sum(price_micros * greatest(0, least(20 * c1, 19 * v) - greatest(20 * c0, v))), sum(trades)
+FROM (SELECT p.market, p.day, p.price_micros, p.trades,
              sum(p.gpu_seconds) OVER w - p.gpu_seconds AS c0, sum(p.gpu_seconds) OVER w AS c1,
              sum(p.gpu_seconds) OVER (PARTITION BY p.market, p.day) AS v
       FROM index_prices p JOIN unnest($1::text[], $2::bigint[]) AS k (market, day)
         ON p.market = k.market AND p.day = k.day
       WINDOW w AS (PARTITION BY p.market, p.day ORDER BY p.price_micros)) h
 GROUP BY market, day, v
-ON CONFLICT (market, day) DO UPDATE SET gpu_seconds = excluded.gpu_seconds, trimmed_x20 = excluded.trimmed_x20)sql"};
+ON CONFLICT (market, day) DO UPDATE SET gpu_seconds = excluded.gpu_seconds, trimmed_x20 = excluded.trimmed_x20,
+                                        trades = excluded.trades)sql"};
 
 // Each lease's contribution to open interest is kept while it is reserved; a new state replaces it,
 // so the aggregate changes by exactly the difference.
@@ -195,7 +197,7 @@ std::size_t Rollups::write_rows(store::Pipeline& pipe, std::span<const Trade* co
     // transactions touching the same rows lock them in the same order.
     std::map<std::tuple<std::string, std::string, std::int64_t, std::int64_t>, Candle> candles;
     std::map<std::pair<std::string, std::string>, std::tuple<std::int64_t, std::int64_t, std::int64_t>> last;
-    std::map<std::tuple<std::string, std::int64_t, std::int64_t>, Int128> index_prices;
+    std::map<std::tuple<std::string, std::int64_t, std::int64_t>, std::pair<Int128, std::int64_t>> index_prices;
     for (const Trade* t : trades) {
       std::string bucket = to_string(t->bucket);
       for (auto interval : kIntervals) {
@@ -205,7 +207,11 @@ std::size_t Rollups::write_rows(store::Pipeline& pipe, std::span<const Trade* co
       if (std::tie(t->time.value, t->id.value) > std::tie(std::get<0>(l), std::get<1>(l))) {
         l = {t->time.value, t->id.value, t->price.value};
       }
-      if (t->bucket.is_spot()) index_prices[{t->market.value, floor_to(t->time.value, 86400), t->price.value}] += t->gpu_seconds();
+      if (t->bucket.is_spot()) {
+        auto& p = index_prices[{t->market.value, floor_to(t->time.value, 86400), t->price.value}];
+        p.first += t->gpu_seconds();
+        ++p.second;
+      }
     }
 
     Array c[17];
@@ -230,17 +236,17 @@ std::size_t Rollups::write_rows(store::Pipeline& pipe, std::span<const Trade* co
     statements += 2;
 
     if (!index_prices.empty()) {
-      Array p[4], days[2];
+      Array p[5], days[2];
       std::pair<std::string, std::int64_t> previous;
-      for (const auto& [key, gs] : index_prices) {
+      for (const auto& [key, volume] : index_prices) {
         const auto& [market, day, price] = key;
-        p[0].add(market), p[1].add(day), p[2].add(price), p[3].add_i128(gs);
+        p[0].add(market), p[1].add(day), p[2].add(price), p[3].add_i128(volume.first), p[4].add(volume.second);
         if (previous != std::pair{market, day}) {
           days[0].add(market), days[1].add(day);
           previous = {market, day};
         }
       }
-      pipe.send(kUpsertIndexPrices, {p[0].param(), p[1].param(), p[2].param(), p[3].param()});
+      pipe.send(kUpsertIndexPrices, {p[0].param(), p[1].param(), p[2].param(), p[3].param(), p[4].param()});
       pipe.send(kRecomputeIndex, {days[0].param(), days[1].param()});
       statements += 2;
     }
