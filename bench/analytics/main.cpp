@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <future>
 #include <iostream>
 #include <map>
 #include <random>
@@ -176,15 +177,28 @@ void load(store::PgConnection& db, const Options& o, std::int64_t end) {
   rollups.prepare(db);
   auto t0 = Clock::now();
   double copy_ms = 0, rollup_ms = 0;
+  // The next batch is generated on another thread while PostgreSQL takes the current one.
+  struct Chunk {
+    std::vector<matching::Trade> trades;
+    std::string data;
+  };
+  auto make = [&gen, &o](std::int64_t from) {
+    Chunk c;
+    std::int64_t to = std::min(o.trades, from + kBatch);
+    c.trades.reserve(static_cast<std::size_t>(to - from));
+    for (std::int64_t i = from; i < to; ++i) {
+      c.trades.push_back(gen.next(i));
+      copy_line(c.data, c.trades.back());
+    }
+    return c;
+  };
+  auto pending = std::async(std::launch::async, make, 0);
   for (std::int64_t from = 0; from < o.trades; from += kBatch) {
     std::int64_t to = std::min(o.trades, from + kBatch);
-    std::vector<matching::Trade> trades;
-    trades.reserve(static_cast<std::size_t>(to - from));
-    std::string data;
-    for (std::int64_t i = from; i < to; ++i) {
-      trades.push_back(gen.next(i));
-      copy_line(data, trades.back());
-    }
+    Chunk chunk = pending.get();
+    if (to < o.trades) pending = std::async(std::launch::async, make, to);
+    auto& trades = chunk.trades;
+    const auto& data = chunk.data;
     auto c0 = Clock::now();
     copy(db, data);
     copy_ms += ms_since(c0);
