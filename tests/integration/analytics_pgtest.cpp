@@ -499,3 +499,32 @@ TEST_CASE("rollups equal a recomputation from raw trades after a random load wit
     ++r;
   }
 }
+
+TEST_CASE("monthly trade partitions are made ahead, and a month's rows already in the default partition move into its own") {
+  TestDatabase tdb;
+  REQUIRE(run_gpuexd({"migrate", "--dsn", tdb.dsn()}).exit_code == 0);
+  auto db = gpuex::store::PgConnection::connect(tdb.dsn());
+  auto partition_of = [&](const std::string& id) {
+    return std::string(db.exec(("SELECT tableoid::regclass::text FROM trades WHERE id = " + id).c_str()).text(0, 0));
+  };
+  // The migration made this month's partition and the next ones.
+  auto month = at(unix_now()).substr(0, 7);
+  month[4] = '_';
+  CHECK(db.exec(("SELECT to_regclass('trades_" + month + "') IS NOT NULL").c_str()).text(0, 0) == "t");
+  // A trade of March 2025 (1741000000 = 2025-03-03) has no partition yet: it lands in the default one.
+  db.exec(R"sql(
+    INSERT INTO trades (id, at, market, bucket, buy_order_id, sell_order_id, buyer_id, seller_id, pool_id, lease_id,
+                        quantity, start_at, end_at, price_micros, list_price_micros, green_discount_bps, preemption,
+                        taker_side, print, buyer_fill, seller_fill)
+    VALUES (7, 1741000000, 'H100-SXM-80G', 'spot', 1, 2, 1, 1, 1, 1, 4, 1741000000, 1741003600, 2000000, 2000000, 0,
+            false, 'buy', '{}', '{}', '{}'))sql");
+  CHECK(partition_of("7") == "trades_default");
+  CHECK(db.exec("SELECT gpuex_ensure_trade_partitions(1741000000, 1741000001)").integer(0, 0) == 1);
+  CHECK(partition_of("7") == "trades_2025_03");
+  CHECK(db.exec("SELECT count(*) FROM trades").integer(0, 0) == 1);
+  // Bounds: the partition holds exactly March 2025 (2025-03-01 .. 2025-04-01 UTC).
+  auto bound = db.exec("SELECT pg_get_expr(relpartbound, oid) FROM pg_class WHERE relname = 'trades_2025_03'");
+  CHECK(std::string(bound.text(0, 0)) == "FOR VALUES FROM ('1740787200') TO ('1743465600')");
+  // Made once: a second call creates nothing.
+  CHECK(db.exec("SELECT gpuex_ensure_trade_partitions(1741000000, 1741000001)").integer(0, 0) == 0);
+}
