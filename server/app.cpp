@@ -16,6 +16,7 @@
 #include <optional>
 #include <thread>
 
+#include "server/analytics/rollups.hpp"
 #include "server/auth.hpp"
 #include "server/book_views.hpp"
 #include "server/engine_runner.hpp"
@@ -155,10 +156,12 @@ int serve(const ServerConfig& config) {
   // The engine thread and the store writer (DESIGN.md §2); the published books and the WebSocket
   // channels follow commits (the hub applies committed deltas to the views and publishes them).
   BookViews views;
+  analytics::Rollups rollups;  // in every batch's transaction (DESIGN.md §5)
   EngineRunner* runner_ptr = nullptr;
   store::Writer writer(config.dsn, [&runner_ptr](const std::string&) {
     if (runner_ptr) runner_ptr->store_failed();
   });
+  writer.add_transaction_part(rollups);
   ws::Hub hub(views, [&runner_ptr] { return runner_ptr ? runner_ptr->server_time_ms() : 0; });
   writer.add_listener([&hub](const store::Batch& batch) { hub.publish(batch); });
   EngineRunner runner(engine_config, writer,
@@ -185,6 +188,7 @@ int serve(const ServerConfig& config) {
   add_lease_routes(router, services);
   add_admin_routes(router, services);
   add_quote_routes(router, services);
+  add_analytics_routes(router, services);
 
   HttpServer server(ioc, config, router, metrics, tls ? &*tls : nullptr);
   ws::Context websocket{hub, keys, runner, per_ip, services.markets, config};
@@ -199,6 +203,7 @@ int serve(const ServerConfig& config) {
   net::signal_set signals(ioc, SIGINT, SIGTERM);
   net::steady_timer grace(ioc);
   net::steady_timer poll(ioc);
+  net::steady_timer partitions(ioc);
   // Stops early once every connection has closed.
   std::function<void()> stop_when_idle = [&] {
     if (server.sessions() == 0) return ioc.stop();
@@ -217,8 +222,26 @@ int serve(const ServerConfig& config) {
       if (server.sessions() > 0) spdlog::warn("closing {} connections still open", server.sessions());
       ioc.stop();
     });
+    partitions.cancel();
     stop_when_idle();
   });
+
+  // Monthly trade partitions three months ahead of server time, made at start and every 6 hours.
+  std::function<void()> make_partitions = [&] {
+    std::int64_t now = runner.server_time();
+    queries.submit(
+        [now](store::PgConnection& db) {
+          if (int made = analytics::ensure_trade_partitions(db, now, now + 100 * 86400)) {
+            spdlog::info("created {} monthly trade partition(s)", made);
+          }
+        },
+        [](const std::string& why) { spdlog::warn("trade partitions not made now (next try in 6 h): {}", why); });
+    partitions.expires_after(std::chrono::hours(6));
+    partitions.async_wait([&](boost::system::error_code e) {
+      if (!e) make_partitions();
+    });
+  };
+  make_partitions();
 
   std::vector<std::thread> threads;
   for (unsigned i = 1; i < config.io_threads; ++i) threads.emplace_back([&ioc] { ioc.run(); });

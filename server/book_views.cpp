@@ -53,4 +53,14 @@ Depth BookViews::get(const MarketId& market, Bucket bucket, std::size_t levels) 
   return d;
 }
 
+std::vector<Bucket> BookViews::buckets(const MarketId& market) const {
+  std::vector<Bucket> out;
+  std::lock_guard lock(mutex_);
+  for (auto it = views_.lower_bound({market.value, std::numeric_limits<std::int32_t>::min()});
+       it != views_.end() && it->first.first == market.value; ++it) {
+    out.push_back(Bucket{it->first.second});
+  }
+  return out;
+}
+
 }  // namespace gpuex

@@ -20,6 +20,8 @@ class BookViews {
   void apply(const matching::BookDelta& delta);
   // The top `levels` of a view; an empty view (sequence 0) when it never had an order.
   matching::Depth get(const matching::MarketId& market, matching::Bucket bucket, std::size_t levels) const;
+  // The buckets of a market that have a view (in bucket order).
+  std::vector<matching::Bucket> buckets(const matching::MarketId& market) const;
 
  private:
   struct View {

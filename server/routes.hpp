@@ -80,6 +80,8 @@ void add_order_routes(http::Router& router, Services& services);
 void add_lease_routes(http::Router& router, Services& services);
 // POST /v1/quote: a dry run of a buy order (public).
 void add_quote_routes(http::Router& router, Services& services);
+// Public price discovery: /v1/markets/{m}/trades, /candles, /forward-curve, /stats; /v1/index/{m}.
+void add_analytics_routes(http::Router& router, Services& services);
 // Halt/resume, limits, state digest, test clock.
 void add_admin_routes(http::Router& router, Services& services);
 

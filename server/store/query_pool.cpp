@@ -37,7 +37,13 @@ void QueryPool::submit(std::function<void(PgConnection&)> job,
       try {
         job(conn);
       } catch (const StoreError&) {
-        // A failed statement may leave the connection in a bad state; a broken one is dropped.
+        // A failed statement may leave the connection in a bad state; a broken one is dropped, and
+        // so are the idle ones: the server they were opened on is most likely gone too (a restart),
+        // and libpq only notices on their next use.
+        if (!conn.healthy()) {
+          std::lock_guard lock(mutex_);
+          idle_.clear();
+        }
         release(std::move(conn));
         throw;
       }

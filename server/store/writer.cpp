@@ -34,9 +34,9 @@ ON CONFLICT (id) DO UPDATE SET status = excluded.status, lease = excluded.lease,
 constexpr Statement kInsertTrade{"insert_trade", R"sql(
 INSERT INTO trades (id, at, market, bucket, buy_order_id, sell_order_id, buyer_id, seller_id, pool_id, lease_id,
                     quantity, start_at, end_at, price_micros, list_price_micros, green_discount_bps, preemption,
-                    taker_side, print, buyer_fill, seller_fill)
+                    taker_side, print, buyer_fill, seller_fill, tier, region, green_tier)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19::jsonb, $20::jsonb,
-        $21::jsonb))sql"};
+        $21::jsonb, $22, $23, $24))sql"};
 constexpr Statement kSetHalted{"set_halted", "UPDATE markets SET halted = $2 WHERE id = $1"};
 // A key already stored was checked before the command ran; DO NOTHING keeps a race from failing the batch.
 constexpr Statement kInsertIdempotency{"insert_idempotency", R"sql(
@@ -151,6 +151,7 @@ void Writer::run() {
       if (!conn || !conn->healthy()) {
         conn = PgConnection::connect(dsn_, std::chrono::seconds(2));
         for (const auto& statement : kStatements) conn->prepare(statement);
+        for (auto* part : parts_) part->prepare(*conn);
       }
       Pipeline pipe(*conn);
       statements = 0;
@@ -182,7 +183,8 @@ void Writer::run() {
                        num(t->lease.value), num(t->quantity.value), num(t->start.value), num(t->end.value),
                        num(t->price.value), num(t->list_price.value), num(t->green_discount_bps), boolean(t->preemption),
                        std::string(to_string(t->taker)), json::serialize(wire::print_json(*t)),
-                       json::serialize(wire::fill_json(*t, Side::buy)), json::serialize(wire::fill_json(*t, Side::sell))});
+                       json::serialize(wire::fill_json(*t, Side::buy)), json::serialize(wire::fill_json(*t, Side::sell)),
+                       std::string(to_string(t->tier)), t->region, std::string(to_string(t->green_tier))});
           }
           for (const auto& [id, l] : rows.leases) {
             pipe.send(kUpsertLease, {num(id.value), num(l.buyer.value), num(l.provider.value), num(l.pool.value),
@@ -197,6 +199,7 @@ void Writer::run() {
           }
         }
       }
+      for (auto* part : parts_) statements += part->write(pipe, batches);
       pipe.send("COMMIT");
       pipe.sync();
     } catch (const std::exception& e) {

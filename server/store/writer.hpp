@@ -40,6 +40,20 @@ using Batch = std::vector<LoggedCommand>;
 // client_order_id with the same hash is the same order.
 std::string request_sha256(const matching::OrderRequest& request);
 
+class PgConnection;
+class Pipeline;
+
+// Rows a layer above the store adds to every batch's transaction (the analytics rollups), so they
+// commit or fail with the trades they come from. Called on the writer thread.
+class TransactionPart {
+ public:
+  virtual ~TransactionPart() = default;
+  // Once per new connection, before its first transaction (prepare statements here).
+  virtual void prepare(PgConnection& conn) = 0;
+  // Inside the transaction, after the batches' own rows: sends its statements, returns how many.
+  virtual std::size_t write(Pipeline& pipe, const std::vector<Batch>& batches) = 0;
+};
+
 class Writer {
  public:
   using Listener = std::function<void(const Batch&)>;
@@ -52,6 +66,8 @@ class Writer {
 
   // After-commit listeners, called in commit order on the writer thread (register before start).
   void add_listener(Listener listener) { listeners_.push_back(std::move(listener)); }
+  // Parts of every transaction, in registration order (register before start; `part` outlives the writer's run).
+  void add_transaction_part(TransactionPart& part) { parts_.push_back(&part); }
   void start();
   void submit(Batch batch);
   // Once a batch failed, every later one fails too until reset() (the engine was rebuilt).
@@ -77,6 +93,7 @@ class Writer {
   std::string dsn_;
   FailureListener on_failure_;
   std::vector<Listener> listeners_;
+  std::vector<TransactionPart*> parts_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<Batch> queue_;

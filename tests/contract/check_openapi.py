@@ -92,6 +92,10 @@ def run_checks(spec, port, admin, provider, buyer):
         if "$ref" in response:
             response = resolve(spec, response["$ref"])
         content = response.get("content", {})
+        if ctype.startswith("text/csv"):
+            if "text/csv" not in content:
+                failures.append("%s: CSV is not in the contract" % what)
+            return status, text
         if "application/json" in content:
             payload = json.loads(text)
             schema = content["application/json"]["schema"]
@@ -170,6 +174,38 @@ def run_checks(spec, port, admin, provider, buyer):
     call("POST", "/v1/leases/%s/release" % lease, "/v1/leases/{id}/release", buyer)
     call("GET", "/v1/markets/H100-SXM-80G/book?bucket=spot", "/v1/markets/{m}/book")
     call("GET", "/v1/markets/H100-SXM-80G/book?bucket=2027-13", "/v1/markets/{m}/book")
+    m = "H100-SXM-80G"
+    call("POST", "/v1/orders", "/v1/orders", buyer,
+         {"side": "buy", "market": m, "price": "1.0000", "quantity": 2,
+          "start": iso(now + timedelta(days=70)), "end": iso(now + timedelta(days=71))})
+    _, prints = call("GET", "/v1/markets/%s/trades?limit=1" % m, "/v1/markets/{m}/trades")
+    if not prints["trades"]:
+        failures.append("no trade prints after a trade")
+    if prints["next_cursor"] is not None:
+        call("GET", "/v1/markets/%s/trades?limit=1&cursor=%s" % (m, prints["next_cursor"]), "/v1/markets/{m}/trades")
+    call("GET", "/v1/markets/%s/trades" % m, "/v1/markets/{m}/trades", headers={"Accept": "text/csv"})
+    call("GET", "/v1/markets/NOPE/trades", "/v1/markets/{m}/trades")
+    call("GET", "/v1/markets/%s/trades?cursor=zz" % m, "/v1/markets/{m}/trades")
+    _, candles = call("GET", "/v1/markets/%s/candles?interval=1m&bucket=spot" % m, "/v1/markets/{m}/candles")
+    if not candles["candles"]:
+        failures.append("no candle after a trade")
+    call("GET", "/v1/markets/%s/candles?interval=1d" % m, "/v1/markets/{m}/candles", headers={"Accept": "text/csv"})
+    call("GET", "/v1/markets/%s/candles?interval=3m" % m, "/v1/markets/{m}/candles")
+    call("GET", "/v1/markets/NOPE/candles", "/v1/markets/{m}/candles")
+    _, curve = call("GET", "/v1/markets/%s/forward-curve" % m, "/v1/markets/{m}/forward-curve")
+    if not curve["tenors"]:
+        failures.append("no forward tenor despite a resting forward bid")
+    call("GET", "/v1/markets/NOPE/forward-curve", "/v1/markets/{m}/forward-curve")
+    call("GET", "/v1/markets/%s/stats" % m, "/v1/markets/{m}/stats")
+    call("GET", "/v1/markets/A100-PCIE-80G/stats", "/v1/markets/{m}/stats")
+    call("GET", "/v1/markets/NOPE/stats", "/v1/markets/{m}/stats")
+    _, index = call("GET", "/v1/index/%s" % m, "/v1/index/{m}")
+    if not index["index"]:
+        failures.append("no index day after a spot trade")
+    call("GET", "/v1/index/%s?from=2026-01-01&to=2026-02-01" % m, "/v1/index/{m}", headers={"Accept": "text/csv"})
+    call("GET", "/v1/index/%s?from=nope" % m, "/v1/index/{m}")
+    call("GET", "/v1/index/NOPE", "/v1/index/{m}")
+    call("DELETE", "/v1/orders", "/v1/orders", buyer)
     call("POST", "/v1/markets/H100-SXM-80G/halt", "/v1/markets/{m}/halt", admin)
     call("POST", "/v1/markets/H100-SXM-80G/resume", "/v1/markets/{m}/resume", admin)
     call("POST", "/v1/admin/clock", "/v1/admin/clock", admin, {"advance_s": 3600})

@@ -1,0 +1,41 @@
+// Price-discovery rollups (DESIGN.md §5), maintained incrementally in the store writer's transaction:
+// candles (1m, 5m, 1h, 1d per market and bucket), each day's spot volume per price and the daily
+// index recomputed from it, the last trade per bucket, and open interest from reserved leases.
+// A transaction's trades are aggregated in memory first, so each touched rollup row is written once,
+// by one array statement per table (migrations/0005_analytics.sql has the tables).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "matching/lease.hpp"
+#include "matching/trade.hpp"
+#include "server/store/connection.hpp"
+#include "server/store/writer.hpp"
+
+namespace gpuex::analytics {
+
+// The candle intervals, in seconds, and their names on the wire.
+inline constexpr std::int64_t kIntervals[] = {60, 300, 3600, 86400};
+std::optional<std::int64_t> parse_interval(std::string_view name);  // "1m", "5m", "1h", "1d"
+
+class Rollups final : public store::TransactionPart {
+ public:
+  void prepare(store::PgConnection& conn) override;
+  std::size_t write(store::Pipeline& pipe, const std::vector<store::Batch>& batches) override;
+
+  // The same work for trades and lease states given directly (a lease listed twice: the last state
+  // counts). Returns the number of statements sent.
+  static std::size_t write_rows(store::Pipeline& pipe, std::span<const matching::Trade* const> trades,
+                           std::span<const matching::Lease* const> leases);
+};
+
+// Integer text of a 128-bit value, and back (numeric sums from PostgreSQL are integers).
+std::string to_text(matching::Int128 v);
+std::optional<matching::Int128> parse_int128(std::string_view text);
+
+// Creates the monthly trade partitions from `from_at`'s month up to `to_at` (gpuex_ensure_trade_partitions).
+int ensure_trade_partitions(store::PgConnection& conn, std::int64_t from_at, std::int64_t to_at);
+
+}  // namespace gpuex::analytics
