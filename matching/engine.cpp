@@ -24,12 +24,18 @@ struct LivePool;
 // Ordered and compared by (effective, priority, id) only. `lo` / `pool` are lookup shortcuts set when the
 // key is put into a book (the order's node in Impl::orders and its pool's in Impl::pools; both maps keep
 // element addresses stable, and an order leaves the books before it leaves the map); null elsewhere.
+//
+// `start`, `end`, `min_duration` copy the ask's window_start, window_end and min_duration (fixed while it
+// rests) so that a walk rejects asks whose window cannot hold a bid without touching the order.
 struct AskKey {
   Price effective;
   Seq priority{0};
   OrderId id;
   LiveOrder* lo{nullptr};
   const LivePool* pool{nullptr};
+  Seconds start{};
+  Seconds end{};
+  Seconds min_duration{};
   bool operator==(const AskKey& o) const {
     return effective == o.effective && priority == o.priority && id == o.id;
   }
@@ -40,12 +46,16 @@ struct AskKey {
   }
 };
 
-// Ordered (BidOrder) and compared by (price, priority, id) only; `lo` as for AskKey.
+// Ordered (BidOrder) and compared by (price, priority, id) only; `lo` as for AskKey. `start`/`end` copy a
+// fixed-window bid's window, `duration` a duration bid's (both fixed while it rests), for the same reason.
 struct BidKey {
   Price price;
   Seq priority{0};
   OrderId id;
   LiveOrder* lo{nullptr};
+  Seconds start{};
+  Seconds end{};
+  Seconds duration{};
   bool operator==(const BidKey& o) const { return price == o.price && priority == o.priority && id == o.id; }
 };
 
@@ -172,8 +182,8 @@ struct PlannedFill {
   OrderId other;  // the ask (incoming bid) or bid (incoming ask); 0 for a preemption
   LeaseId lease;  // preemption: the lease preempted
   Qty qty;
-  Seconds start;
-  Seconds end;
+  Seconds start{};
+  Seconds end{};
   Price price;
 };
 
@@ -181,8 +191,8 @@ struct PreemptCandidate {
   LeaseId lease;
   Qty max_qty;
   Qty lot;
-  Seconds start;
-  Seconds end;
+  Seconds start{};
+  Seconds end{};
   Price price;
 };
 
@@ -343,15 +353,33 @@ struct Engine::Impl {
   // GPUs bid `b` can take from ask `a` over [ws, we), at most `cap`, in whole lots; 0 if not eligible.
   // Price is not checked here.
   Qty eligible_qty(const Order& b, Qty cap, const Order& a, Seconds ws, Seconds we) const {
+    return eligible_qty(b, cap, a, pools.at(a.request.pool).p, ws, we, true);
+  }
+
+  // The same with the ask's pool given (`pool` must be a's); check_pool = false when the caller already
+  // knows that the pool satisfies b's constraints.
+  Qty eligible_qty(const Order& b, Qty cap, const Order& a, const Pool& pool, Seconds ws, Seconds we,
+                   bool check_pool) const {
     if (!a.is_open() || !b.is_open() || a.market != b.market) return Qty(0);
     const Seconds a_start = std::max(a.window_start, now);
     if (ws < a_start || we > a.window_end || we <= ws) return Qty(0);
     if (we - ws < a.request.min_duration) return Qty(0);
-    const LivePool& lp = pools.at(a.request.pool);
-    if (!pool_satisfies(lp.p, b.request.constraints)) return Qty(0);
+    if (check_pool && !pool_satisfies(pool, b.request.constraints)) return Qty(0);
     const std::int64_t lot = std::lcm(b.request.min_chunk.value, a.request.min_chunk.value);
     const std::int64_t q = std::min(cap.value, a.free.min(ws, we));
     return Qty(q / lot * lot);
+  }
+
+  // The window conditions of eligible_qty alone, on a book key's copies (no order touched): false means
+  // eligible_qty would return 0.
+  bool window_fits(const AskKey& a, Seconds ws, Seconds we) const {
+    return ws >= std::max(a.start, now) && we <= a.end && we > ws && we - ws >= a.min_duration;
+  }
+  bool window_fits(const BidKey& b, Seconds a_start, Seconds a_end, Seconds a_min_duration) const {
+    const bool fixed = b.duration.value == 0;
+    const Seconds ws = fixed ? b.start : now;
+    const Seconds we = fixed ? b.end : now + b.duration;
+    return ws >= std::max(a_start, now) && we <= a_end && we > ws && we - ws >= a_min_duration;
   }
 
   // ---------------------------------------------------------------- book views
@@ -496,9 +524,11 @@ struct Engine::Impl {
   }
 
   // Visits, in asks_for(b, bid) order, exactly its keys with effective <= limit whose pool satisfies `c`
-  // (the others eligible_qty would reject): a k-way merge over the admitted pools' book_asks /
-  // book_spot_asks. fn(key) returns false to stop. Like a walk of the one set, fn may erase or re-insert
-  // the key it was given (a fill changes only that ask); pool attributes do not change during a walk.
+  // and whose window can hold the bid's (window_fits; a bid's window does not change during a walk): the
+  // others eligible_qty would reject. A k-way merge over the admitted pools' book_asks / book_spot_asks,
+  // each head already moved past keys that do not fit. fn(key) returns false to stop. Like a walk of the
+  // one set, fn may erase or re-insert the key it was given (a fill changes only that ask; the heads point
+  // at other keys); pool attributes do not change during a walk.
   template <class F>
   void walk_asks(const Book& b, const Order& bid, Price limit, const BidConstraints& c, F&& fn) const {
     using It = std::set<AskKey>::const_iterator;
@@ -506,13 +536,24 @@ struct Engine::Impl {
       It it;
       It end;
     };
-    std::vector<Head> heads;
     const bool spot = bid.is_duration_bid();
+    const Seconds ws = bid_start(bid);
+    const Seconds we = bid_end(bid);
+    // Moves h to its next fitting key within the limit; false when it has none.
+    const auto settle = [&](Head& h) {
+      for (; h.it != h.end; ++h.it) {
+        if (h.it->effective > limit) return false;
+        if (window_fits(*h.it, ws, we)) return true;
+      }
+      return false;
+    };
+    std::vector<Head> heads;
     for (const LivePool* lp : b.ask_pools) {
       const std::set<AskKey>& s = spot ? lp->book_spot_asks : lp->book_asks;
       if (s.empty() || s.begin()->effective > limit) continue;
       if (!pool_satisfies(lp->p, c)) continue;
-      heads.push_back(Head{s.begin(), s.end()});
+      Head h{s.begin(), s.end()};
+      if (settle(h)) heads.push_back(h);
     }
     const auto later = [](const Head& x, const Head& y) { return *y.it < *x.it; };  // min-heap on key
     std::make_heap(heads.begin(), heads.end(), later);
@@ -520,12 +561,11 @@ struct Engine::Impl {
       std::pop_heap(heads.begin(), heads.end(), later);
       Head& h = heads.back();
       const AskKey k = *h.it;
-      if (k.effective > limit) return;
       ++h.it;
-      if (h.it == h.end) {
-        heads.pop_back();
-      } else {
+      if (settle(h)) {
         std::push_heap(heads.begin(), heads.end(), later);
+      } else {
+        heads.pop_back();
       }
       if (!fn(k)) return;
     }
@@ -567,10 +607,14 @@ struct Engine::Impl {
       if (into_book) {
         Book& b = books.at(o.market);
         if (o.is_buy()) {
-          (o.is_duration_bid() ? b.duration_bids : b.bids).insert(BidKey{o.request.price, o.priority, o.id, &lo});
+          const bool dur = o.is_duration_bid();
+          (dur ? b.duration_bids : b.bids)
+              .insert(BidKey{o.request.price, o.priority, o.id, &lo, o.window_start, o.window_end,
+                             dur ? *o.request.duration : Seconds(0)});
         } else {
           LivePool& lp = pools.at(o.request.pool);
-          const AskKey k{o.effective_price, o.priority, o.id, &lo, &lp};
+          const AskKey k{o.effective_price, o.priority, o.id, &lo, &lp, o.window_start, o.window_end,
+                         o.request.min_duration};
           b.asks.insert(k);
           lo.in_spot = spot_now(o);
           if (lo.in_spot) b.spot_asks.insert(k);
@@ -881,7 +925,7 @@ struct Engine::Impl {
     const Seconds we = bid_end(bid);
     bool found = false;
     walk_asks(book, bid, bid.request.price, bid.request.constraints, [&](const AskKey& k) {
-      found = eligible_qty(bid, bid.remaining, k.lo->o, ws, we).value > 0;
+      found = eligible_qty(bid, bid.remaining, k.lo->o, k.pool->p, ws, we, false).value > 0;
       return !found;
     });
     return found;
@@ -918,7 +962,7 @@ struct Engine::Impl {
     walk_asks(book, bid.o, bid.o.request.price, c, [&](const AskKey& k) {
       if (bid.o.remaining.value <= 0) return false;
       LiveOrder& ask = *k.lo;
-      const Qty q = eligible_qty(bid.o, bid.o.remaining, ask.o, ws, we);
+      const Qty q = eligible_qty(bid.o, bid.o.remaining, ask.o, k.pool->p, ws, we, false);
       if (q.value == 0) return true;
       if (ask.o.account == bid.o.account) {
         stopped = !self_trade(bid, ask, at_placement);
@@ -951,7 +995,7 @@ struct Engine::Impl {
       const Order& ask = k.lo->o;
       Qty cap = need - total;
       if (single) cap = need - per_pool[ask.request.pool].first;
-      const Qty q = eligible_qty(bid.o, cap, ask, ws, we);
+      const Qty q = eligible_qty(bid.o, cap, ask, k.pool->p, ws, we, false);
       if (q.value == 0) return true;
       if (ask.account == bid.o.account) {
         own = true;
@@ -995,17 +1039,23 @@ struct Engine::Impl {
 
   bool ask_would_take(const Order& ask) const {
     const Book& book = books.at(ask.market);
+    const Pool& pool = pools.at(ask.request.pool).p;
     BidWalk walk(book.bids, book.duration_bids, spot_now(ask));
     while (const auto k = walk.next()) {
       if (k->price < ask.effective_price) break;
+      if (!window_fits(*k, ask.window_start, ask.window_end, ask.request.min_duration)) continue;
       const Order& bid = k->lo->o;
-      if (eligible_qty(bid, bid.remaining, ask, bid_start(bid), bid_end(bid)).value > 0) return true;
+      if (eligible_qty(bid, bid.remaining, ask, pool, bid_start(bid), bid_end(bid), true).value > 0) return true;
     }
     return false;
   }
 
   void match_ask(LiveOrder& ask, bool at_placement) {
     Book& book = books.at(ask.o.market);
+    const Pool& pool = pools.at(ask.o.request.pool).p;
+    const Seconds a_start = ask.o.window_start;
+    const Seconds a_end = ask.o.window_end;
+    const Seconds a_min = ask.o.request.min_duration;
     if (ask.o.request.time_in_force == TimeInForce::fok) {
       // All-or-none: the walk must leave no sellable piece.
       Order trial = ask.o;
@@ -1014,10 +1064,11 @@ struct Engine::Impl {
       BidWalk walk(book.bids, book.duration_bids, spot_now(ask.o));
       while (const auto k = walk.next()) {
         if (complete || k->price < ask.o.effective_price) break;
+        if (!window_fits(*k, a_start, a_end, a_min)) continue;
         const Order& bid = k->lo->o;
         const Seconds ws = bid_start(bid);
         const Seconds we = bid_end(bid);
-        const Qty q = eligible_qty(bid, bid.remaining, trial, ws, we);
+        const Qty q = eligible_qty(bid, bid.remaining, trial, pool, ws, we, true);
         if (q.value == 0) continue;
         if (bid.account == ask.o.account) {
           stop_incoming_self_trade(ask, at_placement);
@@ -1041,10 +1092,11 @@ struct Engine::Impl {
     while (ask.o.is_open()) {
       const auto k = walk.next();
       if (!k || k->price < ask.o.effective_price) break;
+      if (!window_fits(*k, a_start, a_end, a_min)) continue;
       LiveOrder& bid = *k->lo;
       const Seconds ws = bid_start(bid.o);
       const Seconds we = bid_end(bid.o);
-      const Qty q = eligible_qty(bid.o, bid.o.remaining, ask.o, ws, we);
+      const Qty q = eligible_qty(bid.o, bid.o.remaining, ask.o, pool, ws, we, true);
       if (q.value == 0) continue;
       if (bid.o.account == ask.o.account) {
         if (!self_trade(ask, bid, at_placement)) return;
@@ -1323,8 +1375,8 @@ struct Engine::Impl {
       finish_order(lo, OrderStatus::expired, Reason::expired, true);
       return;
     }
-    const bool would_take = lo.o.is_buy() ? bid_would_take(lo.o) : ask_would_take(lo.o);
-    if (r.post_only && would_take) {
+    // Only a post_only order needs the dry run (the walk is the costly part of a placement).
+    if (r.post_only && (lo.o.is_buy() ? bid_would_take(lo.o) : ask_would_take(lo.o))) {
       finish_order(lo, OrderStatus::rejected, Reason::would_take, true);
       return;
     }
@@ -1613,7 +1665,7 @@ struct Engine::Impl {
       const Order& ask = k.lo->o;
       const PoolId pool = ask.request.pool;
       const Qty cap = r.constraints.single_pool ? r.quantity - per_pool[pool].first : r.quantity - total;
-      const Qty q = eligible_qty(bid, cap, ask, ws, we);
+      const Qty q = eligible_qty(bid, cap, ask, k.pool->p, ws, we, false);
       if (q.value == 0) return true;
       const QuoteFill fill{pool, ask.id, q, ws, we, ask.effective_price, ask.request.price, ask.green_discount_bps,
                            false};
