@@ -91,7 +91,8 @@ struct LiveOrder {
   Seconds timer{-1};
   std::uint64_t body_hash{0};
   bool in_book{false};
-  bool in_spot{false};  // sell: also in Book::spot_asks
+  bool in_spot{false};  // sell: also in its pool's book_spot_asks
+  int bid_group{-1};    // buy: index of its constraint group in its Book (set when it first rests)
   bool counted{false};
   bool closed{false};
   std::vector<LeaseId> sold;  // sell: leases it created (some may have ended)
@@ -110,33 +111,90 @@ struct LivePool {
 
 using BidSet = std::set<BidKey, BidOrder>;
 
+// Resting bids of one kind: fixed-window and duration (spot) bids, each in (price desc, priority) order.
+struct BidSets {
+  BidSet fixed;
+  BidSet duration;
+};
+
+// Resting bids whose constraints are equal once their regions are set aside (`rep`, regions empty). A bid
+// without regions rests in `any`; one with regions in the set of each region it names, so that an ask
+// walks only the bids its pool's region admits, and judges the other constraints once per group.
+struct BidGroup {
+  BidConstraints rep;
+  std::int64_t resting{0};
+  BidSets any;
+  std::map<std::string, BidSets> by_region;
+};
+
 struct Book {
   MarketSpec spec;
   bool halted{false};
-  std::set<AskKey> asks;       // every resting ask
-  std::set<AskKey> spot_asks;  // those a duration bid could use now: started, with free GPUs now
-  BidSet bids;                 // resting fixed-window bids
-  BidSet duration_bids;        // resting duration (spot) bids
+  std::vector<BidGroup> bid_groups;       // resting bids, by constraint group (never removed)
+  std::map<std::string, int> group_index;  // constraint_key(rep) -> index in bid_groups
   std::set<PoolId> spot_pools;
   std::set<LivePool*> ask_pools;  // pools with a non-empty book_asks (order irrelevant: walks merge by key)
 };
 
-// Walks two bid sets in one priority order; the caller may erase the key it was just given.
+// The key of a bid's constraint group: every constraint but its regions, serialized.
+std::string constraint_key(const BidConstraints& c) {
+  std::string k;
+  for (Tier t : c.tiers) k += static_cast<char>('a' + static_cast<int>(t));
+  k += '|';
+  const auto num = [&](bool has, std::int64_t v) {
+    k += has ? std::to_string(v) : std::string("-");
+    k += ',';
+  };
+  num(c.min_fabric.has_value(), c.min_fabric ? static_cast<std::int64_t>(*c.min_fabric) : 0);
+  num(c.min_fabric_gbps.has_value(), c.min_fabric_gbps.value_or(0));
+  num(c.min_sla_pct_x1000.has_value(), c.min_sla_pct_x1000.value_or(0));
+  num(c.max_pue_x1000.has_value(), c.max_pue_x1000.value_or(0));
+  num(c.min_renewable_pct_x100.has_value(), c.min_renewable_pct_x100.value_or(0));
+  num(c.max_carbon_g_per_kwh_x100.has_value(), c.max_carbon_g_per_kwh_x100.value_or(0));
+  k += c.nvlink ? 'n' : '-';
+  k += c.green_only ? 'g' : '-';
+  k += c.single_pool ? 's' : '-';
+  k += c.interruptible ? 'i' : '-';
+  return k;
+}
+
+// A k-way merge of bid sets in one priority order (BidOrder). Each head is advanced before its key is
+// returned, so the caller may erase or re-insert the key it was just given.
 class BidWalk {
  public:
-  BidWalk(const BidSet& a, const BidSet& b, bool use_b)
-      : a_(a.begin()), a_end_(a.end()), b_(use_b ? b.begin() : b.end()), b_end_(b.end()) {}
-  std::optional<BidKey> next() {
-    const bool has_a = a_ != a_end_;
-    const bool has_b = b_ != b_end_;
-    if (!has_a && !has_b) return std::nullopt;
-    if (has_a && (!has_b || BidOrder{}(*a_, *b_))) return *a_++;
-    return *b_++;
+  // Sets whose best bid is below `floor` are left out (a walk stops there anyway).
+  void add(const BidSet& s, bool duration, Price floor) {
+    if (s.empty() || s.begin()->price < floor) return;
+    heads_.push_back(Head{s.begin(), s.end(), duration});
   }
-  void drop_second() { b_ = b_end_; }
+  void start() { std::make_heap(heads_.begin(), heads_.end(), later); }
+  std::optional<BidKey> next() {
+    if (heads_.empty()) return std::nullopt;
+    std::pop_heap(heads_.begin(), heads_.end(), later);
+    Head& h = heads_.back();
+    const BidKey k = *h.it;
+    ++h.it;
+    if (h.it == h.end) {
+      heads_.pop_back();
+    } else {
+      std::push_heap(heads_.begin(), heads_.end(), later);
+    }
+    return k;
+  }
+  // Leaves the duration bids out from here on.
+  void drop_duration() {
+    std::erase_if(heads_, [](const Head& h) { return h.duration; });
+    start();
+  }
 
  private:
-  BidSet::const_iterator a_, a_end_, b_, b_end_;
+  struct Head {
+    BidSet::const_iterator it;
+    BidSet::const_iterator end;
+    bool duration{false};
+  };
+  static bool later(const Head& x, const Head& y) { return BidOrder{}(*y.it, *x.it); }  // min-heap
+  std::vector<Head> heads_;
 };
 
 struct View {
@@ -519,11 +577,8 @@ struct Engine::Impl {
   // ask's timers fire at its start and at every step of its free capacity, so this stays current.
   bool spot_now(const Order& a) const { return a.window_start <= now && a.free.at(now) > 0; }
 
-  const std::set<AskKey>& asks_for(const Book& b, const Order& bid) const {
-    return bid.is_duration_bid() ? b.spot_asks : b.asks;
-  }
-
-  // Visits, in asks_for(b, bid) order, exactly its keys with effective <= limit whose pool satisfies `c`
+  // Visits, in ask priority order, the resting asks of `b` a bid could use (a duration bid: those in
+  // book_spot_asks) with effective <= limit whose pool satisfies `c`
   // and whose window can hold the bid's (window_fits; a bid's window does not change during a walk): the
   // others eligible_qty would reject. A k-way merge over the admitted pools' book_asks / book_spot_asks,
   // each head already moved past keys that do not fit. fn(key) returns false to stop. Like a walk of the
@@ -571,17 +626,51 @@ struct Engine::Impl {
     }
   }
 
+  static int group_of(Book& b, const BidConstraints& c) {
+    BidConstraints rep = c;
+    rep.regions.clear();
+    auto [it, inserted] = b.group_index.try_emplace(constraint_key(rep), static_cast<int>(b.bid_groups.size()));
+    if (inserted) b.bid_groups.push_back(BidGroup{std::move(rep), 0, {}, {}});
+    return it->second;
+  }
+
+  // Sets up `walk` over the resting bids of `b` that `pool` satisfies (the groups it satisfies, their
+  // bids without regions or naming the pool's region) priced at `floor` or more; duration bids only if
+  // `with_duration`. Every key the walk returns then passes pool_satisfies(pool, its constraints).
+  void bids_for(const Book& b, const Pool& pool, Price floor, bool with_duration, BidWalk& walk) const {
+    for (const BidGroup& g : b.bid_groups) {
+      if (g.resting == 0 || !pool_satisfies(pool, g.rep)) continue;
+      walk.add(g.any.fixed, false, floor);
+      if (with_duration) walk.add(g.any.duration, true, floor);
+      auto r = g.by_region.find(pool.spec.region);
+      if (r == g.by_region.end()) continue;
+      walk.add(r->second.fixed, false, floor);
+      if (with_duration) walk.add(r->second.duration, true, floor);
+    }
+    walk.start();
+  }
+
   // Takes an order out of the book and the account sums before it changes. Returns whether it rested.
   bool unhook(LiveOrder& lo) {
     const bool was = lo.in_book;
     if (lo.in_book) {
       Book& b = books.at(lo.o.market);
       if (lo.o.is_buy()) {
-        (lo.o.is_duration_bid() ? b.duration_bids : b.bids).erase(BidKey{lo.o.request.price, lo.o.priority, lo.o.id});
+        const BidKey k{lo.o.request.price, lo.o.priority, lo.o.id};
+        const bool dur = lo.o.is_duration_bid();
+        BidGroup& g = b.bid_groups[static_cast<std::size_t>(lo.bid_group)];
+        --g.resting;
+        const std::vector<std::string>& regions = lo.o.request.constraints.regions;
+        if (regions.empty()) {
+          (dur ? g.any.duration : g.any.fixed).erase(k);
+        } else {
+          for (const std::string& r : regions) {
+            BidSets& sets = g.by_region.at(r);
+            (dur ? sets.duration : sets.fixed).erase(k);
+          }
+        }
       } else {
         const AskKey k{lo.o.effective_price, lo.o.priority, lo.o.id};
-        b.asks.erase(k);
-        if (lo.in_spot) b.spot_asks.erase(k);
         LivePool* lp = lo.hooked_pool;
         lp->book_asks.erase(k);
         if (lo.in_spot) lp->book_spot_asks.erase(k);
@@ -608,16 +697,25 @@ struct Engine::Impl {
         Book& b = books.at(o.market);
         if (o.is_buy()) {
           const bool dur = o.is_duration_bid();
-          (dur ? b.duration_bids : b.bids)
-              .insert(BidKey{o.request.price, o.priority, o.id, &lo, o.window_start, o.window_end,
-                             dur ? *o.request.duration : Seconds(0)});
+          const BidKey k{o.request.price, o.priority, o.id, &lo, o.window_start, o.window_end,
+                         dur ? *o.request.duration : Seconds(0)};
+          if (lo.bid_group < 0) lo.bid_group = group_of(b, o.request.constraints);
+          BidGroup& g = b.bid_groups[static_cast<std::size_t>(lo.bid_group)];
+          ++g.resting;
+          const std::vector<std::string>& regions = o.request.constraints.regions;
+          if (regions.empty()) {
+            (dur ? g.any.duration : g.any.fixed).insert(k);
+          } else {
+            for (const std::string& r : regions) {
+              BidSets& sets = g.by_region[r];
+              (dur ? sets.duration : sets.fixed).insert(k);
+            }
+          }
         } else {
           LivePool& lp = pools.at(o.request.pool);
           const AskKey k{o.effective_price, o.priority, o.id, &lo, &lp, o.window_start, o.window_end,
                          o.request.min_duration};
-          b.asks.insert(k);
           lo.in_spot = spot_now(o);
-          if (lo.in_spot) b.spot_asks.insert(k);
           if (lp.book_asks.empty()) b.ask_pools.insert(&lp);
           lp.book_asks.insert(k);
           if (lo.in_spot) lp.book_spot_asks.insert(k);
@@ -1040,12 +1138,13 @@ struct Engine::Impl {
   bool ask_would_take(const Order& ask) const {
     const Book& book = books.at(ask.market);
     const Pool& pool = pools.at(ask.request.pool).p;
-    BidWalk walk(book.bids, book.duration_bids, spot_now(ask));
+    BidWalk walk;
+    bids_for(book, pool, ask.effective_price, spot_now(ask), walk);
     while (const auto k = walk.next()) {
       if (k->price < ask.effective_price) break;
       if (!window_fits(*k, ask.window_start, ask.window_end, ask.request.min_duration)) continue;
       const Order& bid = k->lo->o;
-      if (eligible_qty(bid, bid.remaining, ask, pool, bid_start(bid), bid_end(bid), true).value > 0) return true;
+      if (eligible_qty(bid, bid.remaining, ask, pool, bid_start(bid), bid_end(bid), false).value > 0) return true;
     }
     return false;
   }
@@ -1061,14 +1160,15 @@ struct Engine::Impl {
       Order trial = ask.o;
       std::vector<PlannedFill> plan;
       bool complete = !ask_has_piece(trial);
-      BidWalk walk(book.bids, book.duration_bids, spot_now(ask.o));
+      BidWalk walk;
+      bids_for(book, pool, ask.o.effective_price, spot_now(ask.o), walk);
       while (const auto k = walk.next()) {
         if (complete || k->price < ask.o.effective_price) break;
         if (!window_fits(*k, a_start, a_end, a_min)) continue;
         const Order& bid = k->lo->o;
         const Seconds ws = bid_start(bid);
         const Seconds we = bid_end(bid);
-        const Qty q = eligible_qty(bid, bid.remaining, trial, pool, ws, we, true);
+        const Qty q = eligible_qty(bid, bid.remaining, trial, pool, ws, we, false);
         if (q.value == 0) continue;
         if (bid.account == ask.o.account) {
           stop_incoming_self_trade(ask, at_placement);
@@ -1088,7 +1188,8 @@ struct Engine::Impl {
       return;
     }
     // Duration bids need GPUs free now; once the ask has none at this instant, none of them can use it.
-    BidWalk walk(book.bids, book.duration_bids, spot_now(ask.o));
+    BidWalk walk;
+    bids_for(book, pool, ask.o.effective_price, spot_now(ask.o), walk);
     while (ask.o.is_open()) {
       const auto k = walk.next();
       if (!k || k->price < ask.o.effective_price) break;
@@ -1096,14 +1197,14 @@ struct Engine::Impl {
       LiveOrder& bid = *k->lo;
       const Seconds ws = bid_start(bid.o);
       const Seconds we = bid_end(bid.o);
-      const Qty q = eligible_qty(bid.o, bid.o.remaining, ask.o, pool, ws, we, true);
+      const Qty q = eligible_qty(bid.o, bid.o.remaining, ask.o, pool, ws, we, false);
       if (q.value == 0) continue;
       if (bid.o.account == ask.o.account) {
         if (!self_trade(ask, bid, at_placement)) return;
         continue;
       }
       execute_fill(bid, ask, q, ws, we, bid.o.request.price, Side::sell);
-      if (!spot_now(ask.o)) walk.drop_second();  // nothing free now: no duration bid can use it
+      if (!spot_now(ask.o)) walk.drop_duration();  // nothing free now: no duration bid can use it
     }
   }
 
@@ -1596,8 +1697,10 @@ struct Engine::Impl {
     emit(MarketHaltChanged{c.market, c.halted});
     if (!c.halted) {
       std::vector<OrderId> ids;
-      for (const AskKey& k : it->second.asks) ids.push_back(k.id);
-      match_woken(std::move(ids));
+      for (const LivePool* lp : it->second.ask_pools) {
+        for (const AskKey& k : lp->book_asks) ids.push_back(k.id);
+      }
+      match_woken(std::move(ids));  // sorts them into ask priority
     }
   }
 
@@ -1725,11 +1828,33 @@ struct Engine::Impl {
         }
       }
       const Book& b = books.at(o.market);
-      const BidSet& bids = o.is_duration_bid() ? b.duration_bids : b.bids;
+      bool in = lo.in_book;
+      if (in && o.is_buy()) {
+        const BidKey bk{o.request.price, o.priority, o.id};
+        const BidGroup& g = b.bid_groups.at(static_cast<std::size_t>(lo.bid_group));
+        BidConstraints rep = o.request.constraints;
+        rep.regions.clear();
+        if (!(g.rep == rep)) fail("bid in the wrong constraint group: " + to_string(o));
+        std::vector<const BidSets*> homes;
+        if (o.request.constraints.regions.empty()) homes.push_back(&g.any);
+        for (const std::string& r : o.request.constraints.regions) {
+          auto it = g.by_region.find(r);
+          if (it == g.by_region.end()) {
+            in = false;
+          } else {
+            homes.push_back(&it->second);
+          }
+        }
+        for (const BidSets* h : homes) in = in && (o.is_duration_bid() ? h->duration : h->fixed).count(bk) == 1;
+      }
       const AskKey ak{o.effective_price, o.priority, o.id};
-      const bool in = o.is_buy() ? bids.count(BidKey{o.request.price, o.priority, o.id}) == 1 : b.asks.count(ak) == 1;
-      if (!in || !lo.in_book) fail("open order not in book: " + to_string(o));
-      if (o.is_sell() && (b.spot_asks.count(ak) == 1) != spot_now(o)) fail("spot index stale: " + to_string(o));
+      if (in && o.is_sell()) {
+        in = lo.hooked_pool == &pools.at(o.request.pool) && lo.hooked_pool->book_asks.count(ak) == 1;
+      }
+      if (!in) fail("open order not in book: " + to_string(o));
+      if (in && o.is_sell() && (lo.hooked_pool->book_spot_asks.count(ak) == 1) != spot_now(o)) {
+        fail("spot index stale: " + to_string(o));
+      }
     }
     for (const auto& [id, l] : leases) {
       const Seconds end = l.status == LeaseStatus::preempted ? std::min(*l.ends_at, l.end) : l.end;
@@ -1743,21 +1868,29 @@ struct Engine::Impl {
       if (!(used == expect)) fail("pool " + std::to_string(id.value) + " commitments out of step");
       if (expect.max(now, kForever) > lp.p.gpus().value) fail("pool oversold: " + to_string(lp.p));
     }
+    // Every pair of resting orders, brute force (no index involved).
+    std::map<MarketId, std::vector<const Order*>> open_bids;
+    std::map<MarketId, std::vector<const Order*>> open_asks;
+    std::int64_t in_groups = 0;
+    for (const auto& [id, lo] : orders) {
+      if (!lo.o.is_open() || !lo.in_book) continue;
+      (lo.o.is_buy() ? open_bids : open_asks)[lo.o.market].push_back(&lo.o);
+    }
     for (const auto& [m, b] : books) {
+      for (const BidGroup& g : b.bid_groups) in_groups += g.resting;
       if (b.halted) continue;
-      BidWalk walk(b.bids, b.duration_bids, true);
-      while (const auto next = walk.next()) {
-        const BidKey& bk = *next;
-        const Order& bid = orders.at(bk.id).o;
-        for (const AskKey& ak : b.asks) {
-          if (ak.effective > bk.price) break;
-          const Order& ask = orders.at(ak.id).o;
-          if (eligible_qty(bid, bid.remaining, ask, bid_start(bid), bid_end(bid)).value > 0) {
-            fail("crossed: bid " + std::to_string(bid.id.value) + " ask " + std::to_string(ask.id.value));
+      for (const Order* bid : open_bids[m]) {
+        for (const Order* ask : open_asks[m]) {
+          if (ask->effective_price > bid->request.price) continue;
+          if (eligible_qty(*bid, bid->remaining, *ask, bid_start(*bid), bid_end(*bid)).value > 0) {
+            fail("crossed: bid " + std::to_string(bid->id.value) + " ask " + std::to_string(ask->id.value));
           }
         }
       }
     }
+    std::int64_t resting_bids = 0;
+    for (const auto& [m, v] : open_bids) resting_bids += static_cast<std::int64_t>(v.size());
+    if (in_groups != resting_bids) fail("bid groups count " + std::to_string(in_groups) + " resting bids");
     // Views equal a recomputation from the resting orders.
     std::map<ViewKey, View> fresh;
     for (const auto& [id, lo] : orders) {
