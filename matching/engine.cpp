@@ -2,6 +2,7 @@
 #include "matching/engine.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -97,13 +98,41 @@ struct LiveOrder {
   bool closed{false};
   std::vector<LeaseId> sold;  // sell: leases it created (some may have ended)
   LivePool* hooked_pool{nullptr};  // sell in a book: the pool whose book_asks hold it
+  std::size_t account_slot{0};     // its place in its Account's orders
+  std::size_t pool_slot{0};        // sell: its place in its LivePool's asks
+};
+
+// Open orders in no particular order, with O(1) insert and erase (each order keeps its slot). Callers
+// that need id order sort ids().
+struct OrderList {
+  std::vector<LiveOrder*> items;
+
+  void add(LiveOrder& lo, std::size_t LiveOrder::*slot) {
+    lo.*slot = items.size();
+    items.push_back(&lo);
+  }
+  void remove(LiveOrder& lo, std::size_t LiveOrder::*slot) {
+    const std::size_t i = lo.*slot;
+    items[i] = items.back();
+    items[i]->*slot = i;
+    items.pop_back();
+  }
+  bool empty() const { return items.empty(); }
+  std::vector<OrderId> ids() const {
+    std::vector<OrderId> out;
+    out.reserve(items.size());
+    for (const LiveOrder* lo : items) out.push_back(lo->o.id);
+    std::sort(out.begin(), out.end());
+    return out;
+  }
 };
 
 struct LivePool {
   Pool p;
   Steps used;  // open asks' free capacity + GPUs held by leases, over time
-  std::set<OrderId> asks;
+  OrderList asks;  // open asks
   std::set<LeaseId> leases;
+  std::size_t ask_pool_slot{0};  // its place in its Book's ask_pools while it has resting asks
   // This pool's part of its Book's asks / spot_asks (same keys), so a bid walks only the pools it admits.
   std::set<AskKey> book_asks;
   std::set<AskKey> book_spot_asks;
@@ -133,7 +162,7 @@ struct Book {
   std::vector<BidGroup> bid_groups;       // resting bids, by constraint group (never removed)
   std::map<std::string, int> group_index;  // constraint_key(rep) -> index in bid_groups
   std::set<PoolId> spot_pools;
-  std::set<LivePool*> ask_pools;  // pools with a non-empty book_asks (order irrelevant: walks merge by key)
+  std::vector<LivePool*> ask_pools;  // pools with a non-empty book_asks (order irrelevant: walks merge by key)
 };
 
 // The key of a bid's constraint group: every constraint but its regions, serialized.
@@ -215,7 +244,7 @@ struct Account {
   std::int64_t open_orders{0};
   std::int64_t open_gpus{0};
   Int128 notional_x3600{0};
-  std::set<OrderId> orders;
+  OrderList orders;  // open orders
 };
 
 enum class TimerKind : std::uint8_t { order, lease, pool };
@@ -273,7 +302,7 @@ struct Engine::Impl {
   std::map<AccountId, Account> accounts;
   std::map<ViewKey, View> views;
   std::map<ViewKey, Touched> touched;
-  std::set<Timer> timers;
+  std::vector<Timer> timers;  // a min-heap (std::greater); stale entries are skipped when they fire
   std::map<CidKey, OrderId> open_cids;
   std::map<CidKey, Finished> finished_cids;
   std::vector<OrderId> dead;
@@ -554,7 +583,7 @@ struct Engine::Impl {
     const Seconds t = next_order_time(lo.o);
     if (t == lo.timer) return;
     lo.timer = t;
-    if (t < kForever) timers.insert(Timer{t, TimerKind::order, lo.o.id.value});
+    if (t < kForever) add_timer(Timer{t, TimerKind::order, lo.o.id.value});
   }
 
   static Seconds next_lease_time(const Lease& l) {
@@ -563,11 +592,16 @@ struct Engine::Impl {
     return l.end;
   }
 
-  void schedule_lease(const Lease& l) { timers.insert(Timer{next_lease_time(l), TimerKind::lease, l.id.value}); }
+  void add_timer(const Timer& t) {
+    timers.push_back(t);
+    std::push_heap(timers.begin(), timers.end(), std::greater<>{});
+  }
+
+  void schedule_lease(const Lease& l) { add_timer(Timer{next_lease_time(l), TimerKind::lease, l.id.value}); }
 
   void schedule_pool(const LivePool& lp) {
     if (lp.p.verified && lp.p.verified_until > now) {
-      timers.insert(Timer{lp.p.verified_until, TimerKind::pool, lp.p.id.value});
+      add_timer(Timer{lp.p.verified_until, TimerKind::pool, lp.p.id.value});
     }
   }
 
@@ -674,7 +708,12 @@ struct Engine::Impl {
         LivePool* lp = lo.hooked_pool;
         lp->book_asks.erase(k);
         if (lo.in_spot) lp->book_spot_asks.erase(k);
-        if (lp->book_asks.empty()) b.ask_pools.erase(lp);
+        if (lp->book_asks.empty()) {
+          const std::size_t i = lp->ask_pool_slot;
+          b.ask_pools[i] = b.ask_pools.back();
+          b.ask_pools[i]->ask_pool_slot = i;
+          b.ask_pools.pop_back();
+        }
         lo.hooked_pool = nullptr;
         lo.in_spot = false;
       }
@@ -716,7 +755,10 @@ struct Engine::Impl {
           const AskKey k{o.effective_price, o.priority, o.id, &lo, &lp, o.window_start, o.window_end,
                          o.request.min_duration};
           lo.in_spot = spot_now(o);
-          if (lp.book_asks.empty()) b.ask_pools.insert(&lp);
+          if (lp.book_asks.empty()) {
+            lp.ask_pool_slot = b.ask_pools.size();
+            b.ask_pools.push_back(&lp);
+          }
           lp.book_asks.insert(k);
           if (lo.in_spot) lp.book_spot_asks.insert(k);
           lo.hooked_pool = &lp;
@@ -733,7 +775,7 @@ struct Engine::Impl {
     lo.closed = true;
     if (o.is_sell()) close_ask(lo);
     Account& a = account(o.account);
-    a.orders.erase(o.id);
+    a.orders.remove(lo, &LiveOrder::account_slot);
     if (!o.request.client_order_id.empty()) {
       const CidKey k{o.account, o.request.client_order_id};
       open_cids.erase(k);
@@ -757,7 +799,7 @@ struct Engine::Impl {
     a.lapsed_gpu_seconds = past;
     a.cancelled_gpu_seconds += rest;  // the unsold rest ahead, however the ask ended
     a.free_gpu_seconds = 0;
-    lp.asks.erase(a.id);
+    lp.asks.remove(lo, &LiveOrder::pool_slot);
     for (LeaseId lid : lo.sold) {
       auto it = leases.find(lid);
       if (it == leases.end()) continue;
@@ -1248,7 +1290,7 @@ struct Engine::Impl {
   std::vector<OrderId> reprice(LivePool& lp) {
     std::vector<OrderId> changed;
     const Price tk = tick(lp.p.spec.market);
-    for (OrderId id : lp.asks) {
+    for (OrderId id : lp.asks.ids()) {
       LiveOrder& lo = orders.at(id);
       const Price eff = discounted(lo.o.request.price, lp.p.green_discount_bps, tk);
       if (eff == lo.o.effective_price && lo.o.green_discount_bps == lp.p.green_discount_bps) continue;
@@ -1270,9 +1312,10 @@ struct Engine::Impl {
     std::set<OrderId> due_orders;
     std::set<LeaseId> due_leases;
     std::set<PoolId> due_pools;
-    while (!timers.empty() && timers.begin()->at <= now) {
-      const Timer tm = *timers.begin();
-      timers.erase(timers.begin());
+    while (!timers.empty() && timers.front().at <= now) {
+      std::pop_heap(timers.begin(), timers.end(), std::greater<>{});
+      const Timer tm = timers.back();
+      timers.pop_back();
       switch (tm.kind) {
         case TimerKind::order: {
           auto it = orders.find(OrderId(tm.id));
@@ -1463,12 +1506,12 @@ struct Engine::Impl {
       o.total_gpu_seconds = r.quantity.value * (o.window_end - o.window_start).value;
       lp.used.add(o.window_start, o.window_end, r.quantity.value);
       lp.used.trim_before(now);
-      lp.asks.insert(o.id);
     }
     LiveOrder& lo = orders.emplace(o.id, LiveOrder{}).first->second;
     lo.o = std::move(o);
     lo.body_hash = h;
-    account(cmd.account).orders.insert(lo.o.id);
+    if (lo.o.is_sell()) pools.at(r.pool).asks.add(lo, &LiveOrder::pool_slot);
+    account(cmd.account).orders.add(lo, &LiveOrder::account_slot);
     if (!r.client_order_id.empty()) open_cids[CidKey{cmd.account, r.client_order_id}] = lo.o.id;
     hook(lo, false);
     emit(OrderAccepted{lo.o});
@@ -1513,7 +1556,7 @@ struct Engine::Impl {
   void on(const Command& cmd, const CancelAll& c) {
     auto ait = accounts.find(cmd.account);
     if (ait == accounts.end()) return;
-    const std::vector<OrderId> ids(ait->second.orders.begin(), ait->second.orders.end());
+    const std::vector<OrderId> ids = ait->second.orders.ids();
     for (OrderId id : ids) {
       LiveOrder& lo = orders.at(id);
       if (c.market && lo.o.market != *c.market) continue;
@@ -1662,7 +1705,7 @@ struct Engine::Impl {
     emit(PoolChanged{lp.p});
     reprice(lp);
     // Verified values can make energy-constrained bids eligible even when the price stays.
-    match_woken(std::vector<OrderId>(lp.asks.begin(), lp.asks.end()));
+    match_woken(lp.asks.ids());
   }
 
   void on(const Command& cmd, const ReleaseLease& c) {
@@ -1720,7 +1763,7 @@ struct Engine::Impl {
       lp.p.updated_at = now;
       emit(PoolChanged{lp.p});
       reprice(lp);
-      woken.insert(woken.end(), lp.asks.begin(), lp.asks.end());  // green_only eligibility may change too
+      for (OrderId ask : lp.asks.ids()) woken.push_back(ask);  // green_only eligibility may change too
     }
     match_woken(std::move(woken));
   }
@@ -1978,11 +2021,11 @@ struct Engine::Impl {
       LiveOrder& lo = orders.emplace(o.id, LiveOrder{}).first->second;
       lo.o = o;
       lo.body_hash = o.body_hash;
-      account(o.account).orders.insert(o.id);
+      account(o.account).orders.add(lo, &LiveOrder::account_slot);
       if (!o.request.client_order_id.empty()) open_cids[CidKey{o.account, o.request.client_order_id}] = o.id;
       if (o.is_sell()) {
         LivePool& lp = pools.at(o.request.pool);
-        lp.asks.insert(o.id);
+        lp.asks.add(lo, &LiveOrder::pool_slot);
         for (const Step& p : o.free.pieces()) lp.used.add(p.from, p.to, p.gpus);
       }
       hook(lo, true);
@@ -2058,7 +2101,7 @@ std::vector<Order> Engine::open_orders(AccountId account, const std::optional<Ma
   std::vector<Order> out;
   auto it = impl_->accounts.find(account);
   if (it == impl_->accounts.end()) return out;
-  for (OrderId id : it->second.orders) {
+  for (OrderId id : it->second.orders.ids()) {
     const Order& o = impl_->orders.at(id).o;
     if (market && o.market != *market) continue;
     out.push_back(o);
@@ -2096,8 +2139,8 @@ std::optional<PoolCapacity> Engine::pool_capacity(PoolId id, Seconds from, Secon
     const Seconds held_end = l.status == LeaseStatus::preempted ? std::min(*l.ends_at, l.end) : l.end;
     c.leased.add(std::max(l.start, from), std::min(held_end, to), l.quantity.value);
   }
-  for (OrderId oid : lp.asks) {
-    for (const Step& p : impl_->orders.at(oid).o.free.pieces()) {
+  for (const auto* ask : lp.asks.items) {
+    for (const Step& p : ask->o.free.pieces()) {
       c.offered.add(std::max(p.from, from), std::min(p.to, to), p.gpus);
     }
   }
