@@ -133,10 +133,17 @@ struct LivePool {
   OrderList asks;  // open asks
   std::set<LeaseId> leases;
   std::size_t ask_pool_slot{0};  // its place in its Book's ask_pools while it has resting asks
-  // This pool's part of its Book's asks / spot_asks (same keys), so a bid walks only the pools it admits.
-  std::set<AskKey> book_asks;
+  // This pool's resting asks, so a bid walks only the pools it admits: all of them by end_bucket() of their
+  // window end (a fixed-window bid skips the buckets that end before its window does; no empty sets), and
+  // those a duration bid could use now (spot_now). Each set in ask priority order.
+  std::int64_t book_count{0};
+  std::map<std::int64_t, std::set<AskKey>> book_asks;
   std::set<AskKey> book_spot_asks;
 };
+
+// Asks are bucketed by window end in 30-day steps of absolute time (times are never negative).
+constexpr std::int64_t kEndBucket = 30 * 86'400;
+std::int64_t end_bucket(Seconds t) { return t.value / kEndBucket; }
 
 using BidSet = std::set<BidKey, BidOrder>;
 
@@ -614,8 +621,10 @@ struct Engine::Impl {
   // Visits, in ask priority order, the resting asks of `b` a bid could use (a duration bid: those in
   // book_spot_asks) with effective <= limit whose pool satisfies `c`
   // and whose window can hold the bid's (window_fits; a bid's window does not change during a walk): the
-  // others eligible_qty would reject. A k-way merge over the admitted pools' book_asks / book_spot_asks,
-  // each head already moved past keys that do not fit. fn(key) returns false to stop. Like a walk of the
+  // others eligible_qty would reject. A k-way merge over the admitted pools' book_asks buckets that end
+  // late enough / book_spot_asks, each head already moved past keys that do not fit. A walk never leaves a
+  // head on a set that fn could empty (fn changes only the key it was given, and a head whose set had no
+  // other fitting key was dropped before fn ran), so erasing emptied buckets is safe. fn(key) returns false to stop. Like a walk of the
   // one set, fn may erase or re-insert the key it was given (a fill changes only that ask; the heads point
   // at other keys); pool attributes do not change during a walk.
   template <class F>
@@ -637,12 +646,27 @@ struct Engine::Impl {
       return false;
     };
     std::vector<Head> heads;
+    const std::int64_t first_bucket = end_bucket(we);  // asks in earlier buckets end before `we`
     for (const LivePool* lp : b.ask_pools) {
-      const std::set<AskKey>& s = spot ? lp->book_spot_asks : lp->book_asks;
-      if (s.empty() || s.begin()->effective > limit) continue;
-      if (!pool_satisfies(lp->p, c)) continue;
-      Head h{s.begin(), s.end()};
-      if (settle(h)) heads.push_back(h);
+      if (spot) {
+        const std::set<AskKey>& s = lp->book_spot_asks;
+        if (s.empty() || s.begin()->effective > limit) continue;
+        if (!pool_satisfies(lp->p, c)) continue;
+        Head h{s.begin(), s.end()};
+        if (settle(h)) heads.push_back(h);
+        continue;
+      }
+      bool admitted = false;
+      for (auto it = lp->book_asks.lower_bound(first_bucket); it != lp->book_asks.end(); ++it) {
+        const std::set<AskKey>& s = it->second;
+        if (s.begin()->effective > limit) continue;
+        if (!admitted) {
+          if (!pool_satisfies(lp->p, c)) break;
+          admitted = true;
+        }
+        Head h{s.begin(), s.end()};
+        if (settle(h)) heads.push_back(h);
+      }
     }
     const auto later = [](const Head& x, const Head& y) { return *y.it < *x.it; };  // min-heap on key
     std::make_heap(heads.begin(), heads.end(), later);
@@ -706,9 +730,11 @@ struct Engine::Impl {
       } else {
         const AskKey k{lo.o.effective_price, lo.o.priority, lo.o.id};
         LivePool* lp = lo.hooked_pool;
-        lp->book_asks.erase(k);
+        auto bucket = lp->book_asks.find(end_bucket(lo.o.window_end));
+        bucket->second.erase(k);
+        if (bucket->second.empty()) lp->book_asks.erase(bucket);
         if (lo.in_spot) lp->book_spot_asks.erase(k);
-        if (lp->book_asks.empty()) {
+        if (--lp->book_count == 0) {
           const std::size_t i = lp->ask_pool_slot;
           b.ask_pools[i] = b.ask_pools.back();
           b.ask_pools[i]->ask_pool_slot = i;
@@ -755,11 +781,11 @@ struct Engine::Impl {
           const AskKey k{o.effective_price, o.priority, o.id, &lo, &lp, o.window_start, o.window_end,
                          o.request.min_duration};
           lo.in_spot = spot_now(o);
-          if (lp.book_asks.empty()) {
+          if (lp.book_count++ == 0) {
             lp.ask_pool_slot = b.ask_pools.size();
             b.ask_pools.push_back(&lp);
           }
-          lp.book_asks.insert(k);
+          lp.book_asks[end_bucket(o.window_end)].insert(k);
           if (lo.in_spot) lp.book_spot_asks.insert(k);
           lo.hooked_pool = &lp;
         }
@@ -1741,7 +1767,9 @@ struct Engine::Impl {
     if (!c.halted) {
       std::vector<OrderId> ids;
       for (const LivePool* lp : it->second.ask_pools) {
-        for (const AskKey& k : lp->book_asks) ids.push_back(k.id);
+        for (const auto& [bucket, keys] : lp->book_asks) {
+          for (const AskKey& k : keys) ids.push_back(k.id);
+        }
       }
       match_woken(std::move(ids));  // sorts them into ask priority
     }
@@ -1892,7 +1920,11 @@ struct Engine::Impl {
       }
       const AskKey ak{o.effective_price, o.priority, o.id};
       if (in && o.is_sell()) {
-        in = lo.hooked_pool == &pools.at(o.request.pool) && lo.hooked_pool->book_asks.count(ak) == 1;
+        in = lo.hooked_pool == &pools.at(o.request.pool);
+        if (in) {
+          auto bucket = lo.hooked_pool->book_asks.find(end_bucket(o.window_end));
+          in = bucket != lo.hooked_pool->book_asks.end() && bucket->second.count(ak) == 1;
+        }
       }
       if (!in) fail("open order not in book: " + to_string(o));
       if (in && o.is_sell() && (lo.hooked_pool->book_spot_asks.count(ak) == 1) != spot_now(o)) {
