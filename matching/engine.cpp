@@ -163,13 +163,20 @@ struct BidGroup {
   std::map<std::string, BidSets> by_region;
 };
 
+struct AskPool {
+  LivePool* lp{nullptr};
+  Price cheapest;
+};
+
 struct Book {
   MarketSpec spec;
   bool halted{false};
   std::vector<BidGroup> bid_groups;       // resting bids, by constraint group (never removed)
   std::map<std::string, int> group_index;  // constraint_key(rep) -> index in bid_groups
   std::set<PoolId> spot_pools;
-  std::vector<LivePool*> ask_pools;  // pools with a non-empty book_asks (order irrelevant: walks merge by key)
+  // Pools with resting asks (order irrelevant: walks merge by key), each with the lowest effective price
+  // among them, so that a walk skips a pool priced out without touching it.
+  std::vector<AskPool> ask_pools;
 };
 
 // The key of a bid's constraint group: every constraint but its regions, serialized.
@@ -647,7 +654,9 @@ struct Engine::Impl {
     };
     std::vector<Head> heads;
     const std::int64_t first_bucket = end_bucket(we);  // asks in earlier buckets end before `we`
-    for (const LivePool* lp : b.ask_pools) {
+    for (const AskPool& ap : b.ask_pools) {
+      if (ap.cheapest > limit) continue;  // book_spot_asks is a subset: priced out too
+      const LivePool* lp = ap.lp;
       if (spot) {
         const std::set<AskKey>& s = lp->book_spot_asks;
         if (s.empty() || s.begin()->effective > limit) continue;
@@ -737,8 +746,12 @@ struct Engine::Impl {
         if (--lp->book_count == 0) {
           const std::size_t i = lp->ask_pool_slot;
           b.ask_pools[i] = b.ask_pools.back();
-          b.ask_pools[i]->ask_pool_slot = i;
+          b.ask_pools[i].lp->ask_pool_slot = i;
           b.ask_pools.pop_back();
+        } else if (k.effective == b.ask_pools[lp->ask_pool_slot].cheapest) {
+          Price cheapest(std::numeric_limits<std::int64_t>::max());
+          for (const auto& [eb, keys] : lp->book_asks) cheapest = std::min(cheapest, keys.begin()->effective);
+          b.ask_pools[lp->ask_pool_slot].cheapest = cheapest;
         }
         lo.hooked_pool = nullptr;
         lo.in_spot = false;
@@ -783,7 +796,10 @@ struct Engine::Impl {
           lo.in_spot = spot_now(o);
           if (lp.book_count++ == 0) {
             lp.ask_pool_slot = b.ask_pools.size();
-            b.ask_pools.push_back(&lp);
+            b.ask_pools.push_back(AskPool{&lp, k.effective});
+          } else {
+            Price& cheapest = b.ask_pools[lp.ask_pool_slot].cheapest;
+            cheapest = std::min(cheapest, k.effective);
           }
           lp.book_asks[end_bucket(o.window_end)].insert(k);
           if (lo.in_spot) lp.book_spot_asks.insert(k);
@@ -1766,8 +1782,8 @@ struct Engine::Impl {
     emit(MarketHaltChanged{c.market, c.halted});
     if (!c.halted) {
       std::vector<OrderId> ids;
-      for (const LivePool* lp : it->second.ask_pools) {
-        for (const auto& [bucket, keys] : lp->book_asks) {
+      for (const AskPool& ap : it->second.ask_pools) {
+        for (const auto& [bucket, keys] : ap.lp->book_asks) {
           for (const AskKey& k : keys) ids.push_back(k.id);
         }
       }
@@ -1953,6 +1969,18 @@ struct Engine::Impl {
     }
     for (const auto& [m, b] : books) {
       for (const BidGroup& g : b.bid_groups) in_groups += g.resting;
+      for (std::size_t i = 0; i < b.ask_pools.size(); ++i) {
+        const AskPool& ap = b.ask_pools[i];
+        Price cheapest(std::numeric_limits<std::int64_t>::max());
+        std::int64_t n = 0;
+        for (const auto& [eb, keys] : ap.lp->book_asks) {
+          cheapest = std::min(cheapest, keys.begin()->effective);
+          n += static_cast<std::int64_t>(keys.size());
+        }
+        if (ap.lp->ask_pool_slot != i || n == 0 || n != ap.lp->book_count || cheapest != ap.cheapest) {
+          fail("ask pool index of pool " + std::to_string(ap.lp->p.id.value) + " out of step");
+        }
+      }
       if (b.halted) continue;
       for (const Order* bid : open_bids[m]) {
         for (const Order* ask : open_asks[m]) {
