@@ -127,6 +127,12 @@ struct OrderList {
   }
 };
 
+// One end bucket of a pool's resting asks, with its cheapest effective price (no key touched to skip it).
+struct AskBucket {
+  Price cheapest;
+  std::set<AskKey> keys;
+};
+
 struct LivePool {
   Pool p;
   Steps used;  // open asks' free capacity + GPUs held by leases, over time
@@ -137,7 +143,7 @@ struct LivePool {
   // window end (a fixed-window bid skips the buckets that end before its window does; no empty sets), and
   // those a duration bid could use now (spot_now). Each set in ask priority order.
   std::int64_t book_count{0};
-  std::map<std::int64_t, std::set<AskKey>> book_asks;
+  std::map<std::int64_t, AskBucket> book_asks;
   std::set<AskKey> book_spot_asks;
 };
 
@@ -165,7 +171,8 @@ struct BidGroup {
 
 struct AskPool {
   LivePool* lp{nullptr};
-  Price cheapest;
+  Price cheapest;                // over all its resting asks
+  std::int64_t last_bucket{0};   // the latest end bucket among them
 };
 
 struct Book {
@@ -656,6 +663,7 @@ struct Engine::Impl {
     const std::int64_t first_bucket = end_bucket(we);  // asks in earlier buckets end before `we`
     for (const AskPool& ap : b.ask_pools) {
       if (ap.cheapest > limit) continue;  // book_spot_asks is a subset: priced out too
+      if (!spot && ap.last_bucket < first_bucket) continue;
       const LivePool* lp = ap.lp;
       if (spot) {
         const std::set<AskKey>& s = lp->book_spot_asks;
@@ -667,8 +675,8 @@ struct Engine::Impl {
       }
       bool admitted = false;
       for (auto it = lp->book_asks.lower_bound(first_bucket); it != lp->book_asks.end(); ++it) {
-        const std::set<AskKey>& s = it->second;
-        if (s.begin()->effective > limit) continue;
+        if (it->second.cheapest > limit) continue;
+        const std::set<AskKey>& s = it->second.keys;
         if (!admitted) {
           if (!pool_satisfies(lp->p, c)) break;
           admitted = true;
@@ -740,18 +748,26 @@ struct Engine::Impl {
         const AskKey k{lo.o.effective_price, lo.o.priority, lo.o.id};
         LivePool* lp = lo.hooked_pool;
         auto bucket = lp->book_asks.find(end_bucket(lo.o.window_end));
-        bucket->second.erase(k);
-        if (bucket->second.empty()) lp->book_asks.erase(bucket);
+        bucket->second.keys.erase(k);
+        if (bucket->second.keys.empty()) {
+          lp->book_asks.erase(bucket);
+        } else {
+          bucket->second.cheapest = bucket->second.keys.begin()->effective;
+        }
         if (lo.in_spot) lp->book_spot_asks.erase(k);
         if (--lp->book_count == 0) {
           const std::size_t i = lp->ask_pool_slot;
           b.ask_pools[i] = b.ask_pools.back();
           b.ask_pools[i].lp->ask_pool_slot = i;
           b.ask_pools.pop_back();
-        } else if (k.effective == b.ask_pools[lp->ask_pool_slot].cheapest) {
-          Price cheapest(std::numeric_limits<std::int64_t>::max());
-          for (const auto& [eb, keys] : lp->book_asks) cheapest = std::min(cheapest, keys.begin()->effective);
-          b.ask_pools[lp->ask_pool_slot].cheapest = cheapest;
+        } else {
+          AskPool& ap = b.ask_pools[lp->ask_pool_slot];
+          ap.last_bucket = lp->book_asks.rbegin()->first;
+          if (k.effective == ap.cheapest) {
+            Price cheapest(std::numeric_limits<std::int64_t>::max());
+            for (const auto& [eb, bucket_keys] : lp->book_asks) cheapest = std::min(cheapest, bucket_keys.cheapest);
+            ap.cheapest = cheapest;
+          }
         }
         lo.hooked_pool = nullptr;
         lo.in_spot = false;
@@ -794,14 +810,18 @@ struct Engine::Impl {
           const AskKey k{o.effective_price, o.priority, o.id, &lo, &lp, o.window_start, o.window_end,
                          o.request.min_duration};
           lo.in_spot = spot_now(o);
+          const std::int64_t eb = end_bucket(o.window_end);
           if (lp.book_count++ == 0) {
             lp.ask_pool_slot = b.ask_pools.size();
-            b.ask_pools.push_back(AskPool{&lp, k.effective});
+            b.ask_pools.push_back(AskPool{&lp, k.effective, eb});
           } else {
-            Price& cheapest = b.ask_pools[lp.ask_pool_slot].cheapest;
-            cheapest = std::min(cheapest, k.effective);
+            AskPool& ap = b.ask_pools[lp.ask_pool_slot];
+            ap.cheapest = std::min(ap.cheapest, k.effective);
+            ap.last_bucket = std::max(ap.last_bucket, eb);
           }
-          lp.book_asks[end_bucket(o.window_end)].insert(k);
+          auto [bucket, fresh] = lp.book_asks.try_emplace(eb, AskBucket{k.effective, {}});
+          bucket->second.keys.insert(k);
+          bucket->second.cheapest = std::min(bucket->second.cheapest, k.effective);
           if (lo.in_spot) lp.book_spot_asks.insert(k);
           lo.hooked_pool = &lp;
         }
@@ -1783,8 +1803,8 @@ struct Engine::Impl {
     if (!c.halted) {
       std::vector<OrderId> ids;
       for (const AskPool& ap : it->second.ask_pools) {
-        for (const auto& [bucket, keys] : ap.lp->book_asks) {
-          for (const AskKey& k : keys) ids.push_back(k.id);
+        for (const auto& [eb, bucket] : ap.lp->book_asks) {
+          for (const AskKey& k : bucket.keys) ids.push_back(k.id);
         }
       }
       match_woken(std::move(ids));  // sorts them into ask priority
@@ -1939,7 +1959,7 @@ struct Engine::Impl {
         in = lo.hooked_pool == &pools.at(o.request.pool);
         if (in) {
           auto bucket = lo.hooked_pool->book_asks.find(end_bucket(o.window_end));
-          in = bucket != lo.hooked_pool->book_asks.end() && bucket->second.count(ak) == 1;
+          in = bucket != lo.hooked_pool->book_asks.end() && bucket->second.keys.count(ak) == 1;
         }
       }
       if (!in) fail("open order not in book: " + to_string(o));
@@ -1973,11 +1993,15 @@ struct Engine::Impl {
         const AskPool& ap = b.ask_pools[i];
         Price cheapest(std::numeric_limits<std::int64_t>::max());
         std::int64_t n = 0;
-        for (const auto& [eb, keys] : ap.lp->book_asks) {
-          cheapest = std::min(cheapest, keys.begin()->effective);
-          n += static_cast<std::int64_t>(keys.size());
+        for (const auto& [eb, bucket] : ap.lp->book_asks) {
+          if (bucket.keys.empty() || bucket.cheapest != bucket.keys.begin()->effective) {
+            fail("ask bucket of pool " + std::to_string(ap.lp->p.id.value) + " out of step");
+          }
+          cheapest = std::min(cheapest, bucket.keys.empty() ? cheapest : bucket.keys.begin()->effective);
+          n += static_cast<std::int64_t>(bucket.keys.size());
         }
-        if (ap.lp->ask_pool_slot != i || n == 0 || n != ap.lp->book_count || cheapest != ap.cheapest) {
+        const bool last_ok = !ap.lp->book_asks.empty() && ap.lp->book_asks.rbegin()->first == ap.last_bucket;
+        if (ap.lp->ask_pool_slot != i || n == 0 || n != ap.lp->book_count || cheapest != ap.cheapest || !last_ok) {
           fail("ask pool index of pool " + std::to_string(ap.lp->p.id.value) + " out of step");
         }
       }
