@@ -133,11 +133,20 @@ struct AskBucket {
   std::set<AskKey> keys;
 };
 
+// A pool's live lease, in (price, id) order: the order preemption considers them in. A lease's price never
+// changes; `l` points into Impl::leases (std::map: stable).
+struct LeaseRef {
+  Price price;
+  LeaseId id;
+  Lease* l{nullptr};
+  bool operator<(const LeaseRef& o) const { return price != o.price ? price < o.price : id < o.id; }
+};
+
 struct LivePool {
   Pool p;
   Steps used;  // open asks' free capacity + GPUs held by leases, over time
   OrderList asks;  // open asks
-  std::set<LeaseId> leases;
+  std::set<LeaseRef> leases;  // not ended
   std::size_t ask_pool_slot{0};  // its place in its Book's ask_pools while it has resting asks
   // This pool's resting asks, so a bid walks only the pools it admits: all of them by end_bucket() of their
   // window end (a fixed-window bid skips the buckets that end before its window does; no empty sets), and
@@ -302,6 +311,7 @@ struct PreemptCandidate {
   Seconds start{};
   Seconds end{};
   Price price;
+  Price lease_price;
 };
 
 bool contains_tier(const std::vector<Tier>& v, Tier t) { return std::find(v.begin(), v.end(), t) != v.end(); }
@@ -918,7 +928,7 @@ struct Engine::Impl {
     }
     Lease& ref = leases.emplace(l.id, l).first->second;
     set_owed(ref, cost(price, qty, end - start));
-    pools.at(lp.p.id).leases.insert(ref.id);
+    pools.at(lp.p.id).leases.insert(LeaseRef{ref.price, ref.id, &ref});
     schedule_lease(ref);
     return ref;
   }
@@ -927,7 +937,7 @@ struct Engine::Impl {
     set_owed(l, 0);
     l.ended = true;
     LivePool& lp = pools.at(l.pool);
-    lp.leases.erase(l.id);
+    lp.leases.erase(LeaseRef{l.price, l.id, nullptr});
   }
 
   // ---------------------------------------------------------------- fills
@@ -1011,8 +1021,9 @@ struct Engine::Impl {
       const LivePool& lp = pools.at(pid);
       if (!pool_satisfies(lp.p, c)) continue;
       if (lp.p.provider == bid.account) continue;  // never trade with oneself, even through a lease
-      for (LeaseId lid : lp.leases) {
-        const Lease& l = leases.at(lid);
+      for (const LeaseRef& ref : lp.leases) {
+        if (ref.price >= bid.request.price) break;  // the rest cost as much or more
+        const Lease& l = *ref.l;
         if (!l.interruptible || l.ended || l.buyer == bid.account) continue;  // not one's own lease
         if (l.status != LeaseStatus::reserved && l.status != LeaseStatus::active) continue;
         if (l.price >= bid.request.price || l.ask_cancelled) continue;
@@ -1025,13 +1036,11 @@ struct Engine::Impl {
         const Price price = std::max(eff, l.price + tk);
         if (price > bid.request.price) continue;
         const std::int64_t lot = std::lcm(bid.request.min_chunk.value, l.ask_min_chunk.value);
-        found.push_back(PreemptCandidate{l.id, l.quantity, Qty(lot), ws, we, price});
+        found.push_back(PreemptCandidate{l.id, l.quantity, Qty(lot), ws, we, price, l.price});
       }
     }
     std::sort(found.begin(), found.end(), [&](const PreemptCandidate& a, const PreemptCandidate& b) {
-      const Price pa = leases.at(a.lease).price;
-      const Price pb = leases.at(b.lease).price;
-      if (pa != pb) return pa < pb;
+      if (a.lease_price != b.lease_price) return a.lease_price < b.lease_price;
       return a.lease < b.lease;
     });
     return found;
@@ -1076,7 +1085,7 @@ struct Engine::Impl {
       rest.owed = 0;
       Lease& r = leases.emplace(rest.id, rest).first->second;
       set_owed(r, cost(r.price, r.quantity, r.end - r.start));
-      lp.leases.insert(r.id);
+      lp.leases.insert(LeaseRef{r.price, r.id, &r});
       schedule_lease(r);
       if (auto seller = orders.find(r.sell_order); seller != orders.end()) seller->second.sold.push_back(r.id);
       pre.quantity = q;
@@ -2095,7 +2104,7 @@ struct Engine::Impl {
     for (const Lease& l : s.leases) {
       Lease& ref = leases.emplace(l.id, l).first->second;
       LivePool& lp = pools.at(l.pool);
-      lp.leases.insert(l.id);
+      lp.leases.insert(LeaseRef{ref.price, ref.id, &ref});
       const Seconds held_end = l.status == LeaseStatus::preempted ? std::min(*l.ends_at, l.end) : l.end;
       lp.used.add(l.start, held_end, l.quantity.value);
       account(l.buyer).notional_x3600 += static_cast<Int128>(ref.owed) * 3600;
@@ -2218,8 +2227,8 @@ std::optional<PoolCapacity> Engine::pool_capacity(PoolId id, Seconds from, Secon
   const LivePool& lp = it->second;
   PoolCapacity c;
   c.gpus = lp.p.gpus();
-  for (LeaseId lid : lp.leases) {
-    const Lease& l = impl_->leases.at(lid);
+  for (const LeaseRef& ref : lp.leases) {
+    const Lease& l = *ref.l;
     const Seconds held_end = l.status == LeaseStatus::preempted ? std::min(*l.ends_at, l.end) : l.end;
     c.leased.add(std::max(l.start, from), std::min(held_end, to), l.quantity.value);
   }
