@@ -2,6 +2,7 @@
 #include "matching/engine.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -24,12 +25,18 @@ struct LivePool;
 // Ordered and compared by (effective, priority, id) only. `lo` / `pool` are lookup shortcuts set when the
 // key is put into a book (the order's node in Impl::orders and its pool's in Impl::pools; both maps keep
 // element addresses stable, and an order leaves the books before it leaves the map); null elsewhere.
+//
+// `start`, `end`, `min_duration` copy the ask's window_start, window_end and min_duration (fixed while it
+// rests) so that a walk rejects asks whose window cannot hold a bid without touching the order.
 struct AskKey {
   Price effective;
   Seq priority{0};
   OrderId id;
   LiveOrder* lo{nullptr};
   const LivePool* pool{nullptr};
+  Seconds start{};
+  Seconds end{};
+  Seconds min_duration{};
   bool operator==(const AskKey& o) const {
     return effective == o.effective && priority == o.priority && id == o.id;
   }
@@ -40,12 +47,16 @@ struct AskKey {
   }
 };
 
-// Ordered (BidOrder) and compared by (price, priority, id) only; `lo` as for AskKey.
+// Ordered (BidOrder) and compared by (price, priority, id) only; `lo` as for AskKey. `start`/`end` copy a
+// fixed-window bid's window, `duration` a duration bid's (both fixed while it rests), for the same reason.
 struct BidKey {
   Price price;
   Seq priority{0};
   OrderId id;
   LiveOrder* lo{nullptr};
+  Seconds start{};
+  Seconds end{};
+  Seconds duration{};
   bool operator==(const BidKey& o) const { return price == o.price && priority == o.priority && id == o.id; }
 };
 
@@ -81,52 +92,168 @@ struct LiveOrder {
   Seconds timer{-1};
   std::uint64_t body_hash{0};
   bool in_book{false};
-  bool in_spot{false};  // sell: also in Book::spot_asks
+  bool in_spot{false};  // sell: also in its pool's book_spot_asks
+  int bid_group{-1};    // buy: index of its constraint group in its Book (set when it first rests)
   bool counted{false};
   bool closed{false};
   std::vector<LeaseId> sold;  // sell: leases it created (some may have ended)
   LivePool* hooked_pool{nullptr};  // sell in a book: the pool whose book_asks hold it
+  std::size_t account_slot{0};     // its place in its Account's orders
+  std::size_t pool_slot{0};        // sell: its place in its LivePool's asks
+};
+
+// Open orders in no particular order, with O(1) insert and erase (each order keeps its slot). Callers
+// that need id order sort ids().
+struct OrderList {
+  std::vector<LiveOrder*> items;
+
+  void add(LiveOrder& lo, std::size_t LiveOrder::*slot) {
+    lo.*slot = items.size();
+    items.push_back(&lo);
+  }
+  void remove(LiveOrder& lo, std::size_t LiveOrder::*slot) {
+    const std::size_t i = lo.*slot;
+    items[i] = items.back();
+    items[i]->*slot = i;
+    items.pop_back();
+  }
+  bool empty() const { return items.empty(); }
+  std::vector<OrderId> ids() const {
+    std::vector<OrderId> out;
+    out.reserve(items.size());
+    for (const LiveOrder* lo : items) out.push_back(lo->o.id);
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+};
+
+// One end bucket of a pool's resting asks, with its cheapest effective price (no key touched to skip it).
+struct AskBucket {
+  Price cheapest;
+  std::set<AskKey> keys;
+};
+
+// A pool's live lease, in (price, id) order: the order preemption considers them in. A lease's price never
+// changes; `l` points into Impl::leases (std::map: stable).
+struct LeaseRef {
+  Price price;
+  LeaseId id;
+  Lease* l{nullptr};
+  bool operator<(const LeaseRef& o) const { return price != o.price ? price < o.price : id < o.id; }
 };
 
 struct LivePool {
   Pool p;
   Steps used;  // open asks' free capacity + GPUs held by leases, over time
-  std::set<OrderId> asks;
-  std::set<LeaseId> leases;
-  // This pool's part of its Book's asks / spot_asks (same keys), so a bid walks only the pools it admits.
-  std::set<AskKey> book_asks;
+  OrderList asks;  // open asks
+  std::set<LeaseRef> leases;  // not ended
+  std::size_t ask_pool_slot{0};  // its place in its Book's ask_pools while it has resting asks
+  // This pool's resting asks, so a bid walks only the pools it admits: all of them by end_bucket() of their
+  // window end (a fixed-window bid skips the buckets that end before its window does; no empty sets), and
+  // those a duration bid could use now (spot_now). Each set in ask priority order.
+  std::int64_t book_count{0};
+  std::map<std::int64_t, AskBucket> book_asks;
   std::set<AskKey> book_spot_asks;
 };
 
+// Asks are bucketed by window end in 30-day steps of absolute time (times are never negative).
+constexpr std::int64_t kEndBucket = 30 * 86'400;
+std::int64_t end_bucket(Seconds t) { return t.value / kEndBucket; }
+
 using BidSet = std::set<BidKey, BidOrder>;
+
+// Resting bids of one kind: fixed-window and duration (spot) bids, each in (price desc, priority) order.
+struct BidSets {
+  BidSet fixed;
+  BidSet duration;
+};
+
+// Resting bids whose constraints are equal once their regions are set aside (`rep`, regions empty). A bid
+// without regions rests in `any`; one with regions in the set of each region it names, so that an ask
+// walks only the bids its pool's region admits, and judges the other constraints once per group.
+struct BidGroup {
+  BidConstraints rep;
+  std::int64_t resting{0};
+  BidSets any;
+  std::map<std::string, BidSets> by_region;
+};
+
+struct AskPool {
+  LivePool* lp{nullptr};
+  Price cheapest;                // over all its resting asks
+  std::int64_t last_bucket{0};   // the latest end bucket among them
+};
 
 struct Book {
   MarketSpec spec;
   bool halted{false};
-  std::set<AskKey> asks;       // every resting ask
-  std::set<AskKey> spot_asks;  // those a duration bid could use now: started, with free GPUs now
-  BidSet bids;                 // resting fixed-window bids
-  BidSet duration_bids;        // resting duration (spot) bids
+  std::vector<BidGroup> bid_groups;       // resting bids, by constraint group (never removed)
+  std::map<std::string, int> group_index;  // constraint_key(rep) -> index in bid_groups
   std::set<PoolId> spot_pools;
-  std::set<LivePool*> ask_pools;  // pools with a non-empty book_asks (order irrelevant: walks merge by key)
+  // Pools with resting asks (order irrelevant: walks merge by key), each with the lowest effective price
+  // among them, so that a walk skips a pool priced out without touching it.
+  std::vector<AskPool> ask_pools;
 };
 
-// Walks two bid sets in one priority order; the caller may erase the key it was just given.
+// The key of a bid's constraint group: every constraint but its regions, serialized.
+std::string constraint_key(const BidConstraints& c) {
+  std::string k;
+  for (Tier t : c.tiers) k += static_cast<char>('a' + static_cast<int>(t));
+  k += '|';
+  const auto num = [&](bool has, std::int64_t v) {
+    k += has ? std::to_string(v) : std::string("-");
+    k += ',';
+  };
+  num(c.min_fabric.has_value(), c.min_fabric ? static_cast<std::int64_t>(*c.min_fabric) : 0);
+  num(c.min_fabric_gbps.has_value(), c.min_fabric_gbps.value_or(0));
+  num(c.min_sla_pct_x1000.has_value(), c.min_sla_pct_x1000.value_or(0));
+  num(c.max_pue_x1000.has_value(), c.max_pue_x1000.value_or(0));
+  num(c.min_renewable_pct_x100.has_value(), c.min_renewable_pct_x100.value_or(0));
+  num(c.max_carbon_g_per_kwh_x100.has_value(), c.max_carbon_g_per_kwh_x100.value_or(0));
+  k += c.nvlink ? 'n' : '-';
+  k += c.green_only ? 'g' : '-';
+  k += c.single_pool ? 's' : '-';
+  k += c.interruptible ? 'i' : '-';
+  return k;
+}
+
+// A k-way merge of bid sets in one priority order (BidOrder). Each head is advanced before its key is
+// returned, so the caller may erase or re-insert the key it was just given.
 class BidWalk {
  public:
-  BidWalk(const BidSet& a, const BidSet& b, bool use_b)
-      : a_(a.begin()), a_end_(a.end()), b_(use_b ? b.begin() : b.end()), b_end_(b.end()) {}
-  std::optional<BidKey> next() {
-    const bool has_a = a_ != a_end_;
-    const bool has_b = b_ != b_end_;
-    if (!has_a && !has_b) return std::nullopt;
-    if (has_a && (!has_b || BidOrder{}(*a_, *b_))) return *a_++;
-    return *b_++;
+  // Sets whose best bid is below `floor` are left out (a walk stops there anyway).
+  void add(const BidSet& s, bool duration, Price floor) {
+    if (s.empty() || s.begin()->price < floor) return;
+    heads_.push_back(Head{s.begin(), s.end(), duration});
   }
-  void drop_second() { b_ = b_end_; }
+  void start() { std::make_heap(heads_.begin(), heads_.end(), later); }
+  std::optional<BidKey> next() {
+    if (heads_.empty()) return std::nullopt;
+    std::pop_heap(heads_.begin(), heads_.end(), later);
+    Head& h = heads_.back();
+    const BidKey k = *h.it;
+    ++h.it;
+    if (h.it == h.end) {
+      heads_.pop_back();
+    } else {
+      std::push_heap(heads_.begin(), heads_.end(), later);
+    }
+    return k;
+  }
+  // Leaves the duration bids out from here on.
+  void drop_duration() {
+    std::erase_if(heads_, [](const Head& h) { return h.duration; });
+    start();
+  }
 
  private:
-  BidSet::const_iterator a_, a_end_, b_, b_end_;
+  struct Head {
+    BidSet::const_iterator it;
+    BidSet::const_iterator end;
+    bool duration{false};
+  };
+  static bool later(const Head& x, const Head& y) { return BidOrder{}(*y.it, *x.it); }  // min-heap
+  std::vector<Head> heads_;
 };
 
 struct View {
@@ -147,7 +274,7 @@ struct Account {
   std::int64_t open_orders{0};
   std::int64_t open_gpus{0};
   Int128 notional_x3600{0};
-  std::set<OrderId> orders;
+  OrderList orders;  // open orders
 };
 
 enum class TimerKind : std::uint8_t { order, lease, pool };
@@ -172,8 +299,8 @@ struct PlannedFill {
   OrderId other;  // the ask (incoming bid) or bid (incoming ask); 0 for a preemption
   LeaseId lease;  // preemption: the lease preempted
   Qty qty;
-  Seconds start;
-  Seconds end;
+  Seconds start{};
+  Seconds end{};
   Price price;
 };
 
@@ -181,9 +308,10 @@ struct PreemptCandidate {
   LeaseId lease;
   Qty max_qty;
   Qty lot;
-  Seconds start;
-  Seconds end;
+  Seconds start{};
+  Seconds end{};
   Price price;
+  Price lease_price;
 };
 
 bool contains_tier(const std::vector<Tier>& v, Tier t) { return std::find(v.begin(), v.end(), t) != v.end(); }
@@ -205,7 +333,7 @@ struct Engine::Impl {
   std::map<AccountId, Account> accounts;
   std::map<ViewKey, View> views;
   std::map<ViewKey, Touched> touched;
-  std::set<Timer> timers;
+  std::vector<Timer> timers;  // a min-heap (std::greater); stale entries are skipped when they fire
   std::map<CidKey, OrderId> open_cids;
   std::map<CidKey, Finished> finished_cids;
   std::vector<OrderId> dead;
@@ -343,15 +471,33 @@ struct Engine::Impl {
   // GPUs bid `b` can take from ask `a` over [ws, we), at most `cap`, in whole lots; 0 if not eligible.
   // Price is not checked here.
   Qty eligible_qty(const Order& b, Qty cap, const Order& a, Seconds ws, Seconds we) const {
+    return eligible_qty(b, cap, a, pools.at(a.request.pool).p, ws, we, true);
+  }
+
+  // The same with the ask's pool given (`pool` must be a's); check_pool = false when the caller already
+  // knows that the pool satisfies b's constraints.
+  Qty eligible_qty(const Order& b, Qty cap, const Order& a, const Pool& pool, Seconds ws, Seconds we,
+                   bool check_pool) const {
     if (!a.is_open() || !b.is_open() || a.market != b.market) return Qty(0);
     const Seconds a_start = std::max(a.window_start, now);
     if (ws < a_start || we > a.window_end || we <= ws) return Qty(0);
     if (we - ws < a.request.min_duration) return Qty(0);
-    const LivePool& lp = pools.at(a.request.pool);
-    if (!pool_satisfies(lp.p, b.request.constraints)) return Qty(0);
+    if (check_pool && !pool_satisfies(pool, b.request.constraints)) return Qty(0);
     const std::int64_t lot = std::lcm(b.request.min_chunk.value, a.request.min_chunk.value);
     const std::int64_t q = std::min(cap.value, a.free.min(ws, we));
     return Qty(q / lot * lot);
+  }
+
+  // The window conditions of eligible_qty alone, on a book key's copies (no order touched): false means
+  // eligible_qty would return 0.
+  bool window_fits(const AskKey& a, Seconds ws, Seconds we) const {
+    return ws >= std::max(a.start, now) && we <= a.end && we > ws && we - ws >= a.min_duration;
+  }
+  bool window_fits(const BidKey& b, Seconds a_start, Seconds a_end, Seconds a_min_duration) const {
+    const bool fixed = b.duration.value == 0;
+    const Seconds ws = fixed ? b.start : now;
+    const Seconds we = fixed ? b.end : now + b.duration;
+    return ws >= std::max(a_start, now) && we <= a_end && we > ws && we - ws >= a_min_duration;
   }
 
   // ---------------------------------------------------------------- book views
@@ -468,7 +614,7 @@ struct Engine::Impl {
     const Seconds t = next_order_time(lo.o);
     if (t == lo.timer) return;
     lo.timer = t;
-    if (t < kForever) timers.insert(Timer{t, TimerKind::order, lo.o.id.value});
+    if (t < kForever) add_timer(Timer{t, TimerKind::order, lo.o.id.value});
   }
 
   static Seconds next_lease_time(const Lease& l) {
@@ -477,11 +623,16 @@ struct Engine::Impl {
     return l.end;
   }
 
-  void schedule_lease(const Lease& l) { timers.insert(Timer{next_lease_time(l), TimerKind::lease, l.id.value}); }
+  void add_timer(const Timer& t) {
+    timers.push_back(t);
+    std::push_heap(timers.begin(), timers.end(), std::greater<>{});
+  }
+
+  void schedule_lease(const Lease& l) { add_timer(Timer{next_lease_time(l), TimerKind::lease, l.id.value}); }
 
   void schedule_pool(const LivePool& lp) {
     if (lp.p.verified && lp.p.verified_until > now) {
-      timers.insert(Timer{lp.p.verified_until, TimerKind::pool, lp.p.id.value});
+      add_timer(Timer{lp.p.verified_until, TimerKind::pool, lp.p.id.value});
     }
   }
 
@@ -491,14 +642,15 @@ struct Engine::Impl {
   // ask's timers fire at its start and at every step of its free capacity, so this stays current.
   bool spot_now(const Order& a) const { return a.window_start <= now && a.free.at(now) > 0; }
 
-  const std::set<AskKey>& asks_for(const Book& b, const Order& bid) const {
-    return bid.is_duration_bid() ? b.spot_asks : b.asks;
-  }
-
-  // Visits, in asks_for(b, bid) order, exactly its keys with effective <= limit whose pool satisfies `c`
-  // (the others eligible_qty would reject): a k-way merge over the admitted pools' book_asks /
-  // book_spot_asks. fn(key) returns false to stop. Like a walk of the one set, fn may erase or re-insert
-  // the key it was given (a fill changes only that ask); pool attributes do not change during a walk.
+  // Visits, in ask priority order, the resting asks of `b` a bid could use (a duration bid: those in
+  // book_spot_asks) with effective <= limit whose pool satisfies `c`
+  // and whose window can hold the bid's (window_fits; a bid's window does not change during a walk): the
+  // others eligible_qty would reject. A k-way merge over the admitted pools' book_asks buckets that end
+  // late enough / book_spot_asks, each head already moved past keys that do not fit. A walk never leaves a
+  // head on a set that fn could empty (fn changes only the key it was given, and a head whose set had no
+  // other fitting key was dropped before fn ran), so erasing emptied buckets is safe. fn(key) returns false to stop. Like a walk of the
+  // one set, fn may erase or re-insert the key it was given (a fill changes only that ask; the heads point
+  // at other keys); pool attributes do not change during a walk.
   template <class F>
   void walk_asks(const Book& b, const Order& bid, Price limit, const BidConstraints& c, F&& fn) const {
     using It = std::set<AskKey>::const_iterator;
@@ -506,13 +658,42 @@ struct Engine::Impl {
       It it;
       It end;
     };
-    std::vector<Head> heads;
     const bool spot = bid.is_duration_bid();
-    for (const LivePool* lp : b.ask_pools) {
-      const std::set<AskKey>& s = spot ? lp->book_spot_asks : lp->book_asks;
-      if (s.empty() || s.begin()->effective > limit) continue;
-      if (!pool_satisfies(lp->p, c)) continue;
-      heads.push_back(Head{s.begin(), s.end()});
+    const Seconds ws = bid_start(bid);
+    const Seconds we = bid_end(bid);
+    // Moves h to its next fitting key within the limit; false when it has none.
+    const auto settle = [&](Head& h) {
+      for (; h.it != h.end; ++h.it) {
+        if (h.it->effective > limit) return false;
+        if (window_fits(*h.it, ws, we)) return true;
+      }
+      return false;
+    };
+    std::vector<Head> heads;
+    const std::int64_t first_bucket = end_bucket(we);  // asks in earlier buckets end before `we`
+    for (const AskPool& ap : b.ask_pools) {
+      if (ap.cheapest > limit) continue;  // book_spot_asks is a subset: priced out too
+      if (!spot && ap.last_bucket < first_bucket) continue;
+      const LivePool* lp = ap.lp;
+      if (spot) {
+        const std::set<AskKey>& s = lp->book_spot_asks;
+        if (s.empty() || s.begin()->effective > limit) continue;
+        if (!pool_satisfies(lp->p, c)) continue;
+        Head h{s.begin(), s.end()};
+        if (settle(h)) heads.push_back(h);
+        continue;
+      }
+      bool admitted = false;
+      for (auto it = lp->book_asks.lower_bound(first_bucket); it != lp->book_asks.end(); ++it) {
+        if (it->second.cheapest > limit) continue;
+        const std::set<AskKey>& s = it->second.keys;
+        if (!admitted) {
+          if (!pool_satisfies(lp->p, c)) break;
+          admitted = true;
+        }
+        Head h{s.begin(), s.end()};
+        if (settle(h)) heads.push_back(h);
+      }
     }
     const auto later = [](const Head& x, const Head& y) { return *y.it < *x.it; };  // min-heap on key
     std::make_heap(heads.begin(), heads.end(), later);
@@ -520,15 +701,38 @@ struct Engine::Impl {
       std::pop_heap(heads.begin(), heads.end(), later);
       Head& h = heads.back();
       const AskKey k = *h.it;
-      if (k.effective > limit) return;
       ++h.it;
-      if (h.it == h.end) {
-        heads.pop_back();
-      } else {
+      if (settle(h)) {
         std::push_heap(heads.begin(), heads.end(), later);
+      } else {
+        heads.pop_back();
       }
       if (!fn(k)) return;
     }
+  }
+
+  static int group_of(Book& b, const BidConstraints& c) {
+    BidConstraints rep = c;
+    rep.regions.clear();
+    auto [it, inserted] = b.group_index.try_emplace(constraint_key(rep), static_cast<int>(b.bid_groups.size()));
+    if (inserted) b.bid_groups.push_back(BidGroup{std::move(rep), 0, {}, {}});
+    return it->second;
+  }
+
+  // Sets up `walk` over the resting bids of `b` that `pool` satisfies (the groups it satisfies, their
+  // bids without regions or naming the pool's region) priced at `floor` or more; duration bids only if
+  // `with_duration`. Every key the walk returns then passes pool_satisfies(pool, its constraints).
+  void bids_for(const Book& b, const Pool& pool, Price floor, bool with_duration, BidWalk& walk) const {
+    for (const BidGroup& g : b.bid_groups) {
+      if (g.resting == 0 || !pool_satisfies(pool, g.rep)) continue;
+      walk.add(g.any.fixed, false, floor);
+      if (with_duration) walk.add(g.any.duration, true, floor);
+      auto r = g.by_region.find(pool.spec.region);
+      if (r == g.by_region.end()) continue;
+      walk.add(r->second.fixed, false, floor);
+      if (with_duration) walk.add(r->second.duration, true, floor);
+    }
+    walk.start();
   }
 
   // Takes an order out of the book and the account sums before it changes. Returns whether it rested.
@@ -537,15 +741,44 @@ struct Engine::Impl {
     if (lo.in_book) {
       Book& b = books.at(lo.o.market);
       if (lo.o.is_buy()) {
-        (lo.o.is_duration_bid() ? b.duration_bids : b.bids).erase(BidKey{lo.o.request.price, lo.o.priority, lo.o.id});
+        const BidKey k{lo.o.request.price, lo.o.priority, lo.o.id};
+        const bool dur = lo.o.is_duration_bid();
+        BidGroup& g = b.bid_groups[static_cast<std::size_t>(lo.bid_group)];
+        --g.resting;
+        const std::vector<std::string>& regions = lo.o.request.constraints.regions;
+        if (regions.empty()) {
+          (dur ? g.any.duration : g.any.fixed).erase(k);
+        } else {
+          for (const std::string& r : regions) {
+            BidSets& sets = g.by_region.at(r);
+            (dur ? sets.duration : sets.fixed).erase(k);
+          }
+        }
       } else {
         const AskKey k{lo.o.effective_price, lo.o.priority, lo.o.id};
-        b.asks.erase(k);
-        if (lo.in_spot) b.spot_asks.erase(k);
         LivePool* lp = lo.hooked_pool;
-        lp->book_asks.erase(k);
+        auto bucket = lp->book_asks.find(end_bucket(lo.o.window_end));
+        bucket->second.keys.erase(k);
+        if (bucket->second.keys.empty()) {
+          lp->book_asks.erase(bucket);
+        } else {
+          bucket->second.cheapest = bucket->second.keys.begin()->effective;
+        }
         if (lo.in_spot) lp->book_spot_asks.erase(k);
-        if (lp->book_asks.empty()) b.ask_pools.erase(lp);
+        if (--lp->book_count == 0) {
+          const std::size_t i = lp->ask_pool_slot;
+          b.ask_pools[i] = b.ask_pools.back();
+          b.ask_pools[i].lp->ask_pool_slot = i;
+          b.ask_pools.pop_back();
+        } else {
+          AskPool& ap = b.ask_pools[lp->ask_pool_slot];
+          ap.last_bucket = lp->book_asks.rbegin()->first;
+          if (k.effective == ap.cheapest) {
+            Price cheapest(std::numeric_limits<std::int64_t>::max());
+            for (const auto& [eb, bucket_keys] : lp->book_asks) cheapest = std::min(cheapest, bucket_keys.cheapest);
+            ap.cheapest = cheapest;
+          }
+        }
         lo.hooked_pool = nullptr;
         lo.in_spot = false;
       }
@@ -567,15 +800,38 @@ struct Engine::Impl {
       if (into_book) {
         Book& b = books.at(o.market);
         if (o.is_buy()) {
-          (o.is_duration_bid() ? b.duration_bids : b.bids).insert(BidKey{o.request.price, o.priority, o.id, &lo});
+          const bool dur = o.is_duration_bid();
+          const BidKey k{o.request.price, o.priority, o.id, &lo, o.window_start, o.window_end,
+                         dur ? *o.request.duration : Seconds(0)};
+          if (lo.bid_group < 0) lo.bid_group = group_of(b, o.request.constraints);
+          BidGroup& g = b.bid_groups[static_cast<std::size_t>(lo.bid_group)];
+          ++g.resting;
+          const std::vector<std::string>& regions = o.request.constraints.regions;
+          if (regions.empty()) {
+            (dur ? g.any.duration : g.any.fixed).insert(k);
+          } else {
+            for (const std::string& r : regions) {
+              BidSets& sets = g.by_region[r];
+              (dur ? sets.duration : sets.fixed).insert(k);
+            }
+          }
         } else {
           LivePool& lp = pools.at(o.request.pool);
-          const AskKey k{o.effective_price, o.priority, o.id, &lo, &lp};
-          b.asks.insert(k);
+          const AskKey k{o.effective_price, o.priority, o.id, &lo, &lp, o.window_start, o.window_end,
+                         o.request.min_duration};
           lo.in_spot = spot_now(o);
-          if (lo.in_spot) b.spot_asks.insert(k);
-          if (lp.book_asks.empty()) b.ask_pools.insert(&lp);
-          lp.book_asks.insert(k);
+          const std::int64_t eb = end_bucket(o.window_end);
+          if (lp.book_count++ == 0) {
+            lp.ask_pool_slot = b.ask_pools.size();
+            b.ask_pools.push_back(AskPool{&lp, k.effective, eb});
+          } else {
+            AskPool& ap = b.ask_pools[lp.ask_pool_slot];
+            ap.cheapest = std::min(ap.cheapest, k.effective);
+            ap.last_bucket = std::max(ap.last_bucket, eb);
+          }
+          auto [bucket, fresh] = lp.book_asks.try_emplace(eb, AskBucket{k.effective, {}});
+          bucket->second.keys.insert(k);
+          bucket->second.cheapest = std::min(bucket->second.cheapest, k.effective);
           if (lo.in_spot) lp.book_spot_asks.insert(k);
           lo.hooked_pool = &lp;
         }
@@ -591,7 +847,7 @@ struct Engine::Impl {
     lo.closed = true;
     if (o.is_sell()) close_ask(lo);
     Account& a = account(o.account);
-    a.orders.erase(o.id);
+    a.orders.remove(lo, &LiveOrder::account_slot);
     if (!o.request.client_order_id.empty()) {
       const CidKey k{o.account, o.request.client_order_id};
       open_cids.erase(k);
@@ -615,7 +871,7 @@ struct Engine::Impl {
     a.lapsed_gpu_seconds = past;
     a.cancelled_gpu_seconds += rest;  // the unsold rest ahead, however the ask ended
     a.free_gpu_seconds = 0;
-    lp.asks.erase(a.id);
+    lp.asks.remove(lo, &LiveOrder::pool_slot);
     for (LeaseId lid : lo.sold) {
       auto it = leases.find(lid);
       if (it == leases.end()) continue;
@@ -672,7 +928,7 @@ struct Engine::Impl {
     }
     Lease& ref = leases.emplace(l.id, l).first->second;
     set_owed(ref, cost(price, qty, end - start));
-    pools.at(lp.p.id).leases.insert(ref.id);
+    pools.at(lp.p.id).leases.insert(LeaseRef{ref.price, ref.id, &ref});
     schedule_lease(ref);
     return ref;
   }
@@ -681,7 +937,7 @@ struct Engine::Impl {
     set_owed(l, 0);
     l.ended = true;
     LivePool& lp = pools.at(l.pool);
-    lp.leases.erase(l.id);
+    lp.leases.erase(LeaseRef{l.price, l.id, nullptr});
   }
 
   // ---------------------------------------------------------------- fills
@@ -765,8 +1021,9 @@ struct Engine::Impl {
       const LivePool& lp = pools.at(pid);
       if (!pool_satisfies(lp.p, c)) continue;
       if (lp.p.provider == bid.account) continue;  // never trade with oneself, even through a lease
-      for (LeaseId lid : lp.leases) {
-        const Lease& l = leases.at(lid);
+      for (const LeaseRef& ref : lp.leases) {
+        if (ref.price >= bid.request.price) break;  // the rest cost as much or more
+        const Lease& l = *ref.l;
         if (!l.interruptible || l.ended || l.buyer == bid.account) continue;  // not one's own lease
         if (l.status != LeaseStatus::reserved && l.status != LeaseStatus::active) continue;
         if (l.price >= bid.request.price || l.ask_cancelled) continue;
@@ -779,13 +1036,11 @@ struct Engine::Impl {
         const Price price = std::max(eff, l.price + tk);
         if (price > bid.request.price) continue;
         const std::int64_t lot = std::lcm(bid.request.min_chunk.value, l.ask_min_chunk.value);
-        found.push_back(PreemptCandidate{l.id, l.quantity, Qty(lot), ws, we, price});
+        found.push_back(PreemptCandidate{l.id, l.quantity, Qty(lot), ws, we, price, l.price});
       }
     }
     std::sort(found.begin(), found.end(), [&](const PreemptCandidate& a, const PreemptCandidate& b) {
-      const Price pa = leases.at(a.lease).price;
-      const Price pb = leases.at(b.lease).price;
-      if (pa != pb) return pa < pb;
+      if (a.lease_price != b.lease_price) return a.lease_price < b.lease_price;
       return a.lease < b.lease;
     });
     return found;
@@ -830,7 +1085,7 @@ struct Engine::Impl {
       rest.owed = 0;
       Lease& r = leases.emplace(rest.id, rest).first->second;
       set_owed(r, cost(r.price, r.quantity, r.end - r.start));
-      lp.leases.insert(r.id);
+      lp.leases.insert(LeaseRef{r.price, r.id, &r});
       schedule_lease(r);
       if (auto seller = orders.find(r.sell_order); seller != orders.end()) seller->second.sold.push_back(r.id);
       pre.quantity = q;
@@ -881,7 +1136,7 @@ struct Engine::Impl {
     const Seconds we = bid_end(bid);
     bool found = false;
     walk_asks(book, bid, bid.request.price, bid.request.constraints, [&](const AskKey& k) {
-      found = eligible_qty(bid, bid.remaining, k.lo->o, ws, we).value > 0;
+      found = eligible_qty(bid, bid.remaining, k.lo->o, k.pool->p, ws, we, false).value > 0;
       return !found;
     });
     return found;
@@ -918,7 +1173,7 @@ struct Engine::Impl {
     walk_asks(book, bid.o, bid.o.request.price, c, [&](const AskKey& k) {
       if (bid.o.remaining.value <= 0) return false;
       LiveOrder& ask = *k.lo;
-      const Qty q = eligible_qty(bid.o, bid.o.remaining, ask.o, ws, we);
+      const Qty q = eligible_qty(bid.o, bid.o.remaining, ask.o, k.pool->p, ws, we, false);
       if (q.value == 0) return true;
       if (ask.o.account == bid.o.account) {
         stopped = !self_trade(bid, ask, at_placement);
@@ -951,7 +1206,7 @@ struct Engine::Impl {
       const Order& ask = k.lo->o;
       Qty cap = need - total;
       if (single) cap = need - per_pool[ask.request.pool].first;
-      const Qty q = eligible_qty(bid.o, cap, ask, ws, we);
+      const Qty q = eligible_qty(bid.o, cap, ask, k.pool->p, ws, we, false);
       if (q.value == 0) return true;
       if (ask.account == bid.o.account) {
         own = true;
@@ -995,29 +1250,38 @@ struct Engine::Impl {
 
   bool ask_would_take(const Order& ask) const {
     const Book& book = books.at(ask.market);
-    BidWalk walk(book.bids, book.duration_bids, spot_now(ask));
+    const Pool& pool = pools.at(ask.request.pool).p;
+    BidWalk walk;
+    bids_for(book, pool, ask.effective_price, spot_now(ask), walk);
     while (const auto k = walk.next()) {
       if (k->price < ask.effective_price) break;
+      if (!window_fits(*k, ask.window_start, ask.window_end, ask.request.min_duration)) continue;
       const Order& bid = k->lo->o;
-      if (eligible_qty(bid, bid.remaining, ask, bid_start(bid), bid_end(bid)).value > 0) return true;
+      if (eligible_qty(bid, bid.remaining, ask, pool, bid_start(bid), bid_end(bid), false).value > 0) return true;
     }
     return false;
   }
 
   void match_ask(LiveOrder& ask, bool at_placement) {
     Book& book = books.at(ask.o.market);
+    const Pool& pool = pools.at(ask.o.request.pool).p;
+    const Seconds a_start = ask.o.window_start;
+    const Seconds a_end = ask.o.window_end;
+    const Seconds a_min = ask.o.request.min_duration;
     if (ask.o.request.time_in_force == TimeInForce::fok) {
       // All-or-none: the walk must leave no sellable piece.
       Order trial = ask.o;
       std::vector<PlannedFill> plan;
       bool complete = !ask_has_piece(trial);
-      BidWalk walk(book.bids, book.duration_bids, spot_now(ask.o));
+      BidWalk walk;
+      bids_for(book, pool, ask.o.effective_price, spot_now(ask.o), walk);
       while (const auto k = walk.next()) {
         if (complete || k->price < ask.o.effective_price) break;
+        if (!window_fits(*k, a_start, a_end, a_min)) continue;
         const Order& bid = k->lo->o;
         const Seconds ws = bid_start(bid);
         const Seconds we = bid_end(bid);
-        const Qty q = eligible_qty(bid, bid.remaining, trial, ws, we);
+        const Qty q = eligible_qty(bid, bid.remaining, trial, pool, ws, we, false);
         if (q.value == 0) continue;
         if (bid.account == ask.o.account) {
           stop_incoming_self_trade(ask, at_placement);
@@ -1037,21 +1301,23 @@ struct Engine::Impl {
       return;
     }
     // Duration bids need GPUs free now; once the ask has none at this instant, none of them can use it.
-    BidWalk walk(book.bids, book.duration_bids, spot_now(ask.o));
+    BidWalk walk;
+    bids_for(book, pool, ask.o.effective_price, spot_now(ask.o), walk);
     while (ask.o.is_open()) {
       const auto k = walk.next();
       if (!k || k->price < ask.o.effective_price) break;
+      if (!window_fits(*k, a_start, a_end, a_min)) continue;
       LiveOrder& bid = *k->lo;
       const Seconds ws = bid_start(bid.o);
       const Seconds we = bid_end(bid.o);
-      const Qty q = eligible_qty(bid.o, bid.o.remaining, ask.o, ws, we);
+      const Qty q = eligible_qty(bid.o, bid.o.remaining, ask.o, pool, ws, we, false);
       if (q.value == 0) continue;
       if (bid.o.account == ask.o.account) {
         if (!self_trade(ask, bid, at_placement)) return;
         continue;
       }
       execute_fill(bid, ask, q, ws, we, bid.o.request.price, Side::sell);
-      if (!spot_now(ask.o)) walk.drop_second();  // nothing free now: no duration bid can use it
+      if (!spot_now(ask.o)) walk.drop_duration();  // nothing free now: no duration bid can use it
     }
   }
 
@@ -1095,7 +1361,7 @@ struct Engine::Impl {
   std::vector<OrderId> reprice(LivePool& lp) {
     std::vector<OrderId> changed;
     const Price tk = tick(lp.p.spec.market);
-    for (OrderId id : lp.asks) {
+    for (OrderId id : lp.asks.ids()) {
       LiveOrder& lo = orders.at(id);
       const Price eff = discounted(lo.o.request.price, lp.p.green_discount_bps, tk);
       if (eff == lo.o.effective_price && lo.o.green_discount_bps == lp.p.green_discount_bps) continue;
@@ -1117,9 +1383,10 @@ struct Engine::Impl {
     std::set<OrderId> due_orders;
     std::set<LeaseId> due_leases;
     std::set<PoolId> due_pools;
-    while (!timers.empty() && timers.begin()->at <= now) {
-      const Timer tm = *timers.begin();
-      timers.erase(timers.begin());
+    while (!timers.empty() && timers.front().at <= now) {
+      std::pop_heap(timers.begin(), timers.end(), std::greater<>{});
+      const Timer tm = timers.back();
+      timers.pop_back();
       switch (tm.kind) {
         case TimerKind::order: {
           auto it = orders.find(OrderId(tm.id));
@@ -1310,12 +1577,12 @@ struct Engine::Impl {
       o.total_gpu_seconds = r.quantity.value * (o.window_end - o.window_start).value;
       lp.used.add(o.window_start, o.window_end, r.quantity.value);
       lp.used.trim_before(now);
-      lp.asks.insert(o.id);
     }
     LiveOrder& lo = orders.emplace(o.id, LiveOrder{}).first->second;
     lo.o = std::move(o);
     lo.body_hash = h;
-    account(cmd.account).orders.insert(lo.o.id);
+    if (lo.o.is_sell()) pools.at(r.pool).asks.add(lo, &LiveOrder::pool_slot);
+    account(cmd.account).orders.add(lo, &LiveOrder::account_slot);
     if (!r.client_order_id.empty()) open_cids[CidKey{cmd.account, r.client_order_id}] = lo.o.id;
     hook(lo, false);
     emit(OrderAccepted{lo.o});
@@ -1323,8 +1590,8 @@ struct Engine::Impl {
       finish_order(lo, OrderStatus::expired, Reason::expired, true);
       return;
     }
-    const bool would_take = lo.o.is_buy() ? bid_would_take(lo.o) : ask_would_take(lo.o);
-    if (r.post_only && would_take) {
+    // Only a post_only order needs the dry run (the walk is the costly part of a placement).
+    if (r.post_only && (lo.o.is_buy() ? bid_would_take(lo.o) : ask_would_take(lo.o))) {
       finish_order(lo, OrderStatus::rejected, Reason::would_take, true);
       return;
     }
@@ -1360,7 +1627,7 @@ struct Engine::Impl {
   void on(const Command& cmd, const CancelAll& c) {
     auto ait = accounts.find(cmd.account);
     if (ait == accounts.end()) return;
-    const std::vector<OrderId> ids(ait->second.orders.begin(), ait->second.orders.end());
+    const std::vector<OrderId> ids = ait->second.orders.ids();
     for (OrderId id : ids) {
       LiveOrder& lo = orders.at(id);
       if (c.market && lo.o.market != *c.market) continue;
@@ -1509,7 +1776,7 @@ struct Engine::Impl {
     emit(PoolChanged{lp.p});
     reprice(lp);
     // Verified values can make energy-constrained bids eligible even when the price stays.
-    match_woken(std::vector<OrderId>(lp.asks.begin(), lp.asks.end()));
+    match_woken(lp.asks.ids());
   }
 
   void on(const Command& cmd, const ReleaseLease& c) {
@@ -1544,8 +1811,12 @@ struct Engine::Impl {
     emit(MarketHaltChanged{c.market, c.halted});
     if (!c.halted) {
       std::vector<OrderId> ids;
-      for (const AskKey& k : it->second.asks) ids.push_back(k.id);
-      match_woken(std::move(ids));
+      for (const AskPool& ap : it->second.ask_pools) {
+        for (const auto& [eb, bucket] : ap.lp->book_asks) {
+          for (const AskKey& k : bucket.keys) ids.push_back(k.id);
+        }
+      }
+      match_woken(std::move(ids));  // sorts them into ask priority
     }
   }
 
@@ -1565,7 +1836,7 @@ struct Engine::Impl {
       lp.p.updated_at = now;
       emit(PoolChanged{lp.p});
       reprice(lp);
-      woken.insert(woken.end(), lp.asks.begin(), lp.asks.end());  // green_only eligibility may change too
+      for (OrderId ask : lp.asks.ids()) woken.push_back(ask);  // green_only eligibility may change too
     }
     match_woken(std::move(woken));
   }
@@ -1617,7 +1888,7 @@ struct Engine::Impl {
       const Order& ask = k.lo->o;
       const PoolId pool = ask.request.pool;
       const Qty cap = r.constraints.single_pool ? r.quantity - per_pool[pool].first : r.quantity - total;
-      const Qty q = eligible_qty(bid, cap, ask, ws, we);
+      const Qty q = eligible_qty(bid, cap, ask, k.pool->p, ws, we, false);
       if (q.value == 0) return true;
       const QuoteFill fill{pool, ask.id, q, ws, we, ask.effective_price, ask.request.price, ask.green_discount_bps,
                            false};
@@ -1677,11 +1948,37 @@ struct Engine::Impl {
         }
       }
       const Book& b = books.at(o.market);
-      const BidSet& bids = o.is_duration_bid() ? b.duration_bids : b.bids;
+      bool in = lo.in_book;
+      if (in && o.is_buy()) {
+        const BidKey bk{o.request.price, o.priority, o.id};
+        const BidGroup& g = b.bid_groups.at(static_cast<std::size_t>(lo.bid_group));
+        BidConstraints rep = o.request.constraints;
+        rep.regions.clear();
+        if (!(g.rep == rep)) fail("bid in the wrong constraint group: " + to_string(o));
+        std::vector<const BidSets*> homes;
+        if (o.request.constraints.regions.empty()) homes.push_back(&g.any);
+        for (const std::string& r : o.request.constraints.regions) {
+          auto it = g.by_region.find(r);
+          if (it == g.by_region.end()) {
+            in = false;
+          } else {
+            homes.push_back(&it->second);
+          }
+        }
+        for (const BidSets* h : homes) in = in && (o.is_duration_bid() ? h->duration : h->fixed).count(bk) == 1;
+      }
       const AskKey ak{o.effective_price, o.priority, o.id};
-      const bool in = o.is_buy() ? bids.count(BidKey{o.request.price, o.priority, o.id}) == 1 : b.asks.count(ak) == 1;
-      if (!in || !lo.in_book) fail("open order not in book: " + to_string(o));
-      if (o.is_sell() && (b.spot_asks.count(ak) == 1) != spot_now(o)) fail("spot index stale: " + to_string(o));
+      if (in && o.is_sell()) {
+        in = lo.hooked_pool == &pools.at(o.request.pool);
+        if (in) {
+          auto bucket = lo.hooked_pool->book_asks.find(end_bucket(o.window_end));
+          in = bucket != lo.hooked_pool->book_asks.end() && bucket->second.keys.count(ak) == 1;
+        }
+      }
+      if (!in) fail("open order not in book: " + to_string(o));
+      if (in && o.is_sell() && (lo.hooked_pool->book_spot_asks.count(ak) == 1) != spot_now(o)) {
+        fail("spot index stale: " + to_string(o));
+      }
     }
     for (const auto& [id, l] : leases) {
       const Seconds end = l.status == LeaseStatus::preempted ? std::min(*l.ends_at, l.end) : l.end;
@@ -1695,21 +1992,45 @@ struct Engine::Impl {
       if (!(used == expect)) fail("pool " + std::to_string(id.value) + " commitments out of step");
       if (expect.max(now, kForever) > lp.p.gpus().value) fail("pool oversold: " + to_string(lp.p));
     }
+    // Every pair of resting orders, brute force (no index involved).
+    std::map<MarketId, std::vector<const Order*>> open_bids;
+    std::map<MarketId, std::vector<const Order*>> open_asks;
+    std::int64_t in_groups = 0;
+    for (const auto& [id, lo] : orders) {
+      if (!lo.o.is_open() || !lo.in_book) continue;
+      (lo.o.is_buy() ? open_bids : open_asks)[lo.o.market].push_back(&lo.o);
+    }
     for (const auto& [m, b] : books) {
+      for (const BidGroup& g : b.bid_groups) in_groups += g.resting;
+      for (std::size_t i = 0; i < b.ask_pools.size(); ++i) {
+        const AskPool& ap = b.ask_pools[i];
+        Price cheapest(std::numeric_limits<std::int64_t>::max());
+        std::int64_t n = 0;
+        for (const auto& [eb, bucket] : ap.lp->book_asks) {
+          if (bucket.keys.empty() || bucket.cheapest != bucket.keys.begin()->effective) {
+            fail("ask bucket of pool " + std::to_string(ap.lp->p.id.value) + " out of step");
+          }
+          cheapest = std::min(cheapest, bucket.keys.empty() ? cheapest : bucket.keys.begin()->effective);
+          n += static_cast<std::int64_t>(bucket.keys.size());
+        }
+        const bool last_ok = !ap.lp->book_asks.empty() && ap.lp->book_asks.rbegin()->first == ap.last_bucket;
+        if (ap.lp->ask_pool_slot != i || n == 0 || n != ap.lp->book_count || cheapest != ap.cheapest || !last_ok) {
+          fail("ask pool index of pool " + std::to_string(ap.lp->p.id.value) + " out of step");
+        }
+      }
       if (b.halted) continue;
-      BidWalk walk(b.bids, b.duration_bids, true);
-      while (const auto next = walk.next()) {
-        const BidKey& bk = *next;
-        const Order& bid = orders.at(bk.id).o;
-        for (const AskKey& ak : b.asks) {
-          if (ak.effective > bk.price) break;
-          const Order& ask = orders.at(ak.id).o;
-          if (eligible_qty(bid, bid.remaining, ask, bid_start(bid), bid_end(bid)).value > 0) {
-            fail("crossed: bid " + std::to_string(bid.id.value) + " ask " + std::to_string(ask.id.value));
+      for (const Order* bid : open_bids[m]) {
+        for (const Order* ask : open_asks[m]) {
+          if (ask->effective_price > bid->request.price) continue;
+          if (eligible_qty(*bid, bid->remaining, *ask, bid_start(*bid), bid_end(*bid)).value > 0) {
+            fail("crossed: bid " + std::to_string(bid->id.value) + " ask " + std::to_string(ask->id.value));
           }
         }
       }
     }
+    std::int64_t resting_bids = 0;
+    for (const auto& [m, v] : open_bids) resting_bids += static_cast<std::int64_t>(v.size());
+    if (in_groups != resting_bids) fail("bid groups count " + std::to_string(in_groups) + " resting bids");
     // Views equal a recomputation from the resting orders.
     std::map<ViewKey, View> fresh;
     for (const auto& [id, lo] : orders) {
@@ -1787,7 +2108,7 @@ struct Engine::Impl {
     for (const Lease& l : s.leases) {
       Lease& ref = leases.emplace(l.id, l).first->second;
       LivePool& lp = pools.at(l.pool);
-      lp.leases.insert(l.id);
+      lp.leases.insert(LeaseRef{ref.price, ref.id, &ref});
       const Seconds held_end = l.status == LeaseStatus::preempted ? std::min(*l.ends_at, l.end) : l.end;
       lp.used.add(l.start, held_end, l.quantity.value);
       account(l.buyer).notional_x3600 += static_cast<Int128>(ref.owed) * 3600;
@@ -1797,11 +2118,11 @@ struct Engine::Impl {
       LiveOrder& lo = orders.emplace(o.id, LiveOrder{}).first->second;
       lo.o = o;
       lo.body_hash = o.body_hash;
-      account(o.account).orders.insert(o.id);
+      account(o.account).orders.add(lo, &LiveOrder::account_slot);
       if (!o.request.client_order_id.empty()) open_cids[CidKey{o.account, o.request.client_order_id}] = o.id;
       if (o.is_sell()) {
         LivePool& lp = pools.at(o.request.pool);
-        lp.asks.insert(o.id);
+        lp.asks.add(lo, &LiveOrder::pool_slot);
         for (const Step& p : o.free.pieces()) lp.used.add(p.from, p.to, p.gpus);
       }
       hook(lo, true);
@@ -1877,7 +2198,7 @@ std::vector<Order> Engine::open_orders(AccountId account, const std::optional<Ma
   std::vector<Order> out;
   auto it = impl_->accounts.find(account);
   if (it == impl_->accounts.end()) return out;
-  for (OrderId id : it->second.orders) {
+  for (OrderId id : it->second.orders.ids()) {
     const Order& o = impl_->orders.at(id).o;
     if (market && o.market != *market) continue;
     out.push_back(o);
@@ -1910,13 +2231,13 @@ std::optional<PoolCapacity> Engine::pool_capacity(PoolId id, Seconds from, Secon
   const LivePool& lp = it->second;
   PoolCapacity c;
   c.gpus = lp.p.gpus();
-  for (LeaseId lid : lp.leases) {
-    const Lease& l = impl_->leases.at(lid);
+  for (const LeaseRef& ref : lp.leases) {
+    const Lease& l = *ref.l;
     const Seconds held_end = l.status == LeaseStatus::preempted ? std::min(*l.ends_at, l.end) : l.end;
     c.leased.add(std::max(l.start, from), std::min(held_end, to), l.quantity.value);
   }
-  for (OrderId oid : lp.asks) {
-    for (const Step& p : impl_->orders.at(oid).o.free.pieces()) {
+  for (const auto* ask : lp.asks.items) {
+    for (const Step& p : ask->o.free.pieces()) {
       c.offered.add(std::max(p.from, from), std::min(p.to, to), p.gpus);
     }
   }

@@ -1,4 +1,4 @@
-// Step function arithmetic; every operation rebuilds the (short) piece vector in one pass.
+// Step function arithmetic: lookups binary-search their first piece; add() rebuilds only the pieces it touches.
 #include "matching/steps.hpp"
 
 #include <algorithm>
@@ -16,14 +16,28 @@ void push(std::vector<Step>& out, Seconds from, Seconds to, std::int64_t gpus) {
   out.push_back(Step{from, to, gpus});
 }
 
+// First piece with to > t (the pieces are sorted and disjoint, so their ends ascend).
+std::size_t first_ending_after(const std::vector<Step>& v, Seconds t) {
+  return static_cast<std::size_t>(
+      std::partition_point(v.begin(), v.end(), [&](const Step& p) { return p.to <= t; }) - v.begin());
+}
+
 }  // namespace
 
+// Only the pieces that overlap or touch [from, to) are rebuilt (the others cannot merge with the result:
+// their neighbours across the boundary keep their values), then spliced in place.
 void Steps::add(Seconds from, Seconds to, std::int64_t delta) {
   if (from >= to || delta == 0) return;
-  std::vector<Step> out;
-  out.reserve(pieces_.size() + 3);
+  std::vector<Step>& v = pieces_;
+  const auto lo = static_cast<std::size_t>(
+      std::partition_point(v.begin(), v.end(), [&](const Step& p) { return p.to < from; }) - v.begin());
+  std::size_t hi = lo;
+  while (hi < v.size() && v[hi].from <= to) ++hi;
+  thread_local std::vector<Step> out;
+  out.clear();
   Seconds cursor = from;  // first point of [from, to) not yet written
-  for (const Step& p : pieces_) {
+  for (std::size_t i = lo; i < hi; ++i) {
+    const Step p = v[i];
     if (p.to <= from) {
       push(out, p.from, p.to, p.gpus);
       continue;
@@ -43,15 +57,23 @@ void Steps::add(Seconds from, Seconds to, std::int64_t delta) {
     if (p.to > to) push(out, to, p.to, p.gpus);
   }
   if (cursor < to) push(out, cursor, to, delta);
-  pieces_ = std::move(out);
+  const std::size_t old_n = hi - lo;
+  const std::size_t new_n = out.size();
+  const auto at = v.begin() + static_cast<std::ptrdiff_t>(lo);
+  if (new_n > old_n) {
+    v.insert(at + static_cast<std::ptrdiff_t>(old_n), new_n - old_n, Step{});
+  } else if (new_n < old_n) {
+    v.erase(at + static_cast<std::ptrdiff_t>(new_n), at + static_cast<std::ptrdiff_t>(old_n));
+  }
+  std::copy(out.begin(), out.end(), v.begin() + static_cast<std::ptrdiff_t>(lo));
 }
 
 std::int64_t Steps::min(Seconds from, Seconds to) const {
   if (from >= to) return 0;
   std::int64_t best = std::numeric_limits<std::int64_t>::max();
   Seconds cursor = from;
-  for (const Step& p : pieces_) {
-    if (p.to <= from) continue;
+  for (std::size_t i = first_ending_after(pieces_, from); i < pieces_.size(); ++i) {
+    const Step& p = pieces_[i];
     if (p.from >= to) break;
     if (p.from > cursor) best = std::min<std::int64_t>(best, 0);  // a gap
     best = std::min(best, p.gpus);
@@ -65,8 +87,8 @@ std::int64_t Steps::max(Seconds from, Seconds to) const {
   if (from >= to) return 0;
   std::int64_t best = std::numeric_limits<std::int64_t>::min();
   Seconds cursor = from;
-  for (const Step& p : pieces_) {
-    if (p.to <= from) continue;
+  for (std::size_t i = first_ending_after(pieces_, from); i < pieces_.size(); ++i) {
+    const Step& p = pieces_[i];
     if (p.from >= to) break;
     if (p.from > cursor) best = std::max<std::int64_t>(best, 0);
     best = std::max(best, p.gpus);
@@ -77,16 +99,15 @@ std::int64_t Steps::max(Seconds from, Seconds to) const {
 }
 
 std::int64_t Steps::at(Seconds t) const {
-  for (const Step& p : pieces_) {
-    if (p.from > t) break;
-    if (t < p.to) return p.gpus;
-  }
-  return 0;
+  const std::size_t i = first_ending_after(pieces_, t);
+  return i < pieces_.size() && pieces_[i].from <= t ? pieces_[i].gpus : 0;
 }
 
 std::int64_t Steps::integral(Seconds from, Seconds to) const {
   std::int64_t sum = 0;
-  for (const Step& p : pieces_) {
+  for (std::size_t i = first_ending_after(pieces_, from); i < pieces_.size(); ++i) {
+    const Step& p = pieces_[i];
+    if (p.from >= to) break;
     const Seconds s = std::max(p.from, from);
     const Seconds e = std::min(p.to, to);
     if (s < e) sum += p.gpus * (e - s).value;
@@ -95,23 +116,18 @@ std::int64_t Steps::integral(Seconds from, Seconds to) const {
 }
 
 void Steps::trim_before(Seconds t) {
-  std::vector<Step> out;
-  out.reserve(pieces_.size());
-  for (const Step& p : pieces_) {
-    if (p.to <= t) continue;
-    push(out, std::max(p.from, t), p.to, p.gpus);
-  }
-  pieces_ = std::move(out);
+  const std::size_t i = first_ending_after(pieces_, t);
+  pieces_.erase(pieces_.begin(), pieces_.begin() + static_cast<std::ptrdiff_t>(i));
+  if (!pieces_.empty() && pieces_.front().from < t) pieces_.front().from = t;
 }
 
 void Steps::clear_from(Seconds t) {
-  std::vector<Step> out;
-  out.reserve(pieces_.size());
-  for (const Step& p : pieces_) {
-    if (p.from >= t) break;
-    push(out, p.from, std::min(p.to, t), p.gpus);
+  std::size_t i = first_ending_after(pieces_, t);
+  if (i < pieces_.size() && pieces_[i].from < t) {
+    pieces_[i].to = t;
+    ++i;
   }
-  pieces_ = std::move(out);
+  pieces_.erase(pieces_.begin() + static_cast<std::ptrdiff_t>(i), pieces_.end());
 }
 
 }  // namespace gpuex::matching
