@@ -5,6 +5,9 @@ GPUEX_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 export GPUEX_ROOT
 # ccache hits survive a clone to another folder (CI clones to a path we don't choose).
 export CCACHE_BASEDIR="$GPUEX_ROOT"
+# With -g, ccache would hash the build folder too (it lands in the debug info): without that, a
+# clone elsewhere still hits the cache (its debug info then names the first folder; harmless).
+export CCACHE_NOHASHDIR=1
 
 die() { echo "error: $*" >&2; exit 1; }
 say() { echo "==> $*" >&2; }
