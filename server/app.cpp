@@ -23,6 +23,7 @@
 #include "server/http_server.hpp"
 #include "server/routes.hpp"
 #include "server/store/migrations.hpp"
+#include "server/ws_candles.hpp"
 #include "server/ws_session.hpp"
 
 namespace gpuex {
@@ -164,6 +165,8 @@ int serve(const ServerConfig& config) {
   writer.add_transaction_part(rollups);
   ws::Hub hub(views, [&runner_ptr] { return runner_ptr ? runner_ptr->server_time_ms() : 0; });
   writer.add_listener([&hub](const store::Batch& batch) { hub.publish(batch); });
+  ws::CandlePublisher candles(config.dsn, hub);  // the candles channels, read back after commit
+  hub.set_candle_feed([&candles](ws::CandleRequest r) { candles.request(std::move(r)); });
   EngineRunner runner(engine_config, writer,
                       {config.dsn, config.tick_interval, 2048, [&hub](const matching::Engine& e) { hub.reset(e); }});
   runner_ptr = &runner;
@@ -250,6 +253,7 @@ int serve(const ServerConfig& config) {
 
   runner.stop();  // logs a last tick and waits for its commit
   writer.stop();
+  candles.stop();
   queries.stop();
   health.stop();
   spdlog::info("gpuexd stopped");

@@ -7,6 +7,7 @@
 #include <charconv>
 
 #include "matching/money.hpp"
+#include "server/analytics/candle_json.hpp"
 #include "server/analytics/queries.hpp"
 #include "server/analytics/rollups.hpp"
 #include "server/decimal.hpp"
@@ -28,7 +29,6 @@ constexpr std::int64_t kMaxCandles = 5000;   // per request
 constexpr std::int64_t kMaxIndexDays = 1000;  // per request
 constexpr std::int64_t kFarFuture = 253402300799;  // 9999-12-31T23:59:59Z
 
-constexpr const char* kPerfFactor = "SELECT (perf_factor * 1000000)::bigint FROM markets WHERE id = $1";
 constexpr const char* kSelectTrades = R"sql(
 SELECT print::text, at, id FROM trades
 WHERE market = $1 AND at >= $2 AND at < $3 AND (at, id) < ($4::bigint, $5::bigint)
@@ -76,38 +76,15 @@ http::Response csv_response(std::string body) {
   return http::text_response(http::Status::ok, std::move(body), "text/csv; charset=utf-8");
 }
 
-Int128 numeric(const store::PgResult& rows, int r, int c) {
-  auto v = analytics::parse_int128(rows.text(r, c));
-  if (!v) throw store::StoreError("not an integer: " + std::string(rows.text(r, c)));
-  return *v;
-}
+using analytics::gpu_hours;
+using analytics::normalized;
+using analytics::numeric;
+using analytics::perf_e6;
+using analytics::put_price;
+using analytics::ratio;
 
-// The market's perf_factor × 10^6 (markets.perf_factor has 6 decimals).
-std::int64_t perf_e6(store::PgConnection& db, const std::string& market) {
-  auto r = db.exec(kPerfFactor, {market});
-  if (r.rows() != 1) throw store::StoreError("market " + market + " has no perf_factor");
-  return r.integer(0, 0);
-}
-
-// Prices: micro-dollars per GPU-hour -> "2.0500"; normalized: ÷ perf_factor, rounded half to even.
+// Prices: micro-dollars per GPU-hour -> "2.0500".
 std::string price(std::int64_t micros) { return format_price(micros); }
-std::string normalized(std::int64_t micros, std::int64_t perf) {
-  return format_price(static_cast<std::int64_t>(matching::div_half_even(Int128(micros) * 1'000'000, perf)));
-}
-std::int64_t ratio(Int128 num, Int128 den) { return static_cast<std::int64_t>(matching::div_half_even(num, den)); }
-std::string gpu_hours(Int128 gpu_seconds) { return format_fixed(ratio(gpu_seconds * 1'000'000, 3600), 6, 1); }
-
-// Adds "<key>" and "<key>_normalized" (null when there is no price).
-void put_price(json::object& o, std::string_view key, std::optional<std::int64_t> micros, std::int64_t perf) {
-  std::string norm = std::string(key) + "_normalized";
-  if (micros) {
-    o[key] = price(*micros);
-    o[norm] = normalized(*micros, perf);
-  } else {
-    o[key] = nullptr;
-    o[norm] = nullptr;
-  }
-}
 
 std::string as_string(const json::value& v) {
   if (v.is_string()) return std::string(v.as_string());
@@ -234,26 +211,16 @@ void add_analytics_routes(http::Router& router, Services& services) {
           std::string out = "start,open,high,low,close,vwap,volume_gpu_hours,trades,open_normalized,high_normalized,"
                             "low_normalized,close_normalized,vwap_normalized\n";
           for (int i = 0; i < rows.rows(); ++i) {
-            std::int64_t o = rows.integer(i, 1), h = rows.integer(i, 2), l = rows.integer(i, 3), c = rows.integer(i, 4);
-            Int128 gs = numeric(rows, i, 6);
-            std::int64_t vwap = ratio(numeric(rows, i, 7), gs);
-            std::string start = format_rfc3339(rows.integer(i, 0));
+            auto k = analytics::candle_row(rows, i);
             if (csv) {
-              out += start + "," + price(o) + "," + price(h) + "," + price(l) + "," + price(c) + "," + price(vwap) + "," +
-                     gpu_hours(gs) + "," + std::string(rows.text(i, 5)) + "," + normalized(o, perf) + "," +
-                     normalized(h, perf) + "," + normalized(l, perf) + "," + normalized(c, perf) + "," +
-                     normalized(vwap, perf) + "\n";
+              std::int64_t vwap = k.vwap();
+              out += format_rfc3339(k.start) + "," + price(k.open) + "," + price(k.high) + "," + price(k.low) + "," +
+                     price(k.close) + "," + price(vwap) + "," + gpu_hours(k.gpu_seconds) + "," +
+                     std::to_string(k.trades) + "," + normalized(k.open, perf) + "," + normalized(k.high, perf) + "," +
+                     normalized(k.low, perf) + "," + normalized(k.close, perf) + "," + normalized(vwap, perf) + "\n";
               continue;
             }
-            json::object k{{"start", start}};
-            put_price(k, "open", o, perf);
-            put_price(k, "high", h, perf);
-            put_price(k, "low", l, perf);
-            put_price(k, "close", c, perf);
-            put_price(k, "vwap", vwap, perf);
-            k["volume_gpu_hours"] = gpu_hours(gs);
-            k["trades"] = rows.integer(i, 5);
-            candles.push_back(std::move(k));
+            candles.push_back(analytics::candle_json(k, perf));
           }
           if (csv) return respond(csv_response(std::move(out)));
           respond(http::json_response(http::Status::ok, {{"market", market},

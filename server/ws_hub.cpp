@@ -3,8 +3,10 @@
 
 #include <boost/json/serialize.hpp>
 
+#include <algorithm>
 #include <limits>
 
+#include "server/analytics/rollups.hpp"
 #include "server/wire.hpp"
 
 namespace gpuex::ws {
@@ -21,6 +23,7 @@ constexpr std::string_view kind_name(Channel::Kind kind) {
     case Channel::Kind::orders: return "orders";
     case Channel::Kind::fills: return "fills";
     case Channel::Kind::leases: return "leases";
+    case Channel::Kind::candles: return "candles";
   }
   return "?";
 }
@@ -79,22 +82,53 @@ std::variant<Channel, ChannelError> parse_channel(std::string_view name,
     c.bucket = *bucket;
     return c;
   }
+  if (head == "candles" && colon != std::string_view::npos) {
+    auto rest = name.substr(colon + 1);
+    auto second = rest.find(':');
+    auto third = second == std::string_view::npos ? second : rest.find(':', second + 1);
+    if (third == std::string_view::npos) {
+      return ChannelError{"invalid_channel",
+                          "a candles channel is candles:{market}:{bucket}:{interval}, e.g. candles:h100-80gb:spot:1m"};
+    }
+    auto market = rest.substr(0, second);
+    if (!market_known(market)) return ChannelError{"not_found", "no such market: " + std::string(market)};
+    auto bucket = wire::parse_bucket(rest.substr(second + 1, third - second - 1));
+    if (!bucket) {
+      return ChannelError{"invalid_channel", "the bucket of " + c.name + " must be spot or a month such as 2027-01"};
+    }
+    auto interval = analytics::parse_interval(rest.substr(third + 1));
+    if (!interval) return ChannelError{"invalid_channel", "the interval of " + c.name + " must be 1m, 5m, 1h or 1d"};
+    c.kind = Channel::Kind::candles;
+    c.market = MarketId{std::string(market)};
+    c.bucket = *bucket;
+    c.interval = *interval;
+    return c;
+  }
   return ChannelError{"invalid_channel", "unknown channel \"" + c.name +
-                                             "\"; channels are book:{market}:{bucket}, trades:{market}, orders, "
-                                             "fills, leases"};
+                                             "\"; channels are book:{market}:{bucket}, trades:{market}, "
+                                             "candles:{market}:{bucket}:{interval}, orders, fills, leases"};
 }
 
 Hub::Hub(BookViews& views, std::function<std::int64_t()> clock_ms) : views_(views), clock_ms_(std::move(clock_ms)) {}
 
 void Hub::subscribe(const Channel& channel, const std::shared_ptr<Subscriber>& subscriber) {
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
   auto [it, fresh] = channels_.try_emplace(channel.key());
   Listeners& l = it->second;
   if (fresh) l.channel = channel;
-  std::erase_if(l.subscribers, [&](const auto& w) {
+  auto same = [&](const auto& w) {
     auto s = w.lock();
     return !s || s == subscriber;
-  });
+  };
+  std::erase_if(l.subscribers, same);
+  std::erase_if(l.waiting, same);
+  if (channel.kind == Channel::Kind::candles && candle_feed_) {
+    // The first message is the current candle, read by the publisher (never under this lock).
+    l.waiting.push_back(subscriber);
+    lock.unlock();
+    candle_feed_({channel.market, channel.bucket, clock_ms_() / 1000, true});
+    return;
+  }
   if (channel.kind == Channel::Kind::book) {
     // The snapshot and the deltas after it come from the same lock: no overlap, no gap.
     Depth d = views_.get(channel.market, channel.bucket, std::numeric_limits<std::size_t>::max());
@@ -117,10 +151,12 @@ void Hub::unsubscribe(const Channel& channel, const Subscriber* subscriber) {
   std::lock_guard lock(mutex_);
   auto it = channels_.find(channel.key());
   if (it == channels_.end()) return;
-  std::erase_if(it->second.subscribers, [&](const auto& w) {
+  auto same = [&](const auto& w) {
     auto s = w.lock();
     return !s || s.get() == subscriber;
-  });
+  };
+  std::erase_if(it->second.subscribers, same);
+  std::erase_if(it->second.waiting, same);
   // Private channels come and go with their accounts' connections; public ones keep their seq.
   if (it->second.subscribers.empty() && it->second.channel.is_private()) channels_.erase(it);
 }
@@ -154,8 +190,51 @@ void Hub::send_private(AccountId account, Channel::Kind kind, std::string_view t
   if (channels_.count(key)) send(key, type, std::move(body));
 }
 
-void Hub::publish(const store::Batch& batch) {
+bool Hub::has_candle_listeners(const std::string& market, const std::string& bucket) const {
+  for (auto interval : analytics::kIntervals) {
+    auto it = channels_.find("candles:" + market + ":" + bucket + ":" + std::string(analytics::interval_name(interval)));
+    if (it != channels_.end() && (!it->second.subscribers.empty() || !it->second.waiting.empty())) return true;
+  }
+  return false;
+}
+
+void Hub::publish_candle(const MarketId& market, const Bucket& bucket, std::int64_t interval, json::value candle,
+                         bool snapshot) {
   std::lock_guard lock(mutex_);
+  auto it = channels_.find("candles:" + market.value + ":" + to_string(bucket) + ":" +
+                           std::string(analytics::interval_name(interval)));
+  if (it == channels_.end()) return;
+  Listeners& l = it->second;
+  if (snapshot && l.waiting.empty()) return;  // an update got there first
+  if (!snapshot) ++l.seq;
+  json::object body{{"type", "candle"},
+                    {"channel", l.channel.name},
+                    {"seq", l.seq},
+                    {"ts", clock_ms_()},
+                    {"candle", std::move(candle)}};
+  auto message = std::make_shared<const std::string>(json::serialize(body));
+  ++stats_.messages;
+  std::vector<std::weak_ptr<Subscriber>> live;
+  auto deliver = [&](std::vector<std::weak_ptr<Subscriber>>& list) {
+    for (auto& w : list) {
+      if (auto s = w.lock()) {
+        s->deliver(l.channel, l.seq, message);
+        ++stats_.deliveries;
+        live.push_back(std::move(w));
+      }
+    }
+  };
+  if (!snapshot) deliver(l.subscribers);
+  else live = std::move(l.subscribers);
+  deliver(l.waiting);
+  l.waiting.clear();
+  l.subscribers = std::move(live);
+}
+
+void Hub::publish(const store::Batch& batch) {
+  std::unique_lock lock(mutex_);
+  // (market, bucket) -> the last trade time, for the candle channels that have listeners.
+  std::map<std::pair<std::string, std::string>, CandleRequest> candles;
   for (const auto& logged : batch) {
     for (const auto& event : logged.events) {
       std::visit(
@@ -176,6 +255,14 @@ void Hub::publish(const store::Batch& batch) {
               send("trades:" + t.market.value, "trade", {{"trade", wire::print_json(t)}});
               send_private(t.buyer, Channel::Kind::fills, "fill", {{"fill", wire::fill_json(t, Side::buy)}});
               send_private(t.seller, Channel::Kind::fills, "fill", {{"fill", wire::fill_json(t, Side::sell)}});
+              if (candle_feed_) {
+                auto key = std::pair{t.market.value, to_string(t.bucket)};
+                if (auto f = candles.find(key); f != candles.end()) {
+                  f->second.at = std::max(f->second.at, t.time.value);
+                } else if (has_candle_listeners(key.first, key.second)) {
+                  candles.emplace(key, CandleRequest{t.market, t.bucket, t.time.value, false});
+                }
+              }
             } else if constexpr (std::is_same_v<E, OrderAccepted> || std::is_same_v<E, OrderRejected> ||
                                  std::is_same_v<E, OrderUpdated> || std::is_same_v<E, OrderDone>) {
               send_private(e.order.account, Channel::Kind::orders, "order", {{"order", wire::order_json(e.order)}});
@@ -197,6 +284,8 @@ void Hub::publish(const store::Batch& batch) {
           event);
     }
   }
+  lock.unlock();
+  for (auto& [key, request] : candles) candle_feed_(std::move(request));
 }
 
 void Hub::reset(const Engine& engine) {

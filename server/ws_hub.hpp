@@ -27,11 +27,12 @@ using Message = std::shared_ptr<const std::string>;
 
 // A channel a client named, checked. Private channels belong to the account that subscribed.
 struct Channel {
-  enum class Kind { book, trades, orders, fills, leases };
+  enum class Kind { book, trades, orders, fills, leases, candles };
   Kind kind{Kind::book};
   std::string name;             // as the client wrote it: "book:h100-80gb:spot", "orders"
-  matching::MarketId market;    // book, trades
-  matching::Bucket bucket;      // book
+  matching::MarketId market;    // book, trades, candles
+  matching::Bucket bucket;      // book, candles
+  std::int64_t interval = 0;    // candles: seconds (60, 300, 3600, 86400)
   std::int64_t account = 0;     // orders, fills, leases
 
   bool is_private() const { return kind == Kind::orders || kind == Kind::fills || kind == Kind::leases; }
@@ -45,18 +46,30 @@ struct ChannelError {
   std::string message;
 };
 
-// Parses "book:{market}:{bucket}", "trades:{market}", "orders", "fills", "leases". `account` is the
+// Parses "book:{market}:{bucket}", "trades:{market}", "candles:{market}:{bucket}:{interval}", "orders",
+// "fills", "leases". `account` is the
 // authenticated account (0 if none) and `may_read` whether its key has the read scope.
 std::variant<Channel, ChannelError> parse_channel(std::string_view name,
                                                   const std::map<std::string, matching::MarketSpec>& markets,
                                                   std::int64_t account, bool may_read);
 
-// A connection that listens. deliver() runs under the hub's lock (on the writer thread, or in
-// subscribe()): it must only queue the message, never block or call back into the hub.
+// A connection that listens. deliver() runs under the hub's lock (on the writer thread, the candle
+// publisher's thread, or in subscribe()): it must only queue the message, never block or call back
+// into the hub.
 class Subscriber {
  public:
   virtual ~Subscriber() = default;
   virtual void deliver(const Channel& channel, std::uint64_t seq, const Message& message) = 0;
+};
+
+// A read of the current candles of (market, bucket), asked of the candle publisher (ws_candles.hpp):
+// after trades of that pair committed (`snapshot` false, `at` the last trade's time), or for new
+// subscribers' first message (`snapshot` true, `at` now). Unix seconds.
+struct CandleRequest {
+  matching::MarketId market;
+  matching::Bucket bucket;
+  std::int64_t at = 0;
+  bool snapshot = false;
 };
 
 class Hub {
@@ -75,6 +88,16 @@ class Hub {
   void reset(const matching::Engine& engine);
 
   std::int64_t now_ms() const { return clock_ms_(); }
+
+  // Where candle reads are asked for (set once, before the server serves; without one, candle
+  // channels stay silent). Called outside the hub's lock; must only queue.
+  void set_candle_feed(std::function<void(CandleRequest)> feed) { candle_feed_ = std::move(feed); }
+  // The candle publisher's answer: the committed candle of `interval` seconds (null: no trade in
+  // the period) for the channel candles:{market}:{bucket}:{interval}. An update (snapshot false)
+  // counts the channel's seq up and goes to every subscriber; a snapshot goes, with the current seq,
+  // only to subscribers still waiting for their first message.
+  void publish_candle(const matching::MarketId& market, const matching::Bucket& bucket, std::int64_t interval,
+                      boost::json::value candle, bool snapshot);
 
   // A connection was closed because it did not read fast enough.
   void count_slow_consumer() {
@@ -95,7 +118,9 @@ class Hub {
     Channel channel;
     std::uint64_t seq = 0;  // the last message's (book channels: the view's sequence)
     std::vector<std::weak_ptr<Subscriber>> subscribers;
+    std::vector<std::weak_ptr<Subscriber>> waiting;  // candles: subscribed, first message not yet sent
   };
+  bool has_candle_listeners(const std::string& market, const std::string& bucket) const;
   // Builds and sends one message to the channel `key` if anyone listens; `body` gets type, channel,
   // seq and ts added. `seq` is the book's sequence, or nullopt to count one up.
   void send(const std::string& key, std::string_view type, boost::json::object body,
@@ -107,6 +132,7 @@ class Hub {
   std::function<std::int64_t()> clock_ms_;
   mutable std::mutex mutex_;
   std::map<std::string, Listeners> channels_;
+  std::function<void(CandleRequest)> candle_feed_;
   Stats stats_;
 };
 

@@ -69,6 +69,7 @@ class WsSession : public http::Session,
     if (it == subscriptions_.end()) return;  // unsubscribed meanwhile
     it->second.last_seq = seq;
     it->second.last_sent = Clock::now();
+    it->second.started = true;
     enqueue_locked(message);
   }
 
@@ -79,6 +80,9 @@ class WsSession : public http::Session,
     Channel channel;
     std::uint64_t last_seq = 0;
     Clock::time_point last_sent;
+    // A candles subscription's first message (with the channel's seq) comes later, from the candle
+    // publisher: no heartbeat before it, which would carry a seq the channel does not have.
+    bool started = channel.kind != Channel::Kind::candles;
   };
 
   // ---- upgrade -------------------------------------------------------------------------------
@@ -246,7 +250,7 @@ class WsSession : public http::Session,
       json::array listed;
       for (const auto& c : channels) listed.emplace_back(c.name);
       enqueue_locked(make_message({{"type", "subscribed"}, {"channels", std::move(listed)}}));
-      for (const auto& c : channels) subscriptions_.insert_or_assign(c.key(), Subscription{c, 0, Clock::now()});
+      for (const auto& c : channels) subscriptions_.insert_or_assign(c.key(), Subscription{c, 0, Clock::now(), c.kind != Channel::Kind::candles});
     }
     // Outside our lock: the hub takes its own and delivers (the book snapshot) into our queue.
     for (const auto& c : channels) context_.hub.subscribe(c, this->shared_from_this());
@@ -488,7 +492,7 @@ class WsSession : public http::Session,
       std::lock_guard lock(mutex_);
       if (closing_) return;
       for (auto& [key, s] : subscriptions_) {
-        if (now - s.last_sent < config().ws_heartbeat) continue;
+        if (!s.started || now - s.last_sent < config().ws_heartbeat) continue;
         s.last_sent = now;
         enqueue_locked(make_message({{"type", "heartbeat"},
                                      {"channel", s.channel.name},

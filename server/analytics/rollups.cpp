@@ -141,6 +141,16 @@ std::optional<std::int64_t> parse_interval(std::string_view name) {
   return std::nullopt;
 }
 
+std::string_view interval_name(std::int64_t seconds) {
+  switch (seconds) {
+    case 60: return "1m";
+    case 300: return "5m";
+    case 3600: return "1h";
+    case 86400: return "1d";
+  }
+  return "?";
+}
+
 std::string to_text(Int128 v) {
   bool negative = v < 0;
   std::string out;

@@ -19,6 +19,7 @@ namespace gpuex::analytics {
 // The candle intervals, in seconds, and their names on the wire.
 inline constexpr std::int64_t kIntervals[] = {60, 300, 3600, 86400};
 std::optional<std::int64_t> parse_interval(std::string_view name);  // "1m", "5m", "1h", "1d"
+std::string_view interval_name(std::int64_t seconds);                 // and back
 
 class Rollups final : public store::TransactionPart {
  public:

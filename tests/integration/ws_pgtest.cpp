@@ -23,6 +23,7 @@ namespace {
 constexpr const char* kMarket = "H100-SXM-80G";
 const std::string kBook = std::string("book:") + kMarket + ":spot";
 const std::string kTrades = std::string("trades:") + kMarket;
+const std::string kCandles = std::string("candles:") + kMarket + ":spot:1m";
 
 std::int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -529,8 +530,9 @@ TEST_CASE("ws: every message sent and received matches schema/ws.json") {
   WsClient buyer2 = authed(x.port(), x.buyer2);
   for (auto* ws : {&market, &provider, &buyer, &buyer2}) ws->record(&transcript);
 
-  subscribe(market, {kBook, kTrades});
+  subscribe(market, {kBook, kTrades, kCandles});
   market.expect("snapshot", kBook);
+  CHECK(market.expect("candle", kCandles).at("candle").is_null());  // nothing traded yet
   market.expect("heartbeat", kTrades);
   market.send(json::object{{"op", "ping"}});
   market.expect("pong");
@@ -555,6 +557,7 @@ TEST_CASE("ws: every message sent and received matches schema/ws.json") {
   market.expect("delta", kBook);
   CHECK_FALSE(market.expect("trade", kTrades).at("trade").at("preemption").as_bool());  // the buyer's
   CHECK(market.expect("trade", kTrades).at("trade").at("preemption").as_bool());        // buyer2's
+  CHECK(market.expect("candle", kCandles).at("candle").at("trades").as_int64() >= 1);
   market.send(json::object{{"op", "unsubscribe"}, {"channels", json::array{kTrades}}});
   market.expect("unsubscribed");
   // Drain what else arrived (for a second: heartbeats never stop), so it is checked too.
@@ -569,4 +572,128 @@ TEST_CASE("ws: every message sent and received matches schema/ws.json") {
                         std::string(GPUEX_SOURCE_DIR) + "/schema/ws.json", path});
   INFO(r.output);
   CHECK(r.exit_code == 0);
+}
+
+namespace {
+
+// "1.2345" -> 1234500 micro-dollars.
+std::int64_t micros(const std::string& text) {
+  auto dot = text.find('.');
+  std::string frac = text.substr(dot + 1);
+  frac.resize(6, '0');
+  return std::stoll(text.substr(0, dot)) * 1'000'000 + std::stoll(frac);
+}
+
+}  // namespace
+
+TEST_CASE("ws: a candles channel sends the current committed candle, equal to the trades made and to REST") {
+  Exchange x;
+  WsClient ws(x.port());
+  auto error_for = [&](const std::string& channel) {
+    ws.send(json::object{{"op", "subscribe"}, {"channels", json::array{json::value(channel)}}});
+    return std::string(ws.expect("error").at("code").as_string());
+  };
+  CHECK(error_for("candles:NOPE:spot:1m") == "not_found");
+  CHECK(error_for(std::string("candles:") + kMarket + ":spot:2m") == "invalid_channel");
+  CHECK(error_for(std::string("candles:") + kMarket + ":2027-13:1m") == "invalid_channel");
+  CHECK(error_for(std::string("candles:") + kMarket + ":spot") == "invalid_channel");
+
+  // Trades all in one minute unless the machine stalls (checked below, not assumed).
+  if (unix_now() % 60 > 40) std::this_thread::sleep_for(std::chrono::seconds(61 - unix_now() % 60));
+  subscribe(ws, {kCandles});
+  auto first = ws.expect("candle", kCandles);
+  CHECK(first.at("candle").is_null());  // no trade yet in this minute
+  std::uint64_t seq = first.at("seq").to_number<std::uint64_t>();
+
+  auto pool = x.pool();
+  x.ask(pool, "1.0000", 4);
+  x.ask(pool, "1.2000", 4);
+  x.ask(pool, "1.5000", 4);
+  std::vector<json::object> fills;
+  auto take = [&](const CreatedAccount& who, const std::string& p, int gpus, int duration) {
+    auto placed = x.bid(who, p, gpus, false, duration);
+    for (const auto& f : placed.at("fills").as_array()) fills.push_back(f.as_object());
+  };
+  take(x.buyer2, "1.5000", 9, 3600);   // the three asks
+  take(x.buyer, "1.2000", 3, 7200);    // rests: nothing at or below 1.2000 is left
+  x.ask(pool, "1.1000", 2);            // crosses the resting bid
+  take(x.buyer, "1.5000", 3, 1800);    // the rest of the 1.5000 ask
+  REQUIRE(fills.size() >= 4);
+  // The rested bid's trade is in the buyer's fills; fetch every fill of both buyers to have them all.
+  fills.clear();
+  for (const auto* who : {&x.buyer, &x.buyer2}) {
+    auto r = x.send(*who, "GET", "/v1/fills?limit=100");
+    INFO(r.body);
+    REQUIRE(r.status == 200);
+    auto body = r.json();
+    for (const auto& f : body.at("fills").as_array()) fills.push_back(f.as_object());
+  }
+
+  // By hand from the fills: the trades of the last trade's minute, in time then trade id order.
+  std::vector<std::tuple<std::int64_t, std::int64_t, std::int64_t, std::int64_t>> trades;  // time, id, price, gpu s
+  for (const auto& f : fills) {
+    auto start = *gpuex::parse_rfc3339(str(f.at("start"))), end = *gpuex::parse_rfc3339(str(f.at("end")));
+    trades.emplace_back(*gpuex::parse_rfc3339(str(f.at("time"))), std::stoll(str(f.at("trade_id"))),
+                        micros(str(f.at("price"))), f.at("quantity").as_int64() * (end - start));
+  }
+  std::sort(trades.begin(), trades.end());
+  std::int64_t minute = std::get<0>(trades.back()) / 60 * 60;
+  std::int64_t open = -1, high = 0, low = INT64_MAX, close = 0, count = 0;
+  std::int64_t gpu_s = 0, notional = 0;  // (small here: no overflow)
+  for (const auto& [t, id, p, gs] : trades) {
+    if (t < minute) continue;
+    if (open < 0) open = p;
+    high = std::max(high, p), low = std::min(low, p), close = p;
+    gpu_s += gs, notional += p * gs, ++count;
+  }
+  // VWAP rounded half to even to a micro-dollar.
+  auto q = static_cast<std::int64_t>(notional / gpu_s), rem = static_cast<std::int64_t>(notional % gpu_s);
+  std::int64_t vwap = 2 * rem > gpu_s || (2 * rem == gpu_s && q % 2 != 0) ? q + 1 : q;
+  INFO("trades in the minute: " << count << " of " << trades.size());
+  CHECK(count == static_cast<std::int64_t>(trades.size()));  // (fails only if the machine stalled for ~20 s)
+
+  // Candle messages follow, seq one up each, until one shows every trade of the minute.
+  json::object last;
+  auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto m = ws.next(1s);
+    if (!m || m->at("type").as_string() != "candle") continue;
+    REQUIRE(m->at("seq").to_number<std::uint64_t>() == seq + 1);
+    seq = m->at("seq").to_number<std::uint64_t>();
+    last = *m;
+    const auto& c = m->at("candle");
+    if (c.is_object() && c.at("start").as_string() == at(minute) && c.at("trades").as_int64() == count) break;
+  }
+  REQUIRE(last.contains("candle"));
+  const auto& candle = last.at("candle").as_object();
+  INFO(json::serialize(candle));
+  REQUIRE(candle.at("trades").as_int64() == count);
+  CHECK(str(candle.at("start")) == at(minute));
+  CHECK(micros(str(candle.at("open"))) == open);
+  CHECK(micros(str(candle.at("high"))) == high);
+  CHECK(micros(str(candle.at("low"))) == low);
+  CHECK(micros(str(candle.at("close"))) == close);
+  CHECK(micros(str(candle.at("vwap"))) == vwap);
+  CHECK(micros(str(candle.at("volume_gpu_hours"))) == static_cast<std::int64_t>(gpu_s * 1'000'000 / 3600));
+  CHECK(str(candle.at("open_normalized")) == str(candle.at("open")));  // H100 SXM: perf_factor 1
+
+  // The same candle as the REST endpoint's for that minute.
+  auto rest = x.http->get(std::string("/v1/markets/") + kMarket + "/candles?interval=1m&bucket=spot&from=" +
+                          at(minute) + "&to=" + at(minute + 60));
+  INFO(rest.body);
+  REQUIRE(rest.status == 200);
+  auto rest_body = rest.json();
+  REQUIRE(rest_body.at("candles").as_array().size() == 1);
+  CHECK(rest_body.at("candles").at(0) == last.at("candle"));
+
+  // A late subscriber's first message is the current candle with the channel's current seq.
+  WsClient late(x.port());
+  subscribe(late, {kCandles});
+  auto now = late.expect("candle", kCandles);
+  CHECK(now.at("seq").to_number<std::uint64_t>() == seq);
+  if (now.at("candle").is_null()) {
+    CHECK(unix_now() >= minute + 60);  // the minute is over: no trade in the current one
+  } else {
+    CHECK(now.at("candle") == last.at("candle"));
+  }
 }
