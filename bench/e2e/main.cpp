@@ -250,11 +250,11 @@ int main(int argc, char** argv) {
                 opt.connections, opt.seconds, opt.warmup_seconds);
   if (opt.json) {
     std::cout << json::serialize(json::object{{"workload", workload},
-                                              {"orders_per_s", std::round(orders_per_s)},
+                                              {"orders_per_s", static_cast<std::int64_t>(std::round(orders_per_s))},
                                               {"p50_ms", p50},
                                               {"p99_ms", p99},
                                               {"p999_ms", p999},
-                                              {"db_ceiling_orders_per_s", std::round(ceiling)},
+                                              {"db_ceiling_orders_per_s", static_cast<std::int64_t>(std::round(ceiling))},
                                               {"commands_per_transaction", per_tx},
                                               {"rows_per_command", rows_per_cmd},
                                               {"errors", errs}})

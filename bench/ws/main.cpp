@@ -276,11 +276,11 @@ int main(int argc, char** argv) {
   if (opt.json) {
     std::cout << json::serialize(json::object{{"workload", workload},
                                               {"subscribers", opt.subscribers},
-                                              {"messages_per_s", std::round(per_s)},
+                                              {"messages_per_s", static_cast<std::int64_t>(std::round(per_s))},
                                               {"p50_ms", p50},
                                               {"p99_ms", p99},
                                               {"p999_ms", p999},
-                                              {"book_changes_per_s", std::round(changes_per_s)},
+                                              {"book_changes_per_s", static_cast<std::int64_t>(std::round(changes_per_s))},
                                               {"gaps", tally.gaps},
                                               {"disconnected", tally.ended},
                                               {"slow_consumers_closed", slow},
