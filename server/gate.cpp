@@ -14,14 +14,18 @@ bool admit(RateLimiter& limiter, const std::string& key, http::Respond& respond)
     inner(std::move(res));
   };
   if (d.allowed) return true;
-  auto res = http::error_response(http::Status::too_many_requests, "rate_limited",
-                                  "too many requests; retry after " + std::to_string(d.retry_after_s) + " s");
-  res.set(http::bhttp::field::retry_after, std::to_string(d.retry_after_s));
-  respond(std::move(res));
+  respond(rate_limited_response(d));
   return false;
 }
 
 }  // namespace
+
+http::Response rate_limited_response(const RateLimiter::Decision& refused) {
+  auto res = http::error_response(http::Status::too_many_requests, "rate_limited",
+                                  "too many requests; retry after " + std::to_string(refused.retry_after_s) + " s");
+  res.set(http::bhttp::field::retry_after, std::to_string(refused.retry_after_s));
+  return res;
+}
 
 std::optional<std::string_view> bearer_token(const http::Request& request) {
   auto it = request.find(http::bhttp::field::authorization);

@@ -24,6 +24,9 @@ class Gate {
   RateLimiter& per_ip_;
 };
 
+// 429 rate_limited with Retry-After, for a refused decision.
+http::Response rate_limited_response(const RateLimiter::Decision& refused);
+
 // The bearer token of an Authorization header, if it has one.
 std::optional<std::string_view> bearer_token(const http::Request& request);
 

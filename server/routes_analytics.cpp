@@ -13,6 +13,7 @@
 #include "server/decimal.hpp"
 #include "server/rfc3339.hpp"
 #include "server/routes.hpp"
+#include "server/wire.hpp"
 
 namespace gpuex {
 
@@ -57,12 +58,7 @@ std::variant<std::optional<std::int64_t>, http::Response> time_param(const http:
 // `bucket`: spot (default) or a month such as 2027-01.
 std::variant<std::string, http::Response> bucket_param(const http::RequestContext& ctx) {
   auto name = query_param(ctx, "bucket").value_or("spot");
-  if (name == "spot") return name;
-  int y = 0, m = 0;
-  bool ok = name.size() == 7 && name[4] == '-' &&
-            std::from_chars(name.data(), name.data() + 4, y).ptr == name.data() + 4 &&
-            std::from_chars(name.data() + 5, name.data() + 7, m).ptr == name.data() + 7 && y >= 1970 && m >= 1 &&
-            m <= 12;
+  bool ok = wire::parse_bucket(name).has_value();
   if (!ok) return bad("bucket", "bucket must be spot or a month such as 2027-01");
   return name;
 }

@@ -186,8 +186,7 @@ void Hub::send(const std::string& key, std::string_view type, json::object body,
 }
 
 void Hub::send_private(AccountId account, Channel::Kind kind, std::string_view type, json::object body) {
-  auto key = private_key(kind, account.value);
-  if (channels_.count(key)) send(key, type, std::move(body));
+  send(private_key(kind, account.value), type, std::move(body));
 }
 
 bool Hub::has_candle_listeners(const std::string& market, const std::string& bucket) const {

@@ -550,10 +550,7 @@ std::optional<http::Response> Context::refuse(const http::Request& request, cons
   }
   auto d = per_ip.take(ip);
   if (d.allowed) return std::nullopt;
-  auto res = http::error_response(http::Status::too_many_requests, "rate_limited",
-                                  "too many requests; retry after " + std::to_string(d.retry_after_s) + " s");
-  res.set(http::bhttp::field::retry_after, std::to_string(d.retry_after_s));
-  return res;
+  return rate_limited_response(d);
 }
 
 std::shared_ptr<http::Session> start_session(beast::tcp_stream stream, http::Request upgrade, std::string ip,
