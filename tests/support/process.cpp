@@ -80,8 +80,14 @@ std::string Process::log() const {
 
 std::string scratch_path(const std::string& name) {
   static std::atomic<int> counter{0};
-  auto dir = std::filesystem::temp_directory_path() / ("gpuex-test-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  // A folder of an earlier process that had our pid would hand us its stale port files and logs
+  // (a test then talks to no server, or to another test's): start from an empty one.
+  static const std::filesystem::path dir = [] {
+    auto d = std::filesystem::temp_directory_path() / ("gpuex-test-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(d);
+    std::filesystem::create_directories(d);
+    return d;
+  }();
   return (dir / (std::to_string(counter++) + "-" + name)).string();
 }
 
