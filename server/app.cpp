@@ -192,6 +192,7 @@ int serve(const ServerConfig& config) {
   add_admin_routes(router, services);
   add_quote_routes(router, services);
   add_analytics_routes(router, services);
+  add_web_routes(router, services, config.web_root, config.web_vendor);
 
   HttpServer server(ioc, config, router, metrics, tls ? &*tls : nullptr);
   ws::Context websocket{hub, keys, runner, per_ip, services.markets, config};

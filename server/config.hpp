@@ -46,6 +46,10 @@ struct ServerConfig {
   unsigned ws_bad_message_limit = 10;                // bad client messages before the server closes
   double ws_message_rate = 20;                       // client messages per second (burst below)
   double ws_message_burst = 50;
+
+  // The web dashboard at / (web/ of the source tree) and its npm packages (node_modules).
+  std::string web_root;                              // empty: no dashboard
+  std::string web_vendor;                            // node_modules with lightweight-charts
 };
 
 }  // namespace gpuex

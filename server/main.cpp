@@ -88,6 +88,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   serve->add_option("--ws-message-burst", config.ws_message_burst, "WebSocket: client message burst")
       ->capture_default_str();
+  serve->add_option("--web-root", config.web_root, "Serve the dashboard at / from this folder (the source's web/)")
+      ->envname("GPUEX_WEB_ROOT");
+  serve->add_option("--web-vendor", config.web_vendor, "node_modules folder with the dashboard's npm packages")
+      ->envname("GPUEX_WEB_VENDOR");
 
   auto* migrate = app.add_subcommand("migrate", "Apply pending database migrations and exit");
   add_database_options(*migrate, config);

@@ -82,6 +82,10 @@ void add_lease_routes(http::Router& router, Services& services);
 void add_quote_routes(http::Router& router, Services& services);
 // Public price discovery: /v1/markets/{m}/trades, /candles, /forward-curve, /stats; /v1/index/{m}.
 void add_analytics_routes(http::Router& router, Services& services);
+// The dashboard: the files of `web_root` at / and the charting library from `web_vendor` (both
+// read once, at start).
+void add_web_routes(http::Router& router, Services& services, const std::string& web_root,
+                    const std::string& web_vendor);
 // Halt/resume, limits, state digest, test clock.
 void add_admin_routes(http::Router& router, Services& services);
 

@@ -1,0 +1,143 @@
+// Talking to gpuexd: REST calls with the API's error shape, and one WebSocket for every channel.
+
+// An error answer of the API (API.md "Errors"): `code` to branch on, `field` when one field is at fault.
+export class ApiError extends Error {
+  constructor(status, code, message, field) {
+    super(message);
+    this.status = status;
+    this.code = code;
+    this.field = field;
+  }
+}
+
+let apiKey = null;
+export function setKey(key) { apiKey = key; }
+
+export async function call(method, path, body) {
+  const headers = {};
+  if (apiKey) headers.Authorization = `Bearer ${apiKey}`;
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  let res;
+  try {
+    res = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  } catch (e) {
+    throw new ApiError(0, 'network_error', 'gpuexd cannot be reached');
+  }
+  const text = await res.text();
+  let json = null;
+  try { json = text ? JSON.parse(text) : null; } catch { /* not JSON: reported below */ }
+  if (!res.ok) {
+    const e = json && json.error;
+    if (e) throw new ApiError(res.status, e.code, e.message, e.field);
+    throw new ApiError(res.status, 'http_' + res.status, text || res.statusText);
+  }
+  return json;
+}
+export const get = (path) => call('GET', path);
+
+// One WebSocket for the page. Channels are (re)subscribed on every connect; a gap in a channel's
+// `seq` (or a reconnect) calls its `resync` so the view reloads what it may have missed.
+export class Stream {
+  constructor(onStatus) {
+    this.onStatus = onStatus;
+    this.channels = new Map();  // name -> {onMessage, resync, seq}
+    this.key = null;
+    this.pendingAuth = null;
+    this.retryMs = 500;
+    this.connect();
+    // The server closes a connection that sends nothing for a while (API.md): ping well within it.
+    setInterval(() => this.send({ op: 'ping' }), 20000);
+  }
+
+  connect() {
+    const scheme = location.protocol === 'https:' ? 'wss' : 'ws';
+    const ws = new WebSocket(`${scheme}://${location.host}/v1/ws`);
+    this.ws = ws;
+    this.onStatus('connecting');
+    ws.onopen = () => {
+      this.retryMs = 500;
+      this.onStatus('live');
+      for (const c of this.channels.values()) c.seq = null;
+      // Private channels follow the auth reply (the key is checked asynchronously).
+      if (this.key) this.send({ op: 'auth', key: this.key });
+      this.subscribeAll((name) => !isPrivate(name));
+    };
+    ws.onmessage = (ev) => this.receive(JSON.parse(ev.data));
+    ws.onclose = (ev) => {
+      if (this.ws !== ws) return;
+      this.onStatus(`reconnecting (closed ${ev.code}${ev.reason ? ': ' + ev.reason : ''})`);
+      setTimeout(() => this.connect(), this.retryMs);
+      this.retryMs = Math.min(this.retryMs * 2, 10000);
+      for (const c of this.channels.values()) c.resync && c.resync();
+    };
+  }
+
+  send(msg) {
+    if (this.ws && this.ws.readyState === WebSocket.OPEN) this.ws.send(JSON.stringify(msg));
+  }
+
+  subscribeAll(which) {
+    const names = [...this.channels.keys()].filter(which);
+    if (names.length) this.send({ op: 'subscribe', channels: names });
+  }
+
+  subscribe(name, onMessage, resync) {
+    this.channels.set(name, { onMessage, resync, seq: null });
+    this.send({ op: 'subscribe', channels: [name] });
+  }
+
+  unsubscribe(name) {
+    if (!this.channels.delete(name)) return;
+    this.send({ op: 'unsubscribe', channels: [name] });
+  }
+
+  // Authenticates the connection; resolves with {account_id, scopes}. A key cannot be taken back
+  // on a connection, so forgetting it (key null) reconnects.
+  auth(key) {
+    const authenticated = this.key !== null;
+    this.key = key;
+    for (const name of [...this.channels.keys()]) if (isPrivate(name)) this.channels.delete(name);
+    if (!key) {
+      if (authenticated) this.ws.close();
+      return Promise.resolve(null);
+    }
+    return new Promise((resolve, reject) => {
+      this.pendingAuth = { resolve, reject };
+      // A connection keeps its first key: another key needs a new connection, which sends it on open.
+      if (authenticated) this.ws.close();
+      else this.send({ op: 'auth', key });
+    });
+  }
+
+  receive(msg) {
+    if (msg.type === 'auth') {
+      this.subscribeAll(isPrivate);
+      if (this.pendingAuth) this.pendingAuth.resolve(msg);
+      this.pendingAuth = null;
+      return;
+    }
+    if (msg.type === 'error' && msg.field === 'key') {
+      this.key = null;
+      if (this.pendingAuth) this.pendingAuth.reject(new ApiError(401, msg.code, msg.message, 'key'));
+      this.pendingAuth = null;
+      return;
+    }
+    if (msg.type === 'error') return console.warn('gpuex stream:', msg.code, msg.message);
+    const c = msg.channel && this.channels.get(msg.channel);
+    if (!c || msg.seq === undefined) return;
+    const first = c.seq === null || msg.type === 'snapshot';
+    const expected = msg.type === 'heartbeat' ? c.seq : c.seq + 1;
+    if (!first && msg.seq !== expected) {
+      // Missed messages: a book resubscribes for a new snapshot; others reload.
+      c.seq = null;
+      this.send({ op: 'unsubscribe', channels: [msg.channel] });
+      this.send({ op: 'subscribe', channels: [msg.channel] });
+      if (c.resync) c.resync();
+      return;
+    }
+    c.seq = msg.seq;
+    if (msg.type !== 'heartbeat') c.onMessage(msg);
+  }
+}
+
+function isPrivate(channel) { return channel === 'orders' || channel === 'fills' || channel === 'leases'; }
