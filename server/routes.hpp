@@ -52,6 +52,10 @@ void run_command(Services& services, const http::RequestContext& ctx, matching::
 // Common answers.
 http::Response not_found(std::string_view what, std::string_view field = {});
 http::Response store_unavailable_response();
+// A 422 for a rule of the market (API.md): `code` with the field at fault and a sentence (the rule's
+// own unless `message` says more).
+boost::json::object rule_error(std::string_view code, std::string message = {});
+http::Response rule_broken(std::string_view code, std::string message = {});
 // A positive id in a path segment, or nullopt.
 std::optional<std::int64_t> path_id(const http::RequestContext& ctx, std::string_view name);
 // Reads `limit` (default 100, at most 1000) and `cursor` (an id) of a list request.

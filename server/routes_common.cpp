@@ -20,6 +20,38 @@ http::Response store_unavailable_response() {
 
 namespace {
 
+// The field at fault and a sentence for each 422 rule of the market (API.md error codes).
+struct RuleText {
+  std::string_view code, field, message;
+};
+constexpr RuleText kRules[] = {
+    {"insufficient_pool_capacity", "quantity", "the pool has too few free GPUs over the ask's window for this quantity"},
+    {"window_in_past", "start", "the window starts in the past"},
+    {"quantity_not_multiple_of_chunk", "quantity", "quantity must be a multiple of min_chunk"},
+    {"exposure_limit", "", "the order would take the account over its exposure limits"},
+    {"market_halted", "market", "the market is halted"},
+    {"off_tick", "price", "price must be a multiple of the market's tick"},
+};
+
+}  // namespace
+
+boost::json::object rule_error(std::string_view code, std::string message) {
+  boost::json::object error{{"code", code}};
+  for (const auto& rule : kRules) {
+    if (rule.code != code) continue;
+    if (!rule.field.empty()) error["field"] = rule.field;
+    if (message.empty()) message = rule.message;
+  }
+  error["message"] = message.empty() ? "the order breaks the market rule " + std::string(code) : message;
+  return error;
+}
+
+http::Response rule_broken(std::string_view code, std::string message) {
+  return http::json_response(http::Status::unprocessable_entity, {{"error", rule_error(code, std::move(message))}});
+}
+
+namespace {
+
 constexpr const char* kFindKey =
     "SELECT request_sha256 = $3::bytea, status, body FROM idempotency_keys WHERE account_id = $1 AND key = $2";
 

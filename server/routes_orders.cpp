@@ -80,9 +80,8 @@ bool is_engine_reject(std::string_view reason) {
 
 http::Response engine_reject(std::string_view reason, std::string_view order_id) {
   if (reason == to_string(Reason::not_found)) return not_found("market or pool");
-  json::object error{{"code", reason},
-                     {"message", "the order was rejected: " + std::string(reason)},
-                     {"order_id", order_id}};
+  json::object error = rule_error(reason);
+  error["order_id"] = order_id;
   return http::json_response(http::Status::unprocessable_entity, {{"error", std::move(error)}});
 }
 

@@ -61,10 +61,6 @@ json::object public_pool_json(const Pool& p, Seconds now) {
   };
 }
 
-http::Response rule_broken(Reason reason, std::string_view field, std::string message) {
-  return http::error_response(http::Status::unprocessable_entity, to_string(reason), std::move(message), field);
-}
-
 }  // namespace
 
 void add_quote_routes(http::Router& router, Services& services) {
@@ -91,16 +87,16 @@ void add_quote_routes(http::Router& router, Services& services) {
       // The rules a placement checks before matching, in its order (engine.hpp), so a quote that could
       // never be placed says why instead of quoting nothing.
       if (engine.halted(request.market)) {
-        return respond(rule_broken(Reason::market_halted, "market", "the market is halted"));
+        return respond(rule_broken(to_string(Reason::market_halted)));
       }
       if (request.price.value % tick.value != 0) {
-        return respond(rule_broken(Reason::off_tick, "price", "price must be a multiple of the tick " + format_price(tick.value)));
+        return respond(rule_broken(to_string(Reason::off_tick), "price must be a multiple of the tick " + format_price(tick.value)));
       }
       if (request.quantity.value % request.min_chunk.value != 0) {
-        return respond(rule_broken(Reason::quantity_not_multiple_of_chunk, "quantity", "quantity must be a multiple of min_chunk"));
+        return respond(rule_broken(to_string(Reason::quantity_not_multiple_of_chunk)));
       }
       if (request.start && *request.start < engine.now()) {
-        return respond(rule_broken(Reason::window_in_past, "start", "start is in the past"));
+        return respond(rule_broken(to_string(Reason::window_in_past)));
       }
       const Seconds now = engine.now();
       json::array fills;

@@ -141,16 +141,15 @@ export class AccountView {
     for (const form of [$('bid-form'), $('pool-form')]) {
       form.elements.market.replaceChildren(...[...page.markets.values()].map((m) => el('option', { value: m.id }, m.name)));
     }
-    // Defaults: a forward week from the first of next month; asks for 30 days from the next hour.
+    // Defaults: a forward week from the first of next month; asks for 30 days from now.
     const now = new Date();
     const month = new Date(Date.UTC(now.getUTCFullYear(), now.getUTCMonth() + 1, 1));
     const bid = $('bid-form').elements;
     bid.start.value = localInput(month);
     bid.end.value = localInput(new Date(month.getTime() + 7 * 86400e3));
     bid.expire_at.value = localInput(new Date(now.getTime() + 86400e3));
-    const hour = new Date(Math.ceil(now.getTime() / 3600e3) * 3600e3);
-    $('ask-form').elements.start.value = localInput(hour);
-    $('ask-form').elements.end.value = localInput(new Date(hour.getTime() + 30 * 86400e3));
+    $('ask-form').elements.start.value = localInput(now);  // a start that passed is clipped to now
+    $('ask-form').elements.end.value = localInput(new Date(now.getTime() + 30 * 86400e3));
     const key = sessionStorage.getItem(KEY_STORAGE);
     if (key) this.useKey(key);
   }
