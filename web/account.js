@@ -332,7 +332,8 @@ export class AccountView {
 
   renderLeases() {
     const rows = [...this.leases.values()].sort((a, b) => Number(b.id) - Number(a.id)).map((l) => {
-      const status = el('span', { class: `status ${l.status}` }, l.status + (l.preempted_at ? ` at ${time(l.preempted_at)}` : ''));
+      const preempted = l.preempted_at && l.status !== 'preempted' ? `, preempted: ends ${time(l.ends_at)}` : '';
+      const status = el('span', { class: `status ${l.preempted_at ? 'preempted' : l.status}` }, l.status + preempted);
       return [l.id, l.role, l.market, String(l.quantity), window_(l.start, l.ends_at || l.end), usd(l.price), status,
               `$${Number(l.owed_usd).toFixed(2)}`];
     });

@@ -254,6 +254,54 @@ const scenarios = {
                                second, { timeout: WAIT_MS });
     const cancelled = await api('GET', `/v1/orders/${second}`, key('buyer'));
     check(cancelled.json.status === 'cancelled', `after Cancel the order is ${cancelled.json.status}`);
+
+    // A forward bid: the window typed in UTC is the window stored, with its constraints.
+    await page.check(`${form} input[name=mode][value=forward]`);
+    const start = new Date(Date.UTC(new Date().getUTCFullYear(), new Date().getUTCMonth() + 2, 3, 9, 30));
+    const end = new Date(start.getTime() + 5 * 86400e3);
+    await page.fill(`${form} input[name=start]`, start.toISOString().slice(0, 16));
+    await page.fill(`${form} input[name=end]`, end.toISOString().slice(0, 16));
+    await page.click(`${form} details summary`);
+    await page.fill(`${form} input[name=regions]`, 'us, de');
+    await page.check(`${form} input[name=nvlink]`);
+    await page.click(`${form} button[type=submit]`);
+    const forwardId = (await waitText(page, `${form} .form-result`, new RegExp(`order (?!${second}\\b)\\d+: open`),
+                                      'the forward bid')).match(/order (\d+)/)[1];
+    const forward = (await api('GET', `/v1/orders/${forwardId}`, key('buyer'))).json;
+    check(forward.start === start.toISOString().slice(0, 19) + 'Z' && forward.end === end.toISOString().slice(0, 19) + 'Z',
+          `the stored window: ${forward.start} → ${forward.end}`);
+    check(JSON.stringify(forward.regions) === '["US","DE"]' && forward.nvlink === true, `constraints: ${JSON.stringify(forward)}`);
+    await waitRow(page, '#orders', (r) => r[0] === forwardId && r[6].startsWith(start.toISOString().slice(0, 10)),
+                  'the forward bid in open orders');
+  },
+
+  // An interruptible bid from the form lands on a spot-tier pool; a higher interruptible bid of
+  // another buyer preempts it, and the page says so at once (DESIGN.md "Interruptible capacity").
+  async preemption() {
+    const pool = await registerPool({ ...POOL, tier: 'spot', gpus_per_node: 8, nodes: 1 });
+    await placeAsk(pool.id, '1.0000', 8);
+    const page = await openPage();
+    await useKey(page, 'buyer');
+    const form = '#bid-form';
+    await page.fill(`${form} input[name=price]`, '1.5000');
+    await page.fill(`${form} input[name=quantity]`, '8');
+    await page.fill(`${form} input[name=duration]`, '4');  // the preempting hour must fit in what it frees
+    await page.click(`${form} details summary`);
+    await page.check(`${form} input[name=interruptible]`);
+    await page.click(`${form} button[type=submit]`);
+    await waitText(page, `${form} .form-result`, /order \d+: filled, 8 of 8 GPUs filled/, 'the interruptible bid fills');
+    const [leaseId] = await waitRow(page, '#leases', (r) => r[3] === '8' && r[5] === '1.0000', 'the interruptible lease');
+
+    const other = await api('POST', '/v1/accounts', key('admin'), { name: 'second buyer', scopes: ['trade'] });
+    check(other.status === 201, `second buyer: ${JSON.stringify(other.json)}`);
+    const bid = await api('POST', '/v1/orders', other.json.api_key.api_key, { side: 'buy', market: 'H100-SXM-80G',
+      price: '2.0000', quantity: 8, duration: 3600, interruptible: true, time_in_force: 'ioc' });
+    check(bid.status === 201 && bid.json.order.filled_quantity === 8, `the preempting bid: ${JSON.stringify(bid.json)}`);
+    check(bid.json.fills[0].price === '1.0001', `the preempting trade is at the lease's price + 1 tick: ${JSON.stringify(bid.json.fills)}`);
+    await waitText(page, '#notices', new RegExp(`lease ${leaseId}: 8 GPUs preempted at .*by trade ${bid.json.fills[0].trade_id}`),
+                   'the preemption notice');
+    await waitRow(page, '#leases', (r) => r[0] === leaseId && r[6].includes('preempted'), 'the lease marked preempted');
+    await screenshot(page, 'preemption');
   },
 
   // A provider registers a pool and posts an ask from the forms.
