@@ -106,13 +106,17 @@ NewKey create_key(store::PgConnection& db, std::int64_t account_id, Scopes scope
   return k;
 }
 
+std::pair<std::int64_t, NewKey> insert_account(store::PgConnection& db, std::string_view name, Scopes scopes) {
+  auto id = db.exec(kInsertAccount, {std::string(name)}).integer(0, 0);
+  return {id, create_key(db, id, scopes)};
+}
+
 std::pair<std::int64_t, NewKey> create_account(store::PgConnection& db, std::string_view name, Scopes scopes) {
   db.exec_script("BEGIN");
   try {
-    auto id = db.exec(kInsertAccount, {std::string(name)}).integer(0, 0);
-    NewKey k = create_key(db, id, scopes);
+    auto created = insert_account(db, name, scopes);
     db.exec_script("COMMIT");
-    return {id, std::move(k)};
+    return created;
   } catch (...) {
     if (db.healthy()) db.exec_script("ROLLBACK");
     throw;

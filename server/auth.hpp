@@ -32,6 +32,8 @@ std::optional<std::string> key_id_of(std::string_view key);
 
 // Creates an account with one key, in one transaction; returns (account id, key).
 std::pair<std::int64_t, NewKey> create_account(store::PgConnection& db, std::string_view name, Scopes scopes);
+// The same inside the caller's transaction.
+std::pair<std::int64_t, NewKey> insert_account(store::PgConnection& db, std::string_view name, Scopes scopes);
 NewKey create_key(store::PgConnection& db, std::int64_t account_id, Scopes scopes);
 
 // Checks bearer keys. Known keys are cached in memory; a key not in the cache is looked up in

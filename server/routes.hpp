@@ -49,6 +49,20 @@ void run_command(Services& services, const http::RequestContext& ctx, matching::
                  EngineRunner::Admit admit, CommandAnswer answer, std::function<http::Response()> refused,
                  http::Respond respond);
 
+// Idempotency-Key (API.md): the header's key with a hash of the request it came with.
+struct IdempotencyKey {
+  std::string key;
+  std::string request_sha256;  // as a bytea literal
+};
+// Nothing without the header, the key, or a 400 for a malformed one.
+std::variant<std::optional<IdempotencyKey>, http::Response> read_idempotency_key(const http::RequestContext& ctx);
+// The answer kept for `key` of `account`: its replay, a 422 when the key came with another request, or
+// nothing when the key is new.
+std::optional<http::Response> stored_answer(store::PgConnection& db, std::int64_t account, const IdempotencyKey& key);
+// Keeps the first answer to `key` (call inside the transaction that did the work).
+void store_answer(store::PgConnection& db, std::int64_t account, const IdempotencyKey& key, unsigned status,
+                  const std::string& body);
+
 // Common answers.
 http::Response not_found(std::string_view what, std::string_view field = {});
 http::Response store_unavailable_response();

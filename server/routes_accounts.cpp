@@ -46,6 +46,49 @@ boost::json::object key_json(const NewKey& key, std::int64_t account_id, Scopes 
   return {{"id", key.id}, {"account_id", std::to_string(account_id)}, {"api_key", key.key}, {"scopes", scope_list}};
 }
 
+// The account or key a POST made: the answer, and what a repeat with the same Idempotency-Key gets
+// (the same, without the key's secret: it is shown once and only its hash is kept).
+struct Written {
+  http::Response answer;
+  boost::json::object repeat;
+};
+
+// Runs `write` in one transaction on a query connection. With an Idempotency-Key, the transaction
+// first takes a lock on the key, answers a repeat from the kept answer, and otherwise keeps the new
+// answer with what `write` wrote; an answer other than 201 rolls everything back.
+void write_once(Services& services, const http::RequestContext& ctx,
+                std::function<Written(store::PgConnection&)> write, http::Respond respond) {
+  auto read = read_idempotency_key(ctx);
+  if (auto* bad = std::get_if<http::Response>(&read)) return respond(std::move(*bad));
+  auto idem = std::get<std::optional<IdempotencyKey>>(std::move(read));
+  const std::int64_t admin = ctx.principal->account_id;
+  services.queries.submit(
+      [respond, admin, idem = std::move(idem), write = std::move(write)](store::PgConnection& db) {
+        db.exec_script("BEGIN");
+        try {
+          if (idem) {
+            db.exec("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", {std::to_string(admin) + ":" + idem->key});
+            if (auto kept = stored_answer(db, admin, *idem)) {
+              db.exec_script("ROLLBACK");
+              return respond(std::move(*kept));
+            }
+          }
+          Written w = write(db);
+          if (w.answer.result() != http::Status::created) {
+            db.exec_script("ROLLBACK");
+            return respond(std::move(w.answer));
+          }
+          if (idem) store_answer(db, admin, *idem, w.answer.result_int(), boost::json::serialize(w.repeat));
+          db.exec_script("COMMIT");
+          respond(std::move(w.answer));
+        } catch (...) {
+          if (db.healthy()) db.exec_script("ROLLBACK");
+          throw;
+        }
+      },
+      [respond](const std::string&) { respond(store_unavailable()); });
+}
+
 std::optional<std::int64_t> parse_id(std::string_view text) {
   std::int64_t v = 0;
   auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
@@ -68,16 +111,16 @@ void add_account_routes(http::Router& router, Services& services) {
     if (name && name->empty()) fields.fail("invalid_field", "name", "name must not be empty");
     if (auto err = fields.finish()) return respond(std::move(*err));
 
-    services.queries.submit(
-        [respond, name = *name, scopes = *scopes, by = ctx.principal->account_id](store::PgConnection& db) {
-          auto [id, key] = create_account(db, name, scopes);
-          spdlog::info("admin: account {} created account {} ({}) with key {} [{}]", by, id, name, key.id,
-                       scopes_to_string(scopes));
-          respond(http::json_response(
-              http::Status::created,
-              {{"account", {{"id", std::to_string(id)}, {"name", name}}}, {"api_key", key_json(key, id, scopes)}}));
-        },
-        [respond](const std::string&) { respond(store_unavailable()); });
+    write_once(services, ctx, [name = *name, scopes = *scopes, by = ctx.principal->account_id](store::PgConnection& db) {
+      auto [id, key] = insert_account(db, name, scopes);
+      spdlog::info("admin: account {} created account {} ({}) with key {} [{}]", by, id, name, key.id,
+                   scopes_to_string(scopes));
+      boost::json::object answer{{"account", {{"id", std::to_string(id)}, {"name", name}}},
+                                 {"api_key", key_json(key, id, scopes)}};
+      auto repeat = answer;
+      repeat["api_key"].as_object()["api_key"] = nullptr;
+      return Written{http::json_response(http::Status::created, answer), std::move(repeat)};
+    }, std::move(respond));
   }));
 
   router.add(verb::post, "/v1/accounts/{id}/keys", services.gate.scoped(admin, [&services](http::RequestContext& ctx,
@@ -90,16 +133,17 @@ void add_account_routes(http::Router& router, Services& services) {
     auto scopes = read_scopes(fields);
     if (auto err = fields.finish()) return respond(std::move(*err));
 
-    services.queries.submit(
-        [respond, account = *account, scopes = *scopes](store::PgConnection& db) {
-          if (db.exec(kAccountExists, {std::to_string(account)}).rows() == 0) {
-            return respond(http::error_response(http::Status::not_found, "not_found", "no such account"));
-          }
-          auto key = create_key(db, account, scopes);
-          spdlog::info("admin: key {} issued to account {} [{}]", key.id, account, scopes_to_string(scopes));
-          respond(http::json_response(http::Status::created, key_json(key, account, scopes)));
-        },
-        [respond](const std::string&) { respond(store_unavailable()); });
+    write_once(services, ctx, [account = *account, scopes = *scopes](store::PgConnection& db) {
+      if (db.exec(kAccountExists, {std::to_string(account)}).rows() == 0) {
+        return Written{http::error_response(http::Status::not_found, "not_found", "no such account"), {}};
+      }
+      auto key = create_key(db, account, scopes);
+      spdlog::info("admin: key {} issued to account {} [{}]", key.id, account, scopes_to_string(scopes));
+      auto answer = key_json(key, account, scopes);
+      auto repeat = answer;
+      repeat["api_key"] = nullptr;
+      return Written{http::json_response(http::Status::created, answer), std::move(repeat)};
+    }, std::move(respond));
   }));
 
   router.add(verb::delete_, "/v1/keys/{key_id}", services.gate.scoped(admin, [&services](http::RequestContext& ctx,

@@ -54,6 +54,8 @@ namespace {
 
 constexpr const char* kFindKey =
     "SELECT request_sha256 = $3::bytea, status, body FROM idempotency_keys WHERE account_id = $1 AND key = $2";
+constexpr const char* kInsertKey =
+    "INSERT INTO idempotency_keys (account_id, key, request_sha256, status, body) VALUES ($1, $2, $3::bytea, $4, $5)";
 
 http::Response replay(const EngineRunner::Answer& answer) {
   http::Response res{static_cast<http::Status>(answer.status), 11};
@@ -119,36 +121,53 @@ void run_command(Services& services, const http::RequestContext& ctx, matching::
                  EngineRunner::Admit admit, CommandAnswer answer, std::function<http::Response()> refused,
                  http::Respond respond) {
   matching::AccountId account(ctx.principal->account_id);
-  auto header = ctx.request.find("Idempotency-Key");
-  if (header == ctx.request.end()) {
+  auto read = read_idempotency_key(ctx);
+  if (auto* bad = std::get_if<http::Response>(&read)) return respond(std::move(*bad));
+  auto idem = std::get<std::optional<IdempotencyKey>>(std::move(read));
+  if (!idem) {
     return run_command(services, account, std::move(body), std::move(admit), std::move(answer), std::move(refused),
                        std::move(respond));
   }
-  std::string key(header->value());
-  if (!is_key(key)) {
-    return respond(http::error_response(http::Status::bad_request, "invalid_field",
-                                        "Idempotency-Key must be 1 to 64 of A-Z a-z 0-9 - _ . :", "Idempotency-Key"));
-  }
-  // The same key with the same method, path and body is the same request.
-  std::string hash = sha256_bytea(std::string(ctx.request.method_string()) + " " + std::string(ctx.request.target()) +
-                                  "\n" + ctx.request.body());
   auto checked_at = std::chrono::steady_clock::now();
   services.queries.submit(
-      [&services, account, key, hash, checked_at, body = std::move(body), admit = std::move(admit),
+      [&services, account, idem = std::move(*idem), checked_at, body = std::move(body), admit = std::move(admit),
        answer = std::move(answer), refused = std::move(refused), respond](store::PgConnection& db) mutable {
-        auto row = db.exec(kFindKey, {std::to_string(account.value), key, hash});
-        if (row.rows() > 0) {
-          if (row.text(0, 0) != "t") return respond(key_conflict());
-          return respond(replay({static_cast<unsigned>(row.integer(0, 1)), std::string(row.text(0, 2))}));
-        }
-        auto stored_answer = [answer](const matching::EventSink& events, matching::Seq seq) {
+        if (auto stored = stored_answer(db, account.value, idem)) return respond(std::move(*stored));
+        auto keep_answer = [answer](const matching::EventSink& events, matching::Seq seq) {
           auto res = answer(events, seq);
           return EngineRunner::Answer{res.result_int(), res.body()};
         };
         submit_command(services, account, std::move(body), std::move(admit), std::move(answer), std::move(refused),
-                       std::move(respond), EngineRunner::Idempotency{key, hash, checked_at, std::move(stored_answer)});
+                       std::move(respond),
+                       EngineRunner::Idempotency{idem.key, idem.request_sha256, checked_at, std::move(keep_answer)});
       },
       [respond](const std::string&) { respond(store_unavailable_response()); });
+}
+
+std::variant<std::optional<IdempotencyKey>, http::Response> read_idempotency_key(const http::RequestContext& ctx) {
+  auto header = ctx.request.find("Idempotency-Key");
+  if (header == ctx.request.end()) return std::optional<IdempotencyKey>();
+  std::string key(header->value());
+  if (!is_key(key)) {
+    return http::error_response(http::Status::bad_request, "invalid_field",
+                                "Idempotency-Key must be 1 to 64 of A-Z a-z 0-9 - _ . :", "Idempotency-Key");
+  }
+  // The same key with the same method, path and body is the same request.
+  std::string hash = sha256_bytea(std::string(ctx.request.method_string()) + " " + std::string(ctx.request.target()) +
+                                  "\n" + ctx.request.body());
+  return std::optional<IdempotencyKey>(IdempotencyKey{std::move(key), std::move(hash)});
+}
+
+std::optional<http::Response> stored_answer(store::PgConnection& db, std::int64_t account, const IdempotencyKey& key) {
+  auto row = db.exec(kFindKey, {std::to_string(account), key.key, key.request_sha256});
+  if (row.rows() == 0) return std::nullopt;
+  if (row.text(0, 0) != "t") return key_conflict();
+  return replay({static_cast<unsigned>(row.integer(0, 1)), std::string(row.text(0, 2))});
+}
+
+void store_answer(store::PgConnection& db, std::int64_t account, const IdempotencyKey& key, unsigned status,
+                  const std::string& body) {
+  db.exec(kInsertKey, {std::to_string(account), key.key, key.request_sha256, std::to_string(status), body});
 }
 
 std::optional<std::int64_t> path_id(const http::RequestContext& ctx, std::string_view name) {

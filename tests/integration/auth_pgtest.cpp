@@ -2,6 +2,10 @@
 #include <boost/json.hpp>
 #include <catch2/catch.hpp>
 
+#include <atomic>
+#include <thread>
+#include <vector>
+
 #include "server/auth.hpp"
 #include "server/store/connection.hpp"
 #include "support/cluster.hpp"
@@ -170,4 +174,69 @@ TEST_CASE("rate limits answer 429 with Retry-After and publish their headers") {
   CHECK(client.get("/v1/markets").status == 429);
   // Health and metrics are for operators and load balancers: never limited.
   for (int i = 0; i < 5; ++i) CHECK(client.get("/healthz").status == 200);
+}
+
+TEST_CASE("an Idempotency-Key makes account and key creation happen once, and never shows a secret twice") {
+  TestDatabase db;
+  REQUIRE(run_gpuexd({"migrate", "--dsn", db.dsn()}).exit_code == 0);
+  auto ops = create_account(db.dsn(), "ops", "admin");
+  Gpuexd server(db.dsn(), {}, /*migrate_first=*/false);
+  HttpClient client(server.port());
+  auto conn = gpuex::store::PgConnection::connect(db.dsn());
+  auto count = [&conn](const char* table) { return conn.exec(std::string("SELECT count(*) FROM ").append(table).c_str()).integer(0, 0); };
+  auto with_key = [&](const std::string& key) {
+    return std::vector<std::pair<std::string, std::string>>{bearer(ops.api_key)[0], {"Idempotency-Key", key}};
+  };
+  const std::string body = R"({"name": "acme", "scopes": ["read", "trade"]})";
+  const auto accounts_before = count("accounts");
+
+  auto first = client.request("POST", "/v1/accounts", body, with_key("create-acme-1"));
+  REQUIRE(first.status == 201);
+  CHECK(first.headers.count("idempotent-replayed") == 0);
+  std::string acme_id(first.json().at("account").at("id").as_string());
+  std::string secret(first.json().at("api_key").at("api_key").as_string());
+
+  auto again = client.request("POST", "/v1/accounts", body, with_key("create-acme-1"));
+  REQUIRE(again.status == 201);
+  CHECK(again.headers["idempotent-replayed"] == "true");
+  CHECK(again.json().at("account").at("id").as_string() == acme_id);
+  CHECK(again.json().at("api_key").at("id") == first.json().at("api_key").at("id"));
+  CHECK(again.json().at("api_key").at("api_key").is_null());  // shown once
+  CHECK(count("accounts") == accounts_before + 1);
+  // The secret is nowhere in the database, the kept answer included.
+  CHECK(conn.exec("SELECT count(*) FROM idempotency_keys WHERE body LIKE '%' || $1 || '%'", {secret}).integer(0, 0) == 0);
+
+  auto other = client.request("POST", "/v1/accounts", R"({"name": "other", "scopes": ["read"]})", with_key("create-acme-1"));
+  CHECK(other.status == 422);
+  CHECK(error_code(other) == "idempotency_conflict");
+  CHECK(count("accounts") == accounts_before + 1);
+
+  // The same for a second key of the account; a request refused (unknown account) keeps nothing.
+  const std::string keys = "/v1/accounts/" + acme_id + "/keys";
+  auto issued = client.request("POST", keys, R"({"scopes": ["read"]})", with_key("acme-read-key"));
+  REQUIRE(issued.status == 201);
+  auto reissued = client.request("POST", keys, R"({"scopes": ["read"]})", with_key("acme-read-key"));
+  CHECK(reissued.status == 201);
+  CHECK(reissued.json().at("id") == issued.json().at("id"));
+  CHECK(reissued.json().at("api_key").is_null());
+  CHECK(conn.exec("SELECT count(*) FROM api_keys WHERE account_id = $1", {acme_id}).integer(0, 0) == 2);
+  CHECK(client.request("POST", "/v1/accounts/999999/keys", R"({"scopes": ["read"]})", with_key("unknown")).status == 404);
+  CHECK(client.request("POST", keys, R"({"scopes": ["read"]})", with_key("unknown")).status == 201);
+
+  // Concurrent repeats of one key: one account.
+  const auto before = count("accounts");
+  std::vector<std::thread> threads;
+  std::atomic<int> created{0};
+  for (int i = 0; i < 4; ++i) {
+    threads.emplace_back([&] {
+      HttpClient c(server.port());
+      auto r = c.request("POST", "/v1/accounts", R"({"name": "racer", "scopes": ["read"]})", with_key("race"));
+      if (r.status == 201) ++created;
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(created == 4);
+  CHECK(count("accounts") == before + 1);
+
+  CHECK(client.request("POST", "/v1/accounts", body, with_key("bad key with spaces")).status == 400);
 }
