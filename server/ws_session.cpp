@@ -1,6 +1,6 @@
 // See ws_session.hpp. One strand per connection (the socket's executor); the hub delivers from the
-// store writer's thread into a queue guarded by a mutex, and the strand writes it out one message
-// at a time.
+// store writer's thread into a queue guarded by a mutex, and the strand writes out everything queued
+// with one gather write of the pre-built frames (ws_gate.hpp), then whatever queued meanwhile.
 #include "server/ws_session.hpp"
 
 #include <boost/asio/dispatch.hpp>
@@ -15,11 +15,12 @@
 #include <boost/json/serialize.hpp>
 #include <spdlog/spdlog.h>
 
-#include <deque>
+#include <vector>
 #include <set>
 
 #include "server/gate.hpp"
 #include "server/http_server.hpp"
+#include "server/ws_gate.hpp"
 
 namespace gpuex::ws {
 namespace {
@@ -33,7 +34,7 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kCloseDeadline = std::chrono::seconds(2);  // a close handshake that takes longer is cut
 constexpr auto kHandshakeTime = std::chrono::seconds(10);
 
-Message make_message(const json::object& body) { return std::make_shared<const std::string>(json::serialize(body)); }
+Message make_message(const json::object& body) { return text_frame(json::serialize(body)); }
 
 template <class NextLayer>
 class WsSession : public http::Session,
@@ -63,9 +64,9 @@ class WsSession : public http::Session,
   }
 
   // From the hub, under its lock, on the writer thread (or on this strand while subscribing).
-  void deliver(const Channel& channel, std::uint64_t seq, const Message& message) override {
+  void deliver(const Channel&, const std::string& key, std::uint64_t seq, const Message& message) override {
     std::lock_guard lock(mutex_);
-    auto it = subscriptions_.find(channel.key());
+    auto it = subscriptions_.find(key);
     if (it == subscriptions_.end()) return;  // unsubscribed meanwhile
     it->second.last_seq = seq;
     it->second.last_sent = Clock::now();
@@ -134,6 +135,11 @@ class WsSession : public http::Session,
     // Market data goes out as soon as it is published, not held back to coalesce small frames.
     socket.set_option(net::ip::tcp::no_delay(true), ignored);
     ws_.text(true);
+    // Frames are built once for every subscriber, uncompressed: never negotiate permessage-deflate.
+    websocket::permessage_deflate no_deflate;
+    no_deflate.server_enable = false;
+    no_deflate.client_enable = false;
+    ws_.set_option(no_deflate);
     // Pings and pongs from the client count as signs of life.
     ws_.control_callback([this](websocket::frame_type, beast::string_view) { last_received_ = Clock::now(); });
     ws_.async_accept(upgrade_, [self = this->shared_from_this()](beast::error_code ec) {
@@ -350,7 +356,7 @@ class WsSession : public http::Session,
 
   void enqueue_locked(const Message& message) {
     if (closing_) return;
-    if (out_.size() >= config().ws_queue_limit) {
+    if (out_.size() + in_flight_ >= config().ws_queue_limit) {
       // A reader this far behind is closed, not buffered without bound.
       closing_ = true;
       out_.clear();
@@ -364,21 +370,28 @@ class WsSession : public http::Session,
     }
   }
 
+  // Strand: writes everything queued as one gather write; repeats until the queue is empty.
   void write_next() {
-    Message next;
+    sending_.clear();
     {
       std::lock_guard lock(mutex_);
       if (out_.empty()) {
+        in_flight_ = 0;
         writing_ = false;
         if (closing_ && close_code_) start_close();
         return;
       }
-      next = std::move(out_.front());
-      out_.pop_front();
+      sending_.swap(out_);
+      in_flight_ = sending_.size();
     }
-    ws_.async_write(net::buffer(*next), [self = this->shared_from_this(), next](beast::error_code ec, std::size_t) {
+    iov_.clear();
+    for (const auto& m : sending_) iov_.emplace_back(m->data(), m->size());
+    context_.hub.count_write();
+    ws_.next_layer().write_frames(iov_, [self = this->shared_from_this()](beast::error_code ec) {
       if (ec) {
+        self->sending_.clear();
         std::lock_guard lock(self->mutex_);
+        self->in_flight_ = 0;
         self->writing_ = false;
         return;  // the read side sees the failure and ends the session
       }
@@ -503,7 +516,7 @@ class WsSession : public http::Session,
     arm_timer();
   }
 
-  websocket::stream<NextLayer> ws_;
+  websocket::stream<FrameGate<NextLayer>> ws_;
   http::Request upgrade_;
   std::string ip_;
   HttpServer& server_;
@@ -511,6 +524,8 @@ class WsSession : public http::Session,
   net::steady_timer timer_;
   net::steady_timer close_deadline_;
   beast::flat_buffer in_;
+  std::vector<Message> sending_;           // the frames of the write in flight
+  std::vector<net::const_buffer> iov_;     // ... as buffers
 
   // Strand only.
   std::optional<Principal> principal_;
@@ -523,7 +538,8 @@ class WsSession : public http::Session,
 
   // Shared with the hub's thread.
   std::mutex mutex_;
-  std::deque<Message> out_;
+  std::vector<Message> out_;  // queued, not yet handed to the socket
+  std::size_t in_flight_ = 0;  // frames of the write in flight (count against the queue limit)
   bool writing_ = false;
   bool closing_ = false;
   std::optional<websocket::close_reason> close_code_;
