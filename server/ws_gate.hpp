@@ -19,12 +19,14 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/buffers_to_string.hpp>
 #include <boost/beast/core/error.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/websocket/rfc6455.hpp>
 #include <boost/beast/websocket/teardown.hpp>
 
 #include <deque>
 #include <functional>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -61,11 +63,26 @@ class FrameGate {
   }
 
   // The session's writes: `buffers` (complete frames, valid until `done` runs) in one gather write.
-  // `done` gets operation_aborted, without writing, once a close frame went out.
-  void write_frames(const std::vector<boost::asio::const_buffer>& buffers, Done done) {
+  // On a plain TCP socket with nothing else in flight it first writes directly, without blocking:
+  // if the kernel takes it all, this returns true and `done` is dropped (the common case: no
+  // completion to dispatch). Otherwise the rest (the gate trims `buffers`) goes out asynchronously
+  // and `done` runs when it is written, or with operation_aborted, without writing, once a close
+  // frame went out.
+  bool write_frames(std::vector<boost::asio::const_buffer>& buffers, Done done) {
+    if constexpr (std::is_same_v<Next, boost::beast::tcp_stream>) {
+      if (!busy_ && foreign_.empty() && !close_sent_) {
+        auto& socket = next_.socket();
+        boost::beast::error_code ec;
+        if (!socket.non_blocking()) socket.non_blocking(true, ec);
+        std::size_t n = ec ? 0 : boost::asio::write(socket, buffers, ec);
+        if (!ec) return true;
+        consume(buffers, n);  // would_block, or a failure the async write will report
+      }
+    }
     mine_ = &buffers;
     mine_done_ = std::move(done);
     pump();
+    return false;
   }
 
   // Whether Beast sent a close frame (nothing of ours may follow it).
@@ -76,6 +93,14 @@ class FrameGate {
     std::string bytes;
     boost::asio::any_completion_handler<void(boost::beast::error_code, std::size_t)> handler;
   };
+
+  // Drops the first `n` bytes of `buffers`.
+  static void consume(std::vector<boost::asio::const_buffer>& buffers, std::size_t n) {
+    std::size_t whole = 0;
+    while (whole < buffers.size() && n >= buffers[whole].size()) n -= buffers[whole++].size();
+    buffers.erase(buffers.begin(), buffers.begin() + static_cast<std::ptrdiff_t>(whole));
+    if (!buffers.empty()) buffers.front() += n;
+  }
 
   void pump() {
     if (busy_) return;

@@ -159,11 +159,29 @@ void Hub::subscribe(const Channel& channel, const std::shared_ptr<Subscriber>& s
                       {"bids", wire::levels_json(d.bids)},
                       {"asks", wire::levels_json(d.asks)},
                       {"constrained_bids", wire::constrained_json(d.constrained_bids)}};
-    subscriber->deliver(channel, it->first, d.sequence, text_frame(json::serialize(body)));
+    if (subscriber->deliver(channel, it->first, d.sequence, text_frame(json::serialize(body)))) {
+      to_wake_.push_back(subscriber);
+    }
     ++stats_.messages;
     ++stats_.deliveries;
   }
   l.subscribers.push_back(subscriber);
+  wake_all(lock);
+}
+
+void Hub::deliver(const std::shared_ptr<Subscriber>& s, const Listeners& l, const std::string& key,
+                  const Message& message) {
+  if (s->deliver(l.channel, key, l.seq, message)) to_wake_.push_back(s);
+  ++stats_.deliveries;
+}
+
+void Hub::wake_all(std::unique_lock<std::mutex>& lock) {
+  if (to_wake_.empty()) return lock.unlock();
+  auto wake = std::move(to_wake_);
+  to_wake_.clear();
+  to_wake_.reserve(wake.size());
+  lock.unlock();
+  for (const auto& s : wake) s->wake();
 }
 
 void Hub::unsubscribe(const Channel& channel, const Subscriber* subscriber) {
@@ -195,8 +213,7 @@ void Hub::send(const std::string& key, std::string_view type, json::object body,
   std::size_t live = 0;
   for (std::size_t i = 0; i < l.subscribers.size(); ++i) {
     if (auto s = l.subscribers[i].lock()) {
-      s->deliver(l.channel, it->first, l.seq, message);
-      ++stats_.deliveries;
+      deliver(s, l, it->first, message);
       if (live != i) l.subscribers[live] = std::move(l.subscribers[i]);  // (a self-move would empty it)
       ++live;
     }
@@ -233,20 +250,20 @@ void Hub::publish_candle(const MarketId& market, const Bucket& bucket, std::int6
   auto message = text_frame(json::serialize(body));
   ++stats_.messages;
   std::vector<std::weak_ptr<Subscriber>> live;
-  auto deliver = [&](std::vector<std::weak_ptr<Subscriber>>& list) {
+  auto send_to = [&](std::vector<std::weak_ptr<Subscriber>>& list) {
     for (auto& w : list) {
       if (auto s = w.lock()) {
-        s->deliver(l.channel, it->first, l.seq, message);
-        ++stats_.deliveries;
+        deliver(s, l, it->first, message);
         live.push_back(std::move(w));
       }
     }
   };
-  if (!snapshot) deliver(l.subscribers);
+  if (!snapshot) send_to(l.subscribers);
   else live = std::move(l.subscribers);
-  deliver(l.waiting);
+  send_to(l.waiting);
   l.waiting.clear();
   l.subscribers = std::move(live);
+  wake_all(lock);
 }
 
 void Hub::publish(const store::Batch& batch) {
@@ -302,7 +319,7 @@ void Hub::publish(const store::Batch& batch) {
           event);
     }
   }
-  lock.unlock();
+  wake_all(lock);
   for (auto& [key, request] : candles) candle_feed_(std::move(request));
 }
 

@@ -60,12 +60,15 @@ std::variant<Channel, ChannelError> parse_channel(std::string_view name,
 
 // A connection that listens. deliver() runs under the hub's lock (on the writer thread, the candle
 // publisher's thread, or in subscribe()): it must only queue the message, never block or call back
-// into the hub.
+// into the hub. It returns true when the connection must be woken to write what queued; the hub
+// then calls wake() once, after all the messages of the batch it is publishing were delivered (so
+// one wake-up and one socket write carry them all).
 class Subscriber {
  public:
   virtual ~Subscriber() = default;
   // `key` is channel.key(), computed once for all subscribers.
-  virtual void deliver(const Channel& channel, const std::string& key, std::uint64_t seq, const Message& message) = 0;
+  virtual bool deliver(const Channel& channel, const std::string& key, std::uint64_t seq, const Message& message) = 0;
+  virtual void wake() = 0;
 };
 
 // A read of the current candles of (market, bucket), asked of the candle publisher (ws_candles.hpp):
@@ -137,6 +140,11 @@ class Hub {
             std::optional<std::uint64_t> seq = std::nullopt);
   void send_private(matching::AccountId account, Channel::Kind kind, std::string_view type,
                     boost::json::object body);
+  // Delivers under the lock; remembers who must be woken.
+  void deliver(const std::shared_ptr<Subscriber>& s, const Listeners& l, const std::string& key,
+               const Message& message);
+  // Wakes them, after the lock was released.
+  void wake_all(std::unique_lock<std::mutex>& lock);
 
   BookViews& views_;
   std::function<std::int64_t()> clock_ms_;
@@ -144,6 +152,7 @@ class Hub {
   std::map<std::string, Listeners> channels_;
   std::function<void(CandleRequest)> candle_feed_;
   Stats stats_;
+  std::vector<std::shared_ptr<Subscriber>> to_wake_;
   std::atomic<std::uint64_t> writes_{0};
 };
 

@@ -64,15 +64,18 @@ class WsSession : public http::Session,
   }
 
   // From the hub, under its lock, on the writer thread (or on this strand while subscribing).
-  void deliver(const Channel&, const std::string& key, std::uint64_t seq, const Message& message) override {
+  // Queues only; the hub calls wake() once after the batch when this returns true.
+  bool deliver(const Channel&, const std::string& key, std::uint64_t seq, const Message& message) override {
     std::lock_guard lock(mutex_);
     auto it = subscriptions_.find(key);
-    if (it == subscriptions_.end()) return;  // unsubscribed meanwhile
+    if (it == subscriptions_.end()) return false;  // unsubscribed meanwhile
     it->second.last_seq = seq;
     it->second.last_sent = Clock::now();
     it->second.started = true;
-    enqueue_locked(message);
+    return enqueue_locked(message, false);
   }
+
+  void wake() override { start_writing(); }
 
  private:
   const ServerConfig& config() const { return context_.config; }
@@ -354,49 +357,72 @@ class WsSession : public http::Session,
 
   // ---- writing ------------------------------------------------------------------------------
 
-  void enqueue_locked(const Message& message) {
-    if (closing_) return;
+  // Queues `message`. A write starts (one post to the strand) unless one is running or already
+  // asked for; with `wake` false the caller does that later (start_writing) if this returns true.
+  bool enqueue_locked(const Message& message, bool wake = true) {
+    if (closing_) return false;
     if (out_.size() + in_flight_ >= config().ws_queue_limit) {
       // A reader this far behind is closed, not buffered without bound.
       closing_ = true;
       out_.clear();
       net::post(ws_.get_executor(), [self = this->shared_from_this()] { self->close_slow_consumer(); });
-      return;
+      return false;
     }
     out_.push_back(message);
-    if (!writing_) {
-      writing_ = true;
-      net::post(ws_.get_executor(), [self = this->shared_from_this()] { self->write_next(); });
-    }
+    if (writing_ || wake_pending_) return false;
+    wake_pending_ = true;
+    if (!wake) return true;
+    start_writing();
+    return false;
+  }
+
+  // Any thread: the strand starts writing (unless it already is).
+  void start_writing() {
+    net::post(ws_.get_executor(), [self = this->shared_from_this()] {
+      {
+        std::lock_guard lock(self->mutex_);
+        self->wake_pending_ = false;
+        if (self->writing_) return;
+        self->writing_ = true;
+      }
+      self->write_next();
+    });
   }
 
   // Strand: writes everything queued as one gather write; repeats until the queue is empty.
   void write_next() {
-    sending_.clear();
-    {
-      std::lock_guard lock(mutex_);
-      if (out_.empty()) {
-        in_flight_ = 0;
-        writing_ = false;
-        if (closing_ && close_code_) start_close();
+    for (int round = 0;; ++round) {
+      if (round == 8) {  // a steady stream: let the other connections of this thread have a turn
+        net::post(ws_.get_executor(), [self = this->shared_from_this()] { self->write_next(); });
         return;
       }
-      sending_.swap(out_);
-      in_flight_ = sending_.size();
-    }
-    iov_.clear();
-    for (const auto& m : sending_) iov_.emplace_back(m->data(), m->size());
-    context_.hub.count_write();
-    ws_.next_layer().write_frames(iov_, [self = this->shared_from_this()](beast::error_code ec) {
-      if (ec) {
-        self->sending_.clear();
-        std::lock_guard lock(self->mutex_);
-        self->in_flight_ = 0;
-        self->writing_ = false;
-        return;  // the read side sees the failure and ends the session
+      sending_.clear();
+      {
+        std::lock_guard lock(mutex_);
+        if (out_.empty()) {
+          in_flight_ = 0;
+          writing_ = false;
+          if (closing_ && close_code_) start_close();
+          return;
+        }
+        sending_.swap(out_);
+        in_flight_ = sending_.size();
       }
-      self->write_next();
-    });
+      iov_.clear();
+      for (const auto& m : sending_) iov_.emplace_back(m->data(), m->size());
+      context_.hub.count_write();
+      bool written = ws_.next_layer().write_frames(iov_, [self = this->shared_from_this()](beast::error_code ec) {
+        if (ec) {
+          self->sending_.clear();
+          std::lock_guard lock(self->mutex_);
+          self->in_flight_ = 0;
+          self->writing_ = false;
+          return;  // the read side sees the failure and ends the session
+        }
+        self->write_next();
+      });
+      if (!written) return;  // the rest goes out asynchronously; its handler goes on
+    }
   }
 
   // ---- closing ------------------------------------------------------------------------------
@@ -540,7 +566,8 @@ class WsSession : public http::Session,
   std::mutex mutex_;
   std::vector<Message> out_;  // queued, not yet handed to the socket
   std::size_t in_flight_ = 0;  // frames of the write in flight (count against the queue limit)
-  bool writing_ = false;
+  bool writing_ = false;       // the strand's write loop runs
+  bool wake_pending_ = false;  // a post to start it is on its way
   bool closing_ = false;
   std::optional<websocket::close_reason> close_code_;
   std::map<std::string, Subscription> subscriptions_;
