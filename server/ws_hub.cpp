@@ -34,6 +34,25 @@ std::string private_key(Channel::Kind kind, std::int64_t account) {
 
 }  // namespace
 
+Message text_frame(std::string_view json) {
+  std::string frame;
+  frame.reserve(json.size() + 10);
+  frame.push_back(static_cast<char>(0x81));  // FIN, text
+  const std::uint64_t n = json.size();
+  if (n < 126) {
+    frame.push_back(static_cast<char>(n));
+  } else if (n <= 0xFFFF) {
+    frame.push_back(static_cast<char>(126));
+    frame.push_back(static_cast<char>(n >> 8));
+    frame.push_back(static_cast<char>(n & 0xFF));
+  } else {
+    frame.push_back(static_cast<char>(127));
+    for (int shift = 56; shift >= 0; shift -= 8) frame.push_back(static_cast<char>((n >> shift) & 0xFF));
+  }
+  frame.append(json);
+  return std::make_shared<const std::string>(std::move(frame));
+}
+
 std::string Channel::key() const { return is_private() ? private_key(kind, account) : name; }
 
 std::variant<Channel, ChannelError> parse_channel(std::string_view name,
@@ -140,11 +159,29 @@ void Hub::subscribe(const Channel& channel, const std::shared_ptr<Subscriber>& s
                       {"bids", wire::levels_json(d.bids)},
                       {"asks", wire::levels_json(d.asks)},
                       {"constrained_bids", wire::constrained_json(d.constrained_bids)}};
-    subscriber->deliver(channel, d.sequence, std::make_shared<const std::string>(json::serialize(body)));
+    if (subscriber->deliver(channel, it->first, d.sequence, text_frame(json::serialize(body)))) {
+      to_wake_.push_back(subscriber);
+    }
     ++stats_.messages;
     ++stats_.deliveries;
   }
   l.subscribers.push_back(subscriber);
+  wake_all(lock);
+}
+
+void Hub::deliver(const std::shared_ptr<Subscriber>& s, const Listeners& l, const std::string& key,
+                  const Message& message) {
+  if (s->deliver(l.channel, key, l.seq, message)) to_wake_.push_back(s);
+  ++stats_.deliveries;
+}
+
+void Hub::wake_all(std::unique_lock<std::mutex>& lock) {
+  if (to_wake_.empty()) return lock.unlock();
+  auto wake = std::move(to_wake_);
+  to_wake_.clear();
+  to_wake_.reserve(wake.size());
+  lock.unlock();
+  for (const auto& s : wake) s->wake();
 }
 
 void Hub::unsubscribe(const Channel& channel, const Subscriber* subscriber) {
@@ -171,13 +208,12 @@ void Hub::send(const std::string& key, std::string_view type, json::object body,
   body["channel"] = l.channel.name;
   body["seq"] = l.seq;
   body["ts"] = clock_ms_();
-  auto message = std::make_shared<const std::string>(json::serialize(body));
+  auto message = text_frame(json::serialize(body));
   ++stats_.messages;
   std::size_t live = 0;
   for (std::size_t i = 0; i < l.subscribers.size(); ++i) {
     if (auto s = l.subscribers[i].lock()) {
-      s->deliver(l.channel, l.seq, message);
-      ++stats_.deliveries;
+      deliver(s, l, it->first, message);
       if (live != i) l.subscribers[live] = std::move(l.subscribers[i]);  // (a self-move would empty it)
       ++live;
     }
@@ -199,7 +235,7 @@ bool Hub::has_candle_listeners(const std::string& market, const std::string& buc
 
 void Hub::publish_candle(const MarketId& market, const Bucket& bucket, std::int64_t interval, json::value candle,
                          bool snapshot) {
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
   auto it = channels_.find("candles:" + market.value + ":" + to_string(bucket) + ":" +
                            std::string(analytics::interval_name(interval)));
   if (it == channels_.end()) return;
@@ -211,23 +247,23 @@ void Hub::publish_candle(const MarketId& market, const Bucket& bucket, std::int6
                     {"seq", l.seq},
                     {"ts", clock_ms_()},
                     {"candle", std::move(candle)}};
-  auto message = std::make_shared<const std::string>(json::serialize(body));
+  auto message = text_frame(json::serialize(body));
   ++stats_.messages;
   std::vector<std::weak_ptr<Subscriber>> live;
-  auto deliver = [&](std::vector<std::weak_ptr<Subscriber>>& list) {
+  auto send_to = [&](std::vector<std::weak_ptr<Subscriber>>& list) {
     for (auto& w : list) {
       if (auto s = w.lock()) {
-        s->deliver(l.channel, l.seq, message);
-        ++stats_.deliveries;
+        deliver(s, l, it->first, message);
         live.push_back(std::move(w));
       }
     }
   };
-  if (!snapshot) deliver(l.subscribers);
+  if (!snapshot) send_to(l.subscribers);
   else live = std::move(l.subscribers);
-  deliver(l.waiting);
+  send_to(l.waiting);
   l.waiting.clear();
   l.subscribers = std::move(live);
+  wake_all(lock);
 }
 
 void Hub::publish(const store::Batch& batch) {
@@ -283,7 +319,7 @@ void Hub::publish(const store::Batch& batch) {
           event);
     }
   }
-  lock.unlock();
+  wake_all(lock);
   for (auto& [key, request] : candles) candle_feed_(std::move(request));
 }
 
@@ -295,6 +331,7 @@ void Hub::reset(const Engine& engine) {
 Hub::Stats Hub::stats() const {
   std::lock_guard lock(mutex_);
   Stats s = stats_;
+  s.writes = writes_.load(std::memory_order_relaxed);
   for (const auto& [key, l] : channels_) s.subscriptions += l.subscribers.size();
   return s;
 }

@@ -7,6 +7,7 @@
 
 #include <boost/json/object.hpp>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -23,7 +24,11 @@
 
 namespace gpuex::ws {
 
+// A server message as it goes on the wire: one complete WebSocket text frame (RFC 6455 §5.2: FIN,
+// opcode 1, the payload length, no mask since servers do not mask; the JSON text). Built once and
+// shared by every subscriber, which writes it as it is (permessage-deflate is never negotiated).
 using Message = std::shared_ptr<const std::string>;
+Message text_frame(std::string_view json);
 
 // A channel a client named, checked. Private channels belong to the account that subscribed.
 struct Channel {
@@ -55,11 +60,15 @@ std::variant<Channel, ChannelError> parse_channel(std::string_view name,
 
 // A connection that listens. deliver() runs under the hub's lock (on the writer thread, the candle
 // publisher's thread, or in subscribe()): it must only queue the message, never block or call back
-// into the hub.
+// into the hub. It returns true when the connection must be woken to write what queued; the hub
+// then calls wake() once, after all the messages of the batch it is publishing were delivered (so
+// one wake-up and one socket write carry them all).
 class Subscriber {
  public:
   virtual ~Subscriber() = default;
-  virtual void deliver(const Channel& channel, std::uint64_t seq, const Message& message) = 0;
+  // `key` is channel.key(), computed once for all subscribers.
+  virtual bool deliver(const Channel& channel, const std::string& key, std::uint64_t seq, const Message& message) = 0;
+  virtual void wake() = 0;
 };
 
 // A read of the current candles of (market, bucket), asked of the candle publisher (ws_candles.hpp):
@@ -105,10 +114,14 @@ class Hub {
     ++stats_.slow_consumers;
   }
 
+  // A connection wrote its queued frames with one gather write (any thread, no lock).
+  void count_write() { writes_.fetch_add(1, std::memory_order_relaxed); }
+
   struct Stats {
     std::uint64_t messages = 0;        // messages built
     std::uint64_t deliveries = 0;      // messages handed to subscribers
     std::uint64_t slow_consumers = 0;  // connections closed for falling behind
+    std::uint64_t writes = 0;          // socket writes of queued frames (one carries one or more)
     std::size_t subscriptions = 0;
   };
   Stats stats() const;
@@ -127,6 +140,11 @@ class Hub {
             std::optional<std::uint64_t> seq = std::nullopt);
   void send_private(matching::AccountId account, Channel::Kind kind, std::string_view type,
                     boost::json::object body);
+  // Delivers under the lock; remembers who must be woken.
+  void deliver(const std::shared_ptr<Subscriber>& s, const Listeners& l, const std::string& key,
+               const Message& message);
+  // Wakes them, after the lock was released.
+  void wake_all(std::unique_lock<std::mutex>& lock);
 
   BookViews& views_;
   std::function<std::int64_t()> clock_ms_;
@@ -134,6 +152,8 @@ class Hub {
   std::map<std::string, Listeners> channels_;
   std::function<void(CandleRequest)> candle_feed_;
   Stats stats_;
+  std::vector<std::shared_ptr<Subscriber>> to_wake_;
+  std::atomic<std::uint64_t> writes_{0};
 };
 
 }  // namespace gpuex::ws

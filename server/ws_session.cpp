@@ -1,6 +1,6 @@
 // See ws_session.hpp. One strand per connection (the socket's executor); the hub delivers from the
-// store writer's thread into a queue guarded by a mutex, and the strand writes it out one message
-// at a time.
+// store writer's thread into a queue guarded by a mutex, and the strand writes out everything queued
+// with one gather write of the pre-built frames (ws_gate.hpp), then whatever queued meanwhile.
 #include "server/ws_session.hpp"
 
 #include <boost/asio/dispatch.hpp>
@@ -15,11 +15,12 @@
 #include <boost/json/serialize.hpp>
 #include <spdlog/spdlog.h>
 
-#include <deque>
+#include <vector>
 #include <set>
 
 #include "server/gate.hpp"
 #include "server/http_server.hpp"
+#include "server/ws_gate.hpp"
 
 namespace gpuex::ws {
 namespace {
@@ -33,7 +34,7 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kCloseDeadline = std::chrono::seconds(2);  // a close handshake that takes longer is cut
 constexpr auto kHandshakeTime = std::chrono::seconds(10);
 
-Message make_message(const json::object& body) { return std::make_shared<const std::string>(json::serialize(body)); }
+Message make_message(const json::object& body) { return text_frame(json::serialize(body)); }
 
 template <class NextLayer>
 class WsSession : public http::Session,
@@ -63,15 +64,18 @@ class WsSession : public http::Session,
   }
 
   // From the hub, under its lock, on the writer thread (or on this strand while subscribing).
-  void deliver(const Channel& channel, std::uint64_t seq, const Message& message) override {
+  // Queues only; the hub calls wake() once after the batch when this returns true.
+  bool deliver(const Channel&, const std::string& key, std::uint64_t seq, const Message& message) override {
     std::lock_guard lock(mutex_);
-    auto it = subscriptions_.find(channel.key());
-    if (it == subscriptions_.end()) return;  // unsubscribed meanwhile
+    auto it = subscriptions_.find(key);
+    if (it == subscriptions_.end()) return false;  // unsubscribed meanwhile
     it->second.last_seq = seq;
     it->second.last_sent = Clock::now();
     it->second.started = true;
-    enqueue_locked(message);
+    return enqueue_locked(message, false);
   }
+
+  void wake() override { start_writing(); }
 
  private:
   const ServerConfig& config() const { return context_.config; }
@@ -134,6 +138,11 @@ class WsSession : public http::Session,
     // Market data goes out as soon as it is published, not held back to coalesce small frames.
     socket.set_option(net::ip::tcp::no_delay(true), ignored);
     ws_.text(true);
+    // Frames are built once for every subscriber, uncompressed: never negotiate permessage-deflate.
+    websocket::permessage_deflate no_deflate;
+    no_deflate.server_enable = false;
+    no_deflate.client_enable = false;
+    ws_.set_option(no_deflate);
     // Pings and pongs from the client count as signs of life.
     ws_.control_callback([this](websocket::frame_type, beast::string_view) { last_received_ = Clock::now(); });
     ws_.async_accept(upgrade_, [self = this->shared_from_this()](beast::error_code ec) {
@@ -348,42 +357,72 @@ class WsSession : public http::Session,
 
   // ---- writing ------------------------------------------------------------------------------
 
-  void enqueue_locked(const Message& message) {
-    if (closing_) return;
-    if (out_.size() >= config().ws_queue_limit) {
+  // Queues `message`. A write starts (one post to the strand) unless one is running or already
+  // asked for; with `wake` false the caller does that later (start_writing) if this returns true.
+  bool enqueue_locked(const Message& message, bool wake = true) {
+    if (closing_) return false;
+    if (out_.size() + in_flight_ >= config().ws_queue_limit) {
       // A reader this far behind is closed, not buffered without bound.
       closing_ = true;
       out_.clear();
       net::post(ws_.get_executor(), [self = this->shared_from_this()] { self->close_slow_consumer(); });
-      return;
+      return false;
     }
     out_.push_back(message);
-    if (!writing_) {
-      writing_ = true;
-      net::post(ws_.get_executor(), [self = this->shared_from_this()] { self->write_next(); });
-    }
+    if (writing_ || wake_pending_) return false;
+    wake_pending_ = true;
+    if (!wake) return true;
+    start_writing();
+    return false;
   }
 
-  void write_next() {
-    Message next;
-    {
-      std::lock_guard lock(mutex_);
-      if (out_.empty()) {
-        writing_ = false;
-        if (closing_ && close_code_) start_close();
-        return;
-      }
-      next = std::move(out_.front());
-      out_.pop_front();
-    }
-    ws_.async_write(net::buffer(*next), [self = this->shared_from_this(), next](beast::error_code ec, std::size_t) {
-      if (ec) {
+  // Any thread: the strand starts writing (unless it already is).
+  void start_writing() {
+    net::post(ws_.get_executor(), [self = this->shared_from_this()] {
+      {
         std::lock_guard lock(self->mutex_);
-        self->writing_ = false;
-        return;  // the read side sees the failure and ends the session
+        self->wake_pending_ = false;
+        if (self->writing_) return;
+        self->writing_ = true;
       }
       self->write_next();
     });
+  }
+
+  // Strand: writes everything queued as one gather write; repeats until the queue is empty.
+  void write_next() {
+    for (int round = 0;; ++round) {
+      if (round == 8) {  // a steady stream: let the other connections of this thread have a turn
+        net::post(ws_.get_executor(), [self = this->shared_from_this()] { self->write_next(); });
+        return;
+      }
+      sending_.clear();
+      {
+        std::lock_guard lock(mutex_);
+        if (out_.empty()) {
+          in_flight_ = 0;
+          writing_ = false;
+          if (closing_ && close_code_) start_close();
+          return;
+        }
+        sending_.swap(out_);
+        in_flight_ = sending_.size();
+      }
+      iov_.clear();
+      for (const auto& m : sending_) iov_.emplace_back(m->data(), m->size());
+      context_.hub.count_write();
+      bool written = ws_.next_layer().write_frames(iov_, [self = this->shared_from_this()](beast::error_code ec) {
+        if (ec) {
+          self->sending_.clear();
+          std::lock_guard lock(self->mutex_);
+          self->in_flight_ = 0;
+          self->writing_ = false;
+          return;  // the read side sees the failure and ends the session
+        }
+        self->write_next();
+      });
+      if (!written) return;  // the rest goes out asynchronously; its handler goes on
+    }
   }
 
   // ---- closing ------------------------------------------------------------------------------
@@ -503,7 +542,7 @@ class WsSession : public http::Session,
     arm_timer();
   }
 
-  websocket::stream<NextLayer> ws_;
+  websocket::stream<FrameGate<NextLayer>> ws_;
   http::Request upgrade_;
   std::string ip_;
   HttpServer& server_;
@@ -511,6 +550,8 @@ class WsSession : public http::Session,
   net::steady_timer timer_;
   net::steady_timer close_deadline_;
   beast::flat_buffer in_;
+  std::vector<Message> sending_;           // the frames of the write in flight
+  std::vector<net::const_buffer> iov_;     // ... as buffers
 
   // Strand only.
   std::optional<Principal> principal_;
@@ -523,8 +564,10 @@ class WsSession : public http::Session,
 
   // Shared with the hub's thread.
   std::mutex mutex_;
-  std::deque<Message> out_;
-  bool writing_ = false;
+  std::vector<Message> out_;  // queued, not yet handed to the socket
+  std::size_t in_flight_ = 0;  // frames of the write in flight (count against the queue limit)
+  bool writing_ = false;       // the strand's write loop runs
+  bool wake_pending_ = false;  // a post to start it is on its way
   bool closing_ = false;
   std::optional<websocket::close_reason> close_code_;
   std::map<std::string, Subscription> subscriptions_;

@@ -697,3 +697,152 @@ TEST_CASE("ws: a candles channel sends the current committed candle, equal to th
     CHECK(now.at("candle") == last.at("candle"));
   }
 }
+
+namespace {
+
+// One WebSocket frame as it came off the socket, read by hand (RFC 6455 §5.2), independent of Beast.
+struct RawFrame {
+  bool fin = false;
+  unsigned rsv = 0;     // RSV1-3: set only by a negotiated extension (RSV1: permessage-deflate)
+  unsigned opcode = 0;  // 1 text, 8 close, 9 ping, 10 pong
+  bool masked = false;  // a server never masks
+  std::size_t header = 0;
+  std::string payload;
+};
+
+// Takes every complete frame off the front of `bytes`; a partial one stays for the next read.
+std::vector<RawFrame> take_frames(std::string& bytes) {
+  auto byte = [&](std::size_t i) { return static_cast<std::uint64_t>(static_cast<unsigned char>(bytes[i])); };
+  std::vector<RawFrame> out;
+  std::size_t at = 0;
+  for (;;) {
+    if (bytes.size() - at < 2) break;
+    std::uint64_t len = byte(at + 1) & 0x7F;
+    std::size_t header = 2;
+    if (len == 126) {
+      if (bytes.size() - at < 4) break;
+      len = byte(at + 2) << 8 | byte(at + 3);
+      header = 4;
+    } else if (len == 127) {
+      if (bytes.size() - at < 10) break;
+      len = 0;
+      for (std::size_t i = 0; i < 8; ++i) len = len << 8 | byte(at + 2 + i);
+      header = 10;
+    }
+    bool masked = (byte(at + 1) & 0x80) != 0;
+    if (masked) header += 4;
+    if (bytes.size() - at < header + len) break;
+    RawFrame f;
+    f.fin = (byte(at) & 0x80) != 0;
+    f.rsv = static_cast<unsigned>(byte(at) >> 4) & 7;
+    f.opcode = static_cast<unsigned>(byte(at)) & 0xF;
+    f.masked = masked;
+    f.header = header;
+    f.payload = bytes.substr(at + header, len);
+    out.push_back(std::move(f));
+    at += header + len;
+  }
+  bytes.erase(0, at);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("ws: many frames in one TCP read are each a whole unmasked text frame, in seq order, uncompressed") {
+  Exchange x;
+  auto pool = x.pool();
+  for (int i = 0; i < 20; ++i) x.ask(pool, price(30000 + i), 1);  // a snapshot over 125 bytes
+  WsClient ws(x.port(), {}, 0, true);                               // offers permessage-deflate
+  CHECK(ws.extensions().empty());                                   // ... which the server declines
+  ws.send(json::object{{"op", "subscribe"}, {"channels", json::array{kBook}}});
+  // Book changes while the client reads nothing: they wait in the socket, many frames together.
+  for (int i = 0; i < 150; ++i) x.ask(pool, price(20000 + i), 1);
+  auto rest = x.book();
+  auto target = rest.at("sequence").to_number<std::uint64_t>();
+
+  BookReplica replica;
+  std::string bytes;
+  std::size_t reads = 0, most_in_one_read = 0, frames = 0, long_frames = 0;
+  std::uint64_t snapshot_seq = 0;
+  bool subscribed = false;
+  auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (replica.seq < target || !replica.have_snapshot) {
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    bytes += ws.read_raw(1s);
+    ++reads;
+    auto got = take_frames(bytes);
+    most_in_one_read = std::max(most_in_one_read, got.size());
+    for (const auto& f : got) {
+      ++frames;
+      INFO("frame " << frames << ": " << f.payload);
+      REQUIRE(f.fin);
+      REQUIRE(f.rsv == 0);
+      REQUIRE(f.opcode == 1);
+      REQUIRE_FALSE(f.masked);
+      if (f.header > 2) ++long_frames;
+      auto m = json::parse(f.payload).as_object();
+      if (!subscribed) {  // the reply to the subscribe comes first, then the snapshot
+        REQUIRE(m.at("type").as_string() == "subscribed");
+        subscribed = true;
+        continue;
+      }
+      REQUIRE(m.at("channel").as_string() == kBook);
+      if (!replica.have_snapshot) {
+        REQUIRE(m.at("type").as_string() == "snapshot");
+        snapshot_seq = m.at("seq").to_number<std::uint64_t>();
+      }
+      replica.apply(m);  // deltas whose seq grows by exactly one
+    }
+  }
+  INFO(reads << " reads, " << frames << " frames");
+  CHECK(bytes.empty());
+  CHECK(replica.seq - snapshot_seq == 150);  // one delta per ask
+  CHECK(most_in_one_read >= 2);
+  CHECK(long_frames >= 1);  // the snapshot's 16-bit length
+  replica.check_equals(rest);
+}
+
+TEST_CASE("ws: a client's ping frame gets its pong while a backlog streams, and every frame stays whole") {
+  Exchange x({"--ws-send-buffer", "4096"});
+  auto pool = x.pool();
+  WsClient ws(x.port(), {}, 4096);  // a small window: the server's writes wait for our reads
+  subscribe(ws, {kBook});
+  BookReplica replica;
+  replica.apply(ws.expect("snapshot", kBook));
+  for (int i = 0; i < 300; ++i) x.ask(pool, price(20000 + i), 1);  // unread meanwhile
+  ws.ping("gate-1");
+  auto rest = x.book();
+  replica.follow(ws, rest.at("sequence").to_number<std::uint64_t>());
+  replica.check_equals(rest);
+  // The backlog went out several frames per socket write (all that queued behind a write in flight).
+  CHECK(x.metric("gpuex_ws_deliveries_total") == 301);
+  CHECK(x.metric("gpuex_ws_writes_total") < 301);
+  auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (ws.pongs().empty() && std::chrono::steady_clock::now() < deadline) ws.next(100ms);
+  CHECK(ws.pongs() == std::vector<std::string>{"gate-1"});
+  ws.send(json::object{{"op", "ping"}});
+  CHECK(ws.expect("pong").at("ts").as_int64() > 0);
+  CHECK_FALSE(ws.ended());
+}
+
+TEST_CASE("ws: a close code arrives intact after a backlog of frames") {
+  Exchange x({"--ws-send-buffer", "4096"});
+  auto pool = x.pool();
+  WsClient ws(x.port(), {}, 4096);
+  subscribe(ws, {kBook});
+  BookReplica replica;
+  replica.apply(ws.expect("snapshot", kBook));
+  auto first = replica.seq;
+  for (int i = 0; i < 300; ++i) x.ask(pool, price(20000 + i), 1);  // unread: a backlog
+  for (int i = 0; i < 10; ++i) ws.send("[]");                       // ten bad messages: close 1008
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!ws.ended() && std::chrono::steady_clock::now() < deadline) {
+    auto m = ws.next(1s);
+    if (m && m->contains("channel") && m->at("channel").as_string() == kBook) replica.apply(*m);
+  }
+  REQUIRE(ws.ended());
+  INFO(ws.ended()->error);
+  CHECK(ws.ended()->code == 1008);
+  CHECK(ws.ended()->reason == "too many bad messages");
+  CHECK(replica.seq > first);  // whole deltas, in order, came before the close frame
+}

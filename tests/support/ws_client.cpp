@@ -29,6 +29,8 @@ struct WsClient::Impl {
   beast::error_code read_ec;
   std::optional<Ended> ended;
   std::ostream* transcript = nullptr;
+  std::vector<std::string> pongs;
+  std::string extensions;
 
   void log(const char* from, const std::string& text) {
     if (transcript) *transcript << R"({"from":")" << from << R"(","message":)" << text << "}\n";
@@ -44,7 +46,8 @@ struct WsClient::Impl {
     return done;
   }
 
-  void connect(unsigned short port, const Headers& headers, int receive_buffer, websocket::response_type* res) {
+  void connect(unsigned short port, const Headers& headers, int receive_buffer, websocket::response_type* res,
+               bool offer_deflate = false) {
     auto& socket = beast::get_lowest_layer(ws).socket();
     socket.open(tcp::v4());
     if (receive_buffer > 0) socket.set_option(net::socket_base::receive_buffer_size(receive_buffer));
@@ -60,22 +63,33 @@ struct WsClient::Impl {
       for (const auto& [k, v] : headers) req.set(k, v);
     }));
     ws.read_message_max(64 * 1024 * 1024);
+    if (offer_deflate) {
+      websocket::permessage_deflate pmd;
+      pmd.client_enable = true;
+      ws.set_option(pmd);
+    }
+    ws.control_callback([this](websocket::frame_type kind, beast::string_view payload) {
+      if (kind == websocket::frame_type::pong) pongs.emplace_back(payload);
+    });
+    websocket::response_type own;
+    if (!res) res = &own;
     done = false;
     auto handler = [&](beast::error_code e) {
       ec = e;
       done = true;
     };
-    if (res) ws.async_handshake(*res, "127.0.0.1", "/v1/ws", handler);
-    else ws.async_handshake("127.0.0.1", "/v1/ws", handler);
+    ws.async_handshake(*res, "127.0.0.1", "/v1/ws", handler);
     if (!run(done, std::chrono::seconds(5))) throw std::runtime_error("ws handshake timed out");
     if (ec) throw std::runtime_error("ws handshake refused: " + ec.message());
+    extensions = std::string((*res)[boost::beast::http::field::sec_websocket_extensions]);
     ws.text(true);
   }
 };
 
-WsClient::WsClient(unsigned short port, const Headers& headers, int receive_buffer) : impl_(new Impl) {
+WsClient::WsClient(unsigned short port, const Headers& headers, int receive_buffer, bool offer_deflate)
+    : impl_(new Impl) {
   try {
-    impl_->connect(port, headers, receive_buffer, nullptr);
+    impl_->connect(port, headers, receive_buffer, nullptr, offer_deflate);
   } catch (...) {
     delete impl_;
     throw;
@@ -153,6 +167,40 @@ boost::json::object WsClient::expect(const std::string& type, const std::string&
 }
 
 const std::optional<WsClient::Ended>& WsClient::ended() const { return impl_->ended; }
+
+void WsClient::ping(const std::string& payload) {
+  bool done = false;
+  beast::error_code ec;
+  impl_->ws.async_ping(websocket::ping_data(payload.c_str()), [&](beast::error_code e) {
+    ec = e;
+    done = true;
+  });
+  if (!impl_->run(done, std::chrono::seconds(5))) throw std::runtime_error("ws ping timed out");
+  if (ec) throw std::runtime_error("ws ping failed: " + ec.message());
+}
+
+const std::vector<std::string>& WsClient::pongs() const { return impl_->pongs; }
+
+const std::string& WsClient::extensions() const { return impl_->extensions; }
+
+std::string WsClient::read_raw(std::chrono::milliseconds timeout, std::size_t max) {
+  auto& i = *impl_;
+  if (i.reading) throw std::logic_error("read_raw while a message read is pending");
+  std::string out(max, '\0');
+  bool done = false;
+  std::size_t n = 0;
+  auto& socket = beast::get_lowest_layer(i.ws).socket();
+  socket.async_read_some(net::buffer(out), [&](beast::error_code, std::size_t got) {
+    n = got;
+    done = true;
+  });
+  if (!i.run(done, timeout)) {
+    socket.cancel();
+    i.run(done, std::chrono::seconds(5));
+  }
+  out.resize(n);
+  return out;
+}
 
 void WsClient::close() {
   bool done = false;

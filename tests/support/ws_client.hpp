@@ -18,7 +18,9 @@ class WsClient {
   using Headers = std::vector<std::pair<std::string, std::string>>;
   // Connects and upgrades; throws std::runtime_error when the server refuses (see upgrade_status).
   // `receive_buffer` > 0 sets SO_RCVBUF before connecting (a small one makes a slow reader).
-  explicit WsClient(unsigned short port, const Headers& headers = {}, int receive_buffer = 0);
+  // `offer_deflate` offers permessage-deflate in the upgrade (see extensions()).
+  explicit WsClient(unsigned short port, const Headers& headers = {}, int receive_buffer = 0,
+                    bool offer_deflate = false);
   ~WsClient();
   WsClient(const WsClient&) = delete;
   WsClient& operator=(const WsClient&) = delete;
@@ -43,6 +45,19 @@ class WsClient {
   // From now on, every message sent and received is appended to `out` as a JSON line
   // {"from": "client"|"server", "message": ...} (for tests/contract/check_ws_messages.py).
   void record(std::ostream* out);
+
+  // Sends a ping control frame; the payloads of the pongs received so far (they arrive while
+  // next() reads).
+  void ping(const std::string& payload);
+  const std::vector<std::string>& pongs() const;
+
+  // The Sec-WebSocket-Extensions header of the server's upgrade response ("" if none).
+  const std::string& extensions() const;
+
+  // The next bytes the server sent, straight from the socket, not parsed as frames (at most
+  // `max` bytes, one read; "" if none arrive within `timeout`). Only between messages: never after
+  // next() has started reading.
+  std::string read_raw(std::chrono::milliseconds timeout, std::size_t max = 1 << 20);
 
   void close();  // a clean close handshake
   void kill();   // drops the TCP connection without a close frame
