@@ -150,56 +150,11 @@ void Writer::run() {
     try {
       if (!conn || !conn->healthy()) {
         conn = PgConnection::connect(dsn_, std::chrono::seconds(2));
-        for (const auto& statement : kStatements) conn->prepare(statement);
-        for (auto* part : parts_) part->prepare(*conn);
+        prepare(*conn, parts_);
       }
       Pipeline pipe(*conn);
-      statements = 0;
       pipe.send("BEGIN");
-      for (const auto& batch : batches) {
-        for (const auto& logged : batch) {
-          const auto& cmd = logged.command;
-          pipe.send(kInsertCommand, {num(cmd.seq), num(cmd.now.value), num(cmd.account.value),
-                                     std::string(command_kind(cmd.body)), json::serialize(command_body_json(cmd.body))});
-          Rows rows;
-          for (const auto& e : logged.events) rows.add(e);
-          statements += 1 + rows.size();
-          for (const auto& [id, p] : rows.pools) {
-            pipe.send(kUpsertPool, {num(id.value), num(p.provider.value), p.spec.market.value, boolean(p.retired),
-                                    json::serialize(wire::pool_json(p))});
-          }
-          for (const auto& [id, o] : rows.orders) {
-            Param cid = o.request.client_order_id.empty() ? Param{} : Param{o.request.client_order_id};
-            Param hash = o.request.client_order_id.empty() ? Param{} : Param{request_sha256(o.request)};
-            pipe.send(kUpsertOrder, {num(id.value), num(o.account.value), cid, hash, std::string(to_string(o.request.side)),
-                                     o.market.value, std::string(to_string(o.status)),
-                                     json::serialize(wire::order_json(o)), num(o.created_at.value),
-                                     num(o.updated_at.value)});
-          }
-          for (const Trade* t : rows.trades) {
-            pipe.send(kInsertTrade,
-                      {num(t->id.value), num(t->time.value), t->market.value, to_string(t->bucket), num(t->buy_order.value),
-                       num(t->sell_order.value), num(t->buyer.value), num(t->seller.value), num(t->pool.value),
-                       num(t->lease.value), num(t->quantity.value), num(t->start.value), num(t->end.value),
-                       num(t->price.value), num(t->list_price.value), num(t->green_discount_bps), boolean(t->preemption),
-                       std::string(to_string(t->taker)), json::serialize(wire::print_json(*t)),
-                       json::serialize(wire::fill_json(*t, Side::buy)), json::serialize(wire::fill_json(*t, Side::sell)),
-                       std::string(to_string(t->tier)), t->region, std::string(to_string(t->green_tier))});
-          }
-          for (const auto& [id, l] : rows.leases) {
-            pipe.send(kUpsertLease, {num(id.value), num(l.buyer.value), num(l.provider.value), num(l.pool.value),
-                                     l.market.value, std::string(to_string(l.status)),
-                                     json::serialize(wire::lease_json(l, l.buyer))});
-          }
-          for (const auto& [market, halted] : rows.halts) pipe.send(kSetHalted, {market.value, boolean(halted)});
-          if (const auto& idem = logged.idempotency) {
-            pipe.send(kInsertIdempotency, {num(idem->account_id), idem->key, idem->request_sha256,
-                                           num(idem->status), idem->body});
-            ++statements;
-          }
-        }
-      }
-      for (auto* part : parts_) statements += part->write(pipe, batches);
+      statements = write(pipe, batches, parts_);
       pipe.send("COMMIT");
       pipe.sync();
     } catch (const std::exception& e) {
@@ -222,6 +177,59 @@ void Writer::run() {
     }
     commit(batches);
   }
+}
+
+void Writer::prepare(PgConnection& conn, const std::vector<TransactionPart*>& parts) {
+  for (const auto& statement : kStatements) conn.prepare(statement);
+  for (auto* part : parts) part->prepare(conn);
+}
+
+std::size_t Writer::write(Pipeline& pipe, const std::vector<Batch>& batches, const std::vector<TransactionPart*>& parts) {
+  std::size_t statements = 0;
+  for (const auto& batch : batches) {
+    for (const auto& logged : batch) {
+      const auto& cmd = logged.command;
+      pipe.send(kInsertCommand, {num(cmd.seq), num(cmd.now.value), num(cmd.account.value),
+                                 std::string(command_kind(cmd.body)), json::serialize(command_body_json(cmd.body))});
+      Rows rows;
+      for (const auto& e : logged.events) rows.add(e);
+      statements += 1 + rows.size();
+      for (const auto& [id, p] : rows.pools) {
+        pipe.send(kUpsertPool, {num(id.value), num(p.provider.value), p.spec.market.value, boolean(p.retired),
+                                json::serialize(wire::pool_json(p))});
+      }
+      for (const auto& [id, o] : rows.orders) {
+        Param cid = o.request.client_order_id.empty() ? Param{} : Param{o.request.client_order_id};
+        Param hash = o.request.client_order_id.empty() ? Param{} : Param{request_sha256(o.request)};
+        pipe.send(kUpsertOrder, {num(id.value), num(o.account.value), cid, hash, std::string(to_string(o.request.side)),
+                                 o.market.value, std::string(to_string(o.status)),
+                                 json::serialize(wire::order_json(o)), num(o.created_at.value),
+                                 num(o.updated_at.value)});
+      }
+      for (const Trade* t : rows.trades) {
+        pipe.send(kInsertTrade,
+                  {num(t->id.value), num(t->time.value), t->market.value, to_string(t->bucket), num(t->buy_order.value),
+                   num(t->sell_order.value), num(t->buyer.value), num(t->seller.value), num(t->pool.value),
+                   num(t->lease.value), num(t->quantity.value), num(t->start.value), num(t->end.value),
+                   num(t->price.value), num(t->list_price.value), num(t->green_discount_bps), boolean(t->preemption),
+                   std::string(to_string(t->taker)), json::serialize(wire::print_json(*t)),
+                   json::serialize(wire::fill_json(*t, Side::buy)), json::serialize(wire::fill_json(*t, Side::sell)),
+                   std::string(to_string(t->tier)), t->region, std::string(to_string(t->green_tier))});
+      }
+      for (const auto& [id, l] : rows.leases) {
+        pipe.send(kUpsertLease, {num(id.value), num(l.buyer.value), num(l.provider.value), num(l.pool.value),
+                                 l.market.value, std::string(to_string(l.status)),
+                                 json::serialize(wire::lease_json(l, l.buyer))});
+      }
+      for (const auto& [market, halted] : rows.halts) pipe.send(kSetHalted, {market.value, boolean(halted)});
+      if (const auto& idem = logged.idempotency) {
+        pipe.send(kInsertIdempotency, {num(idem->account_id), idem->key, idem->request_sha256,
+                                       num(idem->status), idem->body});
+        ++statements;
+      }
+    }
+  }  for (auto* part : parts) statements += part->write(pipe, batches);
+  return statements;
 }
 
 void Writer::commit(std::vector<Batch>& batches) {

@@ -85,6 +85,14 @@ class Writer {
   };
   Counters counters() const;
 
+  // Prepares the statements write() sends (the parts' included) on a new connection.
+  static void prepare(PgConnection& conn, const std::vector<TransactionPart*>& parts);
+  // Sends the rows of one transaction holding `batches` (BEGIN and COMMIT are the caller's): one
+  // statement per table, each row once in its last state, then the parts' statements. Returns the
+  // rows written (the parts' statements counted as one each). The benchmark's PostgreSQL ceiling
+  // writes through this too, so it always writes what the writer writes.
+  static std::size_t write(Pipeline& pipe, const std::vector<Batch>& batches, const std::vector<TransactionPart*>& parts);
+
  private:
   void run();
   void commit(std::vector<Batch>& batches);
