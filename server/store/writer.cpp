@@ -96,7 +96,10 @@ Writer::Writer(std::string dsn, FailureListener on_failure) : dsn_(std::move(dsn
 
 Writer::~Writer() { stop(); }
 
-void Writer::start() { thread_ = std::thread([this] { run(); }); }
+void Writer::start() {
+  completer_ = std::thread([this] { complete(); });
+  thread_ = std::thread([this] { run(); });
+}
 
 void Writer::submit(Batch batch) {
   {
@@ -118,11 +121,18 @@ void Writer::stop() {
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
+  // The writer has handed over its last transaction; the completion thread drains and stops.
+  {
+    std::lock_guard lock(mutex_);
+    completer_stopping_ = true;
+  }
+  completion_wake_.notify_all();
+  if (completer_.joinable()) completer_.join();
 }
 
 void Writer::wait_idle() {
   std::unique_lock lock(mutex_);
-  idle_.wait(lock, [this] { return queue_.empty() && !busy_; });
+  idle_.wait(lock, [this] { return queue_.empty() && !busy_ && completions_.empty() && !completing_; });
 }
 
 Writer::Counters Writer::counters() const {
@@ -139,7 +149,7 @@ void Writer::run() {
     {
       std::unique_lock lock(mutex_);
       busy_ = false;
-      if (queue_.empty()) idle_.notify_all();
+      idle_.notify_all();
       wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stopping, and everything was written
       // Group commit: everything queued while the last transaction ran goes into the next one.
@@ -151,7 +161,7 @@ void Writer::run() {
       busy_ = true;
     }
     if (failed) {
-      fail(batches);
+      hand_off(std::move(batches), false);
       continue;
     }
     try {
@@ -172,7 +182,7 @@ void Writer::run() {
         failed_ = true;
         ++counters_.failed_transactions;
       }
-      fail(batches);
+      hand_off(std::move(batches), false);
       on_failure_(e.what());
       continue;
     }
@@ -182,7 +192,33 @@ void Writer::run() {
       counters_.statements += statements;
       for (const auto& b : batches) counters_.commands += b.size();
     }
-    commit(batches);
+    hand_off(std::move(batches), true);
+  }
+}
+
+void Writer::hand_off(std::vector<Batch> batches, bool committed) {
+  {
+    std::lock_guard lock(mutex_);
+    completions_.emplace_back(std::move(batches), committed);
+  }
+  completion_wake_.notify_one();
+}
+
+void Writer::complete() {
+  for (;;) {
+    std::pair<std::vector<Batch>, bool> next;
+    {
+      std::unique_lock lock(mutex_);
+      completing_ = false;
+      idle_.notify_all();
+      completion_wake_.wait(lock, [this] { return completer_stopping_ || !completions_.empty(); });
+      if (completions_.empty()) return;  // stopping, and everything was answered
+      next = std::move(completions_.front());
+      completions_.pop_front();
+      completing_ = true;
+    }
+    if (next.second) commit(next.first);
+    else fail(next.first);
   }
 }
 

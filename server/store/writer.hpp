@@ -30,8 +30,8 @@ struct LoggedCommand {
   matching::Command command;
   matching::EventSink events;
   std::optional<IdempotencyRecord> idempotency;
-  // Called once on the writer thread: with the events after COMMIT, or with nullptr when the batch
-  // holding this command did not commit (the command never happened).
+  // Called once on the writer's completion thread: with the events after COMMIT, or with nullptr
+  // when the batch holding this command did not commit (the command never happened).
   std::function<void(const matching::EventSink*)> done;
 };
 using Batch = std::vector<LoggedCommand>;
@@ -64,7 +64,9 @@ class Writer {
   Writer(const Writer&) = delete;
   Writer& operator=(const Writer&) = delete;
 
-  // After-commit listeners, called in commit order on the writer thread (register before start).
+  // After-commit listeners, called in commit order on the writer's completion thread (register
+  // before start). Listeners and `done` run there, not on the thread that writes, so the next
+  // transaction is written while the last one's answers are made.
   void add_listener(Listener listener) { listeners_.push_back(std::move(listener)); }
   // Parts of every transaction, in registration order (register before start; `part` outlives the writer's run).
   void add_transaction_part(TransactionPart& part) { parts_.push_back(&part); }
@@ -72,7 +74,7 @@ class Writer {
   void submit(Batch batch);
   // Once a batch failed, every later one fails too until reset() (the engine was rebuilt).
   void reset();
-  // Blocks until nothing is queued or being written.
+  // Blocks until nothing is queued, being written or waiting for its listeners and `done`.
   void wait_idle();
   // Commits what is queued, then stops.
   void stop();
@@ -95,6 +97,8 @@ class Writer {
 
  private:
   void run();
+  void hand_off(std::vector<Batch> batches, bool committed);
+  void complete();  // the completion thread: listeners and `done`, in commit order
   void commit(std::vector<Batch>& batches);
   void fail(std::vector<Batch>& batches);
 
@@ -109,6 +113,12 @@ class Writer {
   bool failed_ = false;
   bool busy_ = false;
   std::condition_variable idle_;
+  // Transactions whose outcome is known, waiting for their listeners and `done` (true: committed).
+  std::deque<std::pair<std::vector<Batch>, bool>> completions_;
+  std::condition_variable completion_wake_;
+  bool completing_ = false;
+  bool completer_stopping_ = false;
+  std::thread completer_;
   Counters counters_;
   std::thread thread_;
 };
