@@ -52,17 +52,20 @@ ON CONFLICT (market, day, price_micros) DO UPDATE SET gpu_seconds = p.gpu_second
 
 // The trimmed mean of DESIGN.md §5 for each touched (market, day): with the day's volume V and each
 // price's cumulative volume [c0, c1) in price order, the part of a price's volume inside [V/20, 19V/20]
-// counts (a price on a cut counts in part); everything ×20 keeps the cuts integers.
+// counts (a price on a cut counts in part); everything ×20 keeps the cuts integers. Each touched day
+// is read on its own (LATERAL, by the primary key), so the work is that day's prices: a join of the
+// whole table with the key list was planned as a scan of every day ever (a generic plan).
 constexpr store::Statement kRecomputeIndex{"rollup_daily_index", R"sql(
 INSERT INTO daily_index AS d (market, day, gpu_seconds, trimmed_x20, trades)
-SELECT market, day, v, sum(price_micros * greatest(0, least(20 * c1, 19 * v) - greatest(20 * c0, v))), sum(trades)
-FROM (SELECT p.market, p.day, p.price_micros, p.trades,
-             sum(p.gpu_seconds) OVER w - p.gpu_seconds AS c0, sum(p.gpu_seconds) OVER w AS c1,
-             sum(p.gpu_seconds) OVER (PARTITION BY p.market, p.day) AS v
-      FROM index_prices p JOIN unnest($1::text[], $2::bigint[]) AS k (market, day)
-        ON p.market = k.market AND p.day = k.day
-      WINDOW w AS (PARTITION BY p.market, p.day ORDER BY p.price_micros)) h
-GROUP BY market, day, v
+SELECT k.market, k.day, x.v, x.trimmed_x20, x.trades
+FROM unnest($1::text[], $2::bigint[]) AS k (market, day)
+CROSS JOIN LATERAL (
+  SELECT max(v) AS v, sum(price_micros * greatest(0, least(20 * c1, 19 * v) - greatest(20 * c0, v))) AS trimmed_x20,
+         sum(trades) AS trades
+  FROM (SELECT p.price_micros, p.trades, sum(p.gpu_seconds) OVER w - p.gpu_seconds AS c0,
+               sum(p.gpu_seconds) OVER w AS c1, sum(p.gpu_seconds) OVER () AS v
+        FROM index_prices p WHERE p.market = k.market AND p.day = k.day
+        WINDOW w AS (ORDER BY p.price_micros)) h) x
 ON CONFLICT (market, day) DO UPDATE SET gpu_seconds = excluded.gpu_seconds, trimmed_x20 = excluded.trimmed_x20,
                                         trades = excluded.trades)sql"};
 
