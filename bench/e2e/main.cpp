@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -42,9 +44,9 @@ struct Options {
 
 // PostgreSQL's own ceiling: the rate at which one connection commits the rows the writer wrote in this
 // run, in transactions of the run's mean size. The logged commands are replayed through a fresh engine
-// (before the clock starts) to get their events, and each transaction is written by the writer's own
-// code (store::Writer::write, the analytics rollups included) into a fresh database, pipelined like
-// the writer. So the ceiling always writes exactly what the writer writes, with no HTTP and no engine.
+// (before the clock starts) to get their events, and handed in transactions of that size to a real
+// store::Writer (the analytics rollups included) writing into a fresh database. So the ceiling always
+// writes exactly what the writer writes, the way it writes it, with no HTTP and no engine.
 double db_ceiling(const std::string& bench_dsn, const std::string& run_dsn, const std::string& gpuexd, double per_tx,
                   int seconds) {
   using namespace gpuex;
@@ -82,10 +84,15 @@ double db_ceiling(const std::string& bench_dsn, const std::string& run_dsn, cons
             {std::string(accounts.text(i, 0)), std::string(accounts.text(i, 1))});
   }
   analytics::Rollups rollups;
-  const std::vector<store::TransactionPart*> parts{&rollups};
-  store::Writer::prepare(db, parts);
+  store::Writer writer(dsn, [](const std::string& why) { std::fprintf(stderr, "ceiling: a commit failed: %s\n", why.c_str()); },
+                       1);
+  writer.add_transaction_part(rollups);
+  writer.start();
 
-  std::size_t next = 0, written = 0;
+  // Transactions of the run's mean size, a few queued ahead, until the time is up.
+  std::mutex mutex;
+  std::condition_variable wake;
+  std::size_t committed = 0, submitted = 0, next = 0, written = 0;
   double tx_carry = 0;
   auto started = Clock::now();
   auto deadline = started + std::chrono::seconds(seconds);
@@ -94,17 +101,24 @@ double db_ceiling(const std::string& bench_dsn, const std::string& run_dsn, cons
     auto n = std::min(static_cast<std::size_t>(tx_carry), commands.size() - next);
     tx_carry -= static_cast<double>(static_cast<std::size_t>(tx_carry));
     if (n == 0) continue;
-    std::vector<store::Batch> tx(1);
-    tx[0].reserve(n);
-    for (std::size_t i = 0; i < n; ++i) tx[0].push_back(std::move(commands[next + i]));
-    store::Pipeline pipe(db);
-    pipe.send("BEGIN");
-    store::Writer::write(pipe, tx, parts);
-    pipe.send("COMMIT");
-    pipe.sync();
+    store::Batch batch;
+    batch.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) batch.push_back(std::move(commands[next + i]));
+    batch.back().done = [&](const matching::EventSink*) {
+      std::lock_guard lock(mutex);
+      ++committed;
+      wake.notify_all();
+    };
     next += n;
     written += n;
+    {
+      std::unique_lock lock(mutex);
+      wake.wait(lock, [&] { return submitted - committed < 4; });
+      ++submitted;
+    }
+    writer.submit(std::move(batch));
   }
+  writer.wait_idle();
   double secs = std::chrono::duration<double>(Clock::now() - started).count();
   return static_cast<double>(written) / secs;
 }

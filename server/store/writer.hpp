@@ -4,6 +4,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -59,7 +60,9 @@ class Writer {
   using Listener = std::function<void(const Batch&)>;
   using FailureListener = std::function<void(const std::string& why)>;
 
-  Writer(std::string dsn, FailureListener on_failure);
+  // `max_batches_per_transaction` bounds group commit (the benchmark's PostgreSQL ceiling writes
+  // transactions of a given size through the real writer with 1); the server takes everything queued.
+  Writer(std::string dsn, FailureListener on_failure, std::size_t max_batches_per_transaction = SIZE_MAX);
   ~Writer();
   Writer(const Writer&) = delete;
   Writer& operator=(const Writer&) = delete;
@@ -104,6 +107,7 @@ class Writer {
 
   std::string dsn_;
   FailureListener on_failure_;
+  std::size_t max_batches_;
   std::vector<Listener> listeners_;
   std::vector<TransactionPart*> parts_;
   mutable std::mutex mutex_;
