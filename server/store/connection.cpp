@@ -125,21 +125,10 @@ void Pipeline::sent() {
 }
 
 void Pipeline::sync() {
-  send_sync();
-  while (!segments_.empty()) wait_sync();
-}
-
-void Pipeline::send_sync() {
   if (PQpipelineSync(conn_.raw()) != 1) throw StoreError("cannot sync the pipeline: " + std::string(PQerrorMessage(conn_.raw())));
-  segments_.push_back(pending_);
-  pending_ = 0;
-}
-
-void Pipeline::wait_sync() {
-  if (segments_.empty()) throw StoreError("pipeline: no sync to wait for");
   std::string first_error;
-  int remaining = segments_.front();
-  segments_.pop_front();
+  int remaining = pending_;
+  pending_ = 0;
   // One or more results then a null per statement, then the sync's own result.
   while (remaining > 0) {
     PGresult* res = PQgetResult(conn_.raw());

@@ -4,7 +4,6 @@
 #include <libpq-fe.h>
 
 #include <chrono>
-#include <deque>
 #include <concepts>
 #include <memory>
 #include <optional>
@@ -105,19 +104,13 @@ class Pipeline {
 
   void send(const char* sql, const std::vector<Param>& params = {});
   void send(const Statement& prepared, const std::vector<Param>& params);
-  // send_sync() + wait_sync(): every statement sent so far has run.
   void sync();
-  // Marks the end of the statements sent since the last mark and sends them, without waiting.
-  void send_sync();
-  // Reads the answers up to the oldest mark not yet read; throws StoreError with the first failure.
-  void wait_sync();
 
  private:
   void sent();
 
   PgConnection& conn_;
-  int pending_ = 0;             // statements sent since the last mark
-  std::deque<int> segments_;    // statements before each mark not yet read
+  int pending_ = 0;  // statements sent since the last sync
 };
 
 // "host:port/db" of a DSN without its password, for logs.

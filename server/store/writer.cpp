@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <map>
-#include <memory>
 #include <optional>
 
 #include "server/sha256.hpp"
@@ -144,62 +143,17 @@ Writer::Counters Writer::counters() const {
 }
 
 void Writer::run() {
-  // Two connections take turns, so that a transaction's rows are written while the one before it
-  // waits for its WAL flush. Order and all-or-nothing are kept: a transaction's COMMIT is sent only
-  // after the one before it committed (else it is rolled back), and its statements have all run
-  // before that (sync), so it holds every row lock it needs and can never make the one before wait.
-  std::optional<PgConnection> conns[2];
-  struct InFlight {
-    std::vector<Batch> batches;
-    std::size_t rows = 0;
-    int slot = 0;
-    std::unique_ptr<Pipeline> pipe;  // COMMIT sent, its answer not yet read
-  };
-  std::optional<InFlight> prev;
-
-  auto failed_tx = [this, &conns](std::unique_ptr<Pipeline>& pipe, int slot, std::vector<Batch>& batches,
-                                  const std::string& why) {
-    spdlog::error("store: a batch of {} commands did not commit: {}", batches.size(), why);
-    pipe.reset();
-    conns[slot].reset();  // a connection in an unknown state is not reused; an open transaction rolls back
-    {
-      std::lock_guard lock(mutex_);
-      failed_ = true;
-      ++counters_.failed_transactions;
-    }
-    hand_off(std::move(batches), false);
-    on_failure_(why);
-  };
-  // Waits for the COMMIT in flight; false if it did not commit.
-  auto finish = [&](InFlight& f) {
-    try {
-      f.pipe->wait_sync();
-    } catch (const std::exception& e) {
-      failed_tx(f.pipe, f.slot, f.batches, e.what());
-      return false;
-    }
-    f.pipe.reset();
-    {
-      std::lock_guard lock(mutex_);
-      ++counters_.transactions;
-      counters_.statements += f.rows;
-      for (const auto& b : f.batches) counters_.commands += b.size();
-    }
-    hand_off(std::move(f.batches), true);
-    return true;
-  };
-
+  std::optional<PgConnection> conn;
+  std::uint64_t statements = 0;
   for (;;) {
     std::vector<Batch> batches;
     bool failed;
     {
       std::unique_lock lock(mutex_);
-      if (!prev) {
-        busy_ = false;
-        idle_.notify_all();
-        wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-        if (queue_.empty()) return;  // stopping, and everything was written
-      }
+      busy_ = false;
+      idle_.notify_all();
+      wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and everything was written
       // Group commit: everything queued while the last transaction ran goes into the next one.
       while (!queue_.empty() && batches.size() < max_batches_) {
         batches.push_back(std::move(queue_.front()));
@@ -208,50 +162,39 @@ void Writer::run() {
       failed = failed_;
       busy_ = true;
     }
-    if (batches.empty()) {  // nothing new: the transaction in flight is all there is to wait for
-      finish(*prev);
-      prev.reset();
-      continue;
-    }
-    if (failed) {  // writes are stopped (nothing is in flight then) until reset()
+    if (failed) {
       hand_off(std::move(batches), false);
       continue;
     }
-    const int slot = prev ? 1 - prev->slot : 0;
-    std::unique_ptr<Pipeline> pipe;
-    std::size_t rows = 0;
-    std::string error;
     try {
-      if (!conns[slot] || !conns[slot]->healthy()) {
-        conns[slot] = PgConnection::connect(dsn_, std::chrono::seconds(2));
-        prepare(*conns[slot], parts_);
+      if (!conn || !conn->healthy()) {
+        conn = PgConnection::connect(dsn_, std::chrono::seconds(2));
+        prepare(*conn, parts_);
       }
-      pipe = std::make_unique<Pipeline>(*conns[slot]);
-      pipe->send("BEGIN");
-      rows = write(*pipe, batches, parts_);
-      pipe->sync();
+      Pipeline pipe(*conn);
+      pipe.send("BEGIN");
+      statements = write(pipe, batches, parts_);
+      pipe.send("COMMIT");
+      pipe.sync();
     } catch (const std::exception& e) {
-      error = e.what();
-    }
-    bool prev_committed = true;
-    if (prev) {
-      prev_committed = finish(*prev);
-      prev.reset();
-    }
-    if (error.empty() && !prev_committed) error = "the transaction before it did not commit";
-    if (error.empty()) {
-      try {
-        pipe->send("COMMIT");
-        pipe->send_sync();
-      } catch (const std::exception& e) {
-        error = e.what();
+      spdlog::error("store: a batch of {} commands did not commit: {}", batches.size(), e.what());
+      conn.reset();  // a connection in an unknown state is not reused
+      {
+        std::lock_guard lock(mutex_);
+        failed_ = true;
+        ++counters_.failed_transactions;
       }
-    }
-    if (!error.empty()) {
-      failed_tx(pipe, slot, batches, error);
+      hand_off(std::move(batches), false);
+      on_failure_(e.what());
       continue;
     }
-    prev = InFlight{std::move(batches), rows, slot, std::move(pipe)};
+    {
+      std::lock_guard lock(mutex_);
+      ++counters_.transactions;
+      counters_.statements += statements;
+      for (const auto& b : batches) counters_.commands += b.size();
+    }
+    hand_off(std::move(batches), true);
   }
 }
 
