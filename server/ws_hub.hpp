@@ -53,9 +53,9 @@ std::variant<Channel, ChannelError> parse_channel(std::string_view name,
                                                   const std::map<std::string, matching::MarketSpec>& markets,
                                                   std::int64_t account, bool may_read);
 
-// A connection that listens. deliver() runs under the hub's lock (on the writer thread, the candle
-// publisher's thread, or in subscribe()): it must only queue the message, never block or call back
-// into the hub.
+// A connection that listens. deliver() runs under the hub's lock (on the writer's completion thread,
+// the candle publisher's thread, or in subscribe()): it must only queue the message, never block or
+// call back into the hub.
 class Subscriber {
  public:
   virtual ~Subscriber() = default;

@@ -1,6 +1,6 @@
 // See ws_session.hpp. One strand per connection (the socket's executor); the hub delivers from the
-// store writer's thread into a queue guarded by a mutex, and the strand writes it out one message
-// at a time.
+// store writer's completion thread into a queue guarded by a mutex, and the strand writes it out one
+// message at a time.
 #include "server/ws_session.hpp"
 
 #include <boost/asio/dispatch.hpp>
@@ -62,7 +62,7 @@ class WsSession : public http::Session,
     });
   }
 
-  // From the hub, under its lock, on the writer thread (or on this strand while subscribing).
+  // From the hub, under its lock, on the writer's completion thread (or on this strand while subscribing).
   void deliver(const Channel& channel, std::uint64_t seq, const Message& message) override {
     std::lock_guard lock(mutex_);
     auto it = subscriptions_.find(channel.key());
