@@ -52,7 +52,7 @@ ON CONFLICT (market, day, price_micros) DO UPDATE SET gpu_seconds = p.gpu_second
 
 // Each touched (market, day) of the daily index gets its transaction's volume, Σ price × volume and
 // trades added, then its trimmed sum recomputed from those and the day's two 5 % tails
-// (migrations/0007_daily_index_tails.sql), so the work does not grow with the prices the day has.
+// (migrations/0006_daily_index_tails.sql), so the work does not grow with the prices the day has.
 constexpr store::Statement kAddDailyIndex{"rollup_daily_index", R"sql(
 INSERT INTO daily_index AS d (market, day, gpu_seconds, notional, trimmed_x20, trades)
 SELECT market, day, gpu_seconds, notional, 0, trades
