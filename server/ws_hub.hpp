@@ -58,7 +58,7 @@ std::variant<Channel, ChannelError> parse_channel(std::string_view name,
                                                   const std::map<std::string, matching::MarketSpec>& markets,
                                                   std::int64_t account, bool may_read);
 
-// A connection that listens. deliver() runs under the hub's lock (on the writer thread, the candle
+// A connection that listens. deliver() runs under the hub's lock (on the writer's completion thread, the candle
 // publisher's thread, or in subscribe()): it must only queue the message, never block or call back
 // into the hub. It returns true when the connection must be woken to write what queued; the hub
 // then calls wake() once, after all the messages of the batch it is publishing were delivered (so

@@ -1,5 +1,5 @@
 // See ws_session.hpp. One strand per connection (the socket's executor); the hub delivers from the
-// store writer's thread into a queue guarded by a mutex, and the strand writes out everything queued
+// store writer's completion thread into a queue guarded by a mutex, and the strand writes out everything queued
 // with one gather write of the pre-built frames (ws_gate.hpp), then whatever queued meanwhile.
 #include "server/ws_session.hpp"
 
@@ -63,7 +63,7 @@ class WsSession : public http::Session,
     });
   }
 
-  // From the hub, under its lock, on the writer thread (or on this strand while subscribing).
+  // From the hub, under its lock, on the writer's completion thread (or on this strand while subscribing).
   // Queues only; the hub calls wake() once after the batch when this returns true.
   bool deliver(const Channel&, const std::string& key, std::uint64_t seq, const Message& message) override {
     std::lock_guard lock(mutex_);

@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -18,7 +20,11 @@
 
 #include "bench/support/bench_support.hpp"
 #include "server/rfc3339.hpp"
+#include "matching/engine.hpp"
+#include "server/analytics/rollups.hpp"
+#include "server/store/command_codec.hpp"
 #include "server/store/connection.hpp"
+#include "server/store/writer.hpp"
 
 namespace {
 
@@ -36,55 +42,85 @@ struct Options {
   bool json = false;
 };
 
-// PostgreSQL's own ceiling: one connection writes `transactions` transactions of `per_tx` commands,
-// each command one command-log row and `rows_per_command - 1` order rows with real documents,
-// pipelined exactly like the store writer.
-double db_ceiling(const std::string& dsn, double per_tx, double rows_per_command, int seconds) {
-  auto db = gpuex::store::PgConnection::connect(dsn);
-  db.exec_script(
-      "DROP TABLE IF EXISTS ceiling_commands, ceiling_orders;"
-      "CREATE TABLE ceiling_commands (LIKE engine_commands INCLUDING ALL);"
-      "CREATE TABLE ceiling_orders (LIKE orders INCLUDING ALL);");
-  auto sample = db.exec("SELECT kind, body::text FROM engine_commands WHERE kind = 'place_order' LIMIT 1000");
-  auto docs = db.exec("SELECT account_id, side, market, status, doc::text FROM orders LIMIT 1000");
-  if (sample.rows() == 0 || docs.rows() == 0) return 0;
-  const char* insert_command =
-      "INSERT INTO ceiling_commands (seq, at, account_id, kind, body) VALUES ($1, $2, $3, $4, $5::jsonb)";
-  const char* upsert_order = R"sql(
-INSERT INTO ceiling_orders (id, account_id, client_order_id, body_sha256, side, market, status, doc, created_at, updated_at)
-VALUES ($1, $2, NULL, NULL, $3, $4, $5, $6::jsonb, 0, 0)
-ON CONFLICT (id) DO UPDATE SET status = excluded.status, doc = excluded.doc, updated_at = excluded.updated_at)sql";
-  std::int64_t seq = 0, commands = 0;
-  double extra = std::max(0.0, rows_per_command - 1), carry = 0;
-  auto deadline = Clock::now() + std::chrono::seconds(seconds);
-  auto started = Clock::now();
-  double tx_carry = 0;
-  while (Clock::now() < deadline) {
-    tx_carry += per_tx;
-    int n = static_cast<int>(tx_carry);
-    tx_carry -= n;
-    if (n == 0) continue;
-    gpuex::store::Pipeline pipe(db);
-    pipe.send("BEGIN");
-    for (int i = 0; i < n; ++i) {
-      ++seq;
-      int s = static_cast<int>(seq % sample.rows());
-      pipe.send(insert_command, {std::to_string(seq), "0", "1", std::string(sample.text(s, 0)), std::string(sample.text(s, 1))});
-      carry += extra;
-      while (carry >= 1) {
-        carry -= 1;
-        int d = static_cast<int>(seq % docs.rows());
-        pipe.send(upsert_order, {std::to_string(seq), std::string(docs.text(d, 0)), std::string(docs.text(d, 1)),
-                                 std::string(docs.text(d, 2)), std::string(docs.text(d, 3)), std::string(docs.text(d, 4))});
-      }
-    }
-    pipe.send("COMMIT");
-    pipe.sync();
-    commands += n;
+// PostgreSQL's own ceiling: the rate at which one connection commits the rows the writer wrote in this
+// run, in transactions of the run's mean size. The logged commands are replayed through a fresh engine
+// (before the clock starts) to get their events, and handed in transactions of that size to a real
+// store::Writer (the analytics rollups included) writing into a fresh database. So the ceiling always
+// writes exactly what the writer writes, the way it writes it, with no HTTP and no engine.
+double db_ceiling(const std::string& bench_dsn, const std::string& run_dsn, const std::string& gpuexd, double per_tx,
+                  int seconds) {
+  using namespace gpuex;
+  auto run_db = store::PgConnection::connect(run_dsn);
+  matching::EngineConfig config;
+  auto markets = run_db.exec("SELECT id, tick_size_micros, round(perf_factor * 1000)::int FROM markets ORDER BY id");
+  for (int i = 0; i < markets.rows(); ++i) {
+    config.markets.push_back(matching::MarketSpec{matching::MarketId{std::string(markets.text(i, 0))},
+                                                  matching::Price(markets.integer(i, 1)),
+                                                  static_cast<std::int32_t>(markets.integer(i, 2))});
   }
+  matching::Engine engine(config);
+  store::Batch commands;
+  for (matching::Seq last = 0;;) {
+    auto rows = run_db.exec("SELECT seq, at, account_id, kind, body::text FROM engine_commands WHERE seq > $1 "
+                            "ORDER BY seq LIMIT 10000",
+                            {std::to_string(last)});
+    if (rows.rows() == 0) break;
+    for (int i = 0; i < rows.rows(); ++i) {
+      store::LoggedCommand logged;
+      logged.command.seq = last = rows.integer(i, 0);
+      logged.command.now = matching::Seconds(rows.integer(i, 1));
+      logged.command.account = matching::AccountId(rows.integer(i, 2));
+      logged.command.body = store::command_body_from_json(rows.text(i, 3), json::parse(rows.text(i, 4)).as_object());
+      engine.apply(logged.command, logged.events);
+      commands.push_back(std::move(logged));
+    }
+  }
+  // A fresh database with the run's accounts (the rows refer to them).
+  const std::string dsn = fresh_database(bench_dsn, "gpuex_bench_e2e_ceiling", gpuexd);
+  auto db = store::PgConnection::connect(dsn);
+  auto accounts = run_db.exec("SELECT id, name FROM accounts ORDER BY id");
+  for (int i = 0; i < accounts.rows(); ++i) {
+    db.exec("INSERT INTO accounts (id, name) VALUES ($1, $2)",
+            {std::string(accounts.text(i, 0)), std::string(accounts.text(i, 1))});
+  }
+  analytics::Rollups rollups;
+  store::Writer writer(dsn, [](const std::string& why) { std::fprintf(stderr, "ceiling: a commit failed: %s\n", why.c_str()); },
+                       1);
+  writer.add_transaction_part(rollups);
+  writer.start();
+
+  // Transactions of the run's mean size, a few queued ahead, until the time is up.
+  std::mutex mutex;
+  std::condition_variable wake;
+  std::size_t committed = 0, submitted = 0, next = 0, written = 0;
+  double tx_carry = 0;
+  auto started = Clock::now();
+  auto deadline = started + std::chrono::seconds(seconds);
+  while (Clock::now() < deadline && next < commands.size()) {
+    tx_carry += per_tx;
+    auto n = std::min(static_cast<std::size_t>(tx_carry), commands.size() - next);
+    tx_carry -= static_cast<double>(static_cast<std::size_t>(tx_carry));
+    if (n == 0) continue;
+    store::Batch batch;
+    batch.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) batch.push_back(std::move(commands[next + i]));
+    batch.back().done = [&](const matching::EventSink*) {
+      std::lock_guard lock(mutex);
+      ++committed;
+      wake.notify_all();
+    };
+    next += n;
+    written += n;
+    {
+      std::unique_lock lock(mutex);
+      wake.wait(lock, [&] { return submitted - committed < 4; });
+      ++submitted;
+    }
+    writer.submit(std::move(batch));
+  }
+  writer.wait_idle();
   double secs = std::chrono::duration<double>(Clock::now() - started).count();
-  db.exec_script("DROP TABLE ceiling_commands, ceiling_orders");
-  return static_cast<double>(commands) / secs;
+  return static_cast<double>(written) / secs;
 }
 
 }  // namespace
@@ -241,7 +277,7 @@ int main(int argc, char** argv) {
   double per_tx = tx > 0 ? cmds / tx : 1, rows_per_cmd = cmds > 0 ? rows / cmds : 1;
   double p50 = percentile(all, 0.50), p99 = percentile(all, 0.99), p999 = percentile(all, 0.999);
   log("measuring PostgreSQL's own ceiling for the same rows in the same batches ...");
-  double ceiling = db_ceiling(dsn, per_tx, rows_per_cmd, 10);
+  double ceiling = db_ceiling(getenv_or_die("GPUEX_BENCH_DSN", "e2e"), dsn, gpuexd, per_tx, 10);
 
   char workload[256];
   std::snprintf(workload, sizeof workload,

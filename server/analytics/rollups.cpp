@@ -50,21 +50,18 @@ SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::numeric[], $5::
 ON CONFLICT (market, day, price_micros) DO UPDATE SET gpu_seconds = p.gpu_seconds + excluded.gpu_seconds,
                                                       trades = p.trades + excluded.trades)sql"};
 
-// The trimmed mean of DESIGN.md §5 for each touched (market, day): with the day's volume V and each
-// price's cumulative volume [c0, c1) in price order, the part of a price's volume inside [V/20, 19V/20]
-// counts (a price on a cut counts in part); everything ×20 keeps the cuts integers.
-constexpr store::Statement kRecomputeIndex{"rollup_daily_index", R"sql(
-INSERT INTO daily_index AS d (market, day, gpu_seconds, trimmed_x20, trades)
-SELECT market, day, v, sum(price_micros * greatest(0, least(20 * c1, 19 * v) - greatest(20 * c0, v))), sum(trades)
-FROM (SELECT p.market, p.day, p.price_micros, p.trades,
-             sum(p.gpu_seconds) OVER w - p.gpu_seconds AS c0, sum(p.gpu_seconds) OVER w AS c1,
-             sum(p.gpu_seconds) OVER (PARTITION BY p.market, p.day) AS v
-      FROM index_prices p JOIN unnest($1::text[], $2::bigint[]) AS k (market, day)
-        ON p.market = k.market AND p.day = k.day
-      WINDOW w AS (PARTITION BY p.market, p.day ORDER BY p.price_micros)) h
-GROUP BY market, day, v
-ON CONFLICT (market, day) DO UPDATE SET gpu_seconds = excluded.gpu_seconds, trimmed_x20 = excluded.trimmed_x20,
-                                        trades = excluded.trades)sql"};
+// Each touched (market, day) of the daily index gets its transaction's volume, Σ price × volume and
+// trades added, then its trimmed sum recomputed from those and the day's two 5 % tails
+// (migrations/0006_daily_index_tails.sql), so the work does not grow with the prices the day has.
+constexpr store::Statement kAddDailyIndex{"rollup_daily_index", R"sql(
+INSERT INTO daily_index AS d (market, day, gpu_seconds, notional, trimmed_x20, trades)
+SELECT market, day, gpu_seconds, notional, 0, trades
+FROM unnest($1::text[], $2::bigint[], $3::numeric[], $4::numeric[], $5::bigint[])
+  AS k (market, day, gpu_seconds, notional, trades)
+ON CONFLICT (market, day) DO UPDATE SET gpu_seconds = d.gpu_seconds + excluded.gpu_seconds,
+                                        notional = d.notional + excluded.notional, trades = d.trades + excluded.trades)sql"};
+constexpr store::Statement kRefreshDailyIndex{"rollup_daily_index_refresh",
+                                              "SELECT gpuex_refresh_daily_index($1::text[], $2::bigint[])"};
 
 // Each lease's contribution to open interest is kept while it is reserved; a new state replaces it,
 // so the aggregate changes by exactly the difference.
@@ -85,7 +82,8 @@ INSERT INTO open_interest AS o (market, bucket, gpu_seconds)
 SELECT market, bucket, g FROM delta WHERE g <> 0
 ON CONFLICT (market, bucket) DO UPDATE SET gpu_seconds = o.gpu_seconds + excluded.gpu_seconds)sql"};
 
-constexpr store::Statement kStatements[] = {kUpsertCandles, kUpsertLast, kUpsertIndexPrices, kRecomputeIndex, kLeases};
+constexpr store::Statement kStatements[] = {kUpsertCandles,  kUpsertLast,        kUpsertIndexPrices,
+                                            kAddDailyIndex, kRefreshDailyIndex, kLeases};
 
 struct Candle {
   std::int64_t open = 0, open_at = 0, open_trade = 0;
@@ -246,19 +244,25 @@ std::size_t Rollups::write_rows(store::Pipeline& pipe, std::span<const Trade* co
     statements += 2;
 
     if (!index_prices.empty()) {
-      Array p[5], days[2];
-      std::pair<std::string, std::int64_t> previous;
+      Array p[5], d[5];
+      // (market, day) -> volume, Σ price × volume, trades; std::map order = index_prices' order
+      std::map<std::pair<std::string, std::int64_t>, std::tuple<Int128, Int128, std::int64_t>> days;
       for (const auto& [key, volume] : index_prices) {
         const auto& [market, day, price] = key;
         p[0].add(market), p[1].add(day), p[2].add(price), p[3].add_i128(volume.first), p[4].add(volume.second);
-        if (previous != std::pair{market, day}) {
-          days[0].add(market), days[1].add(day);
-          previous = {market, day};
-        }
+        auto& [gs, notional, count] = days[{market, day}];
+        gs += volume.first;
+        notional += volume.first * price;
+        count += volume.second;
+      }
+      for (const auto& [key, sums] : days) {
+        d[0].add(key.first), d[1].add(key.second), d[2].add_i128(std::get<0>(sums)), d[3].add_i128(std::get<1>(sums));
+        d[4].add(std::get<2>(sums));
       }
       pipe.send(kUpsertIndexPrices, {p[0].param(), p[1].param(), p[2].param(), p[3].param(), p[4].param()});
-      pipe.send(kRecomputeIndex, {days[0].param(), days[1].param()});
-      statements += 2;
+      pipe.send(kAddDailyIndex, {d[0].param(), d[1].param(), d[2].param(), d[3].param(), d[4].param()});
+      pipe.send(kRefreshDailyIndex, {d[0].param(), d[1].param()});
+      statements += 3;
     }
   }
   if (!leases.empty()) {

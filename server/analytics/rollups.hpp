@@ -1,6 +1,7 @@
 // Price-discovery rollups (DESIGN.md §5), maintained incrementally in the store writer's transaction:
 // candles (1m, 5m, 1h, 1d per market and bucket), each day's spot volume per price and the daily
-// index recomputed from it, the last trade per bucket, and open interest from reserved leases.
+// index kept from it (only its two 5 % tails are read back), the last trade per bucket, and open
+// interest from reserved leases.
 // A transaction's trades are aggregated in memory first, so each touched rollup row is written once,
 // by one array statement per table (migrations/0005_analytics.sql has the tables).
 #pragma once

@@ -77,6 +77,17 @@ void PgConnection::exec_script(std::string_view sql) {
   PQclear(res);
 }
 
+void ArrayParam::add(std::string_view text) {
+  separate();
+  text_.reserve(text_.size() + text.size() + 8);
+  text_ += '"';
+  for (char c : text) {
+    if (c == '"' || c == '\\') text_ += '\\';
+    text_ += c;
+  }
+  text_ += '"';
+}
+
 Pipeline::Pipeline(PgConnection& conn) : conn_(conn) {
   if (PQenterPipelineMode(conn_.raw()) != 1) throw StoreError("cannot enter pipeline mode: " + std::string(PQerrorMessage(conn_.raw())));
 }

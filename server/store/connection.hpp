@@ -4,6 +4,7 @@
 #include <libpq-fe.h>
 
 #include <chrono>
+#include <concepts>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -36,6 +37,33 @@ class PgResult {
 
 // A query parameter in text form; nullopt is SQL NULL.
 using Param = std::optional<std::string>;
+
+// A one-dimensional PostgreSQL array literal ("{...}") built one element at a time, for statements that
+// write many rows at once (INSERT ... SELECT * FROM unnest($1::bigint[], ...)). Text elements are
+// quoted and escaped, so any text (JSON documents included) round-trips.
+class ArrayParam {
+ public:
+  void add(std::string_view text);
+  template <std::integral T>
+    requires(!std::same_as<T, bool>)
+  void add(T v) {
+    separate();
+    text_ += std::to_string(v);
+  }
+  void add(bool v) {
+    separate();
+    text_ += v ? 't' : 'f';
+  }
+  void add_null() {
+    separate();
+    text_ += "NULL";
+  }
+  Param param() const { return text_.empty() ? std::string("{}") : text_ + "}"; }
+
+ private:
+  void separate() { text_ += text_.empty() ? '{' : ','; }
+  std::string text_;
+};
 
 // A named statement, prepared once per connection (PgConnection::prepare) and then sent by name.
 struct Statement {

@@ -4,6 +4,7 @@
 #include <boost/json/serialize.hpp>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <map>
 #include <optional>
 
@@ -19,44 +20,51 @@ namespace json = boost::json;
 
 namespace {
 
-constexpr Statement kInsertCommand{"insert_command",
-    "INSERT INTO engine_commands (seq, at, account_id, kind, body) VALUES ($1, $2, $3, $4, $5::jsonb)"};
-constexpr Statement kUpsertOrder{"upsert_order", R"sql(
+// Each table a transaction writes gets one statement with an array per column (unnest), however
+// many rows it holds: PostgreSQL plans and executes one statement instead of one per row.
+constexpr Statement kInsertCommands{"insert_commands", R"sql(
+INSERT INTO engine_commands (seq, at, account_id, kind, body)
+SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[], $5::jsonb[]))sql"};
+constexpr Statement kUpsertOrders{"upsert_orders", R"sql(
 INSERT INTO orders (id, account_id, client_order_id, body_sha256, side, market, status, doc, created_at, updated_at)
-VALUES ($1, $2, $3, $4::bytea, $5, $6, $7, $8::jsonb, $9, $10)
+SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bytea[], $5::text[], $6::text[], $7::text[],
+                     $8::jsonb[], $9::bigint[], $10::bigint[])
 ON CONFLICT (id) DO UPDATE SET status = excluded.status, doc = excluded.doc, updated_at = excluded.updated_at)sql"};
-constexpr Statement kUpsertPool{"upsert_pool", R"sql(
-INSERT INTO pools (id, provider_id, market, retired, doc) VALUES ($1, $2, $3, $4, $5::jsonb)
+constexpr Statement kUpsertPools{"upsert_pools", R"sql(
+INSERT INTO pools (id, provider_id, market, retired, doc)
+SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::boolean[], $5::jsonb[])
 ON CONFLICT (id) DO UPDATE SET retired = excluded.retired, doc = excluded.doc, updated_at = now())sql"};
-constexpr Statement kUpsertLease{"upsert_lease", R"sql(
-INSERT INTO leases (id, buyer_id, provider_id, pool_id, market, status, lease) VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb)
+constexpr Statement kUpsertLeases{"upsert_leases", R"sql(
+INSERT INTO leases (id, buyer_id, provider_id, pool_id, market, status, lease)
+SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::text[], $6::text[], $7::jsonb[])
 ON CONFLICT (id) DO UPDATE SET status = excluded.status, lease = excluded.lease, updated_at = now())sql"};
-constexpr Statement kInsertTrade{"insert_trade", R"sql(
+constexpr Statement kInsertTrades{"insert_trades", R"sql(
 INSERT INTO trades (id, at, market, bucket, buy_order_id, sell_order_id, buyer_id, seller_id, pool_id, lease_id,
                     quantity, start_at, end_at, price_micros, list_price_micros, green_discount_bps, preemption,
                     taker_side, print, buyer_fill, seller_fill, tier, region, green_tier)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19::jsonb, $20::jsonb,
-        $21::jsonb, $22, $23, $24))sql"};
+SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[],
+                     $8::bigint[], $9::bigint[], $10::bigint[], $11::integer[], $12::bigint[], $13::bigint[],
+                     $14::bigint[], $15::bigint[], $16::integer[], $17::boolean[], $18::text[], $19::jsonb[],
+                     $20::jsonb[], $21::jsonb[], $22::text[], $23::text[], $24::text[]))sql"};
 constexpr Statement kSetHalted{"set_halted", "UPDATE markets SET halted = $2 WHERE id = $1"};
 // A key already stored was checked before the command ran; DO NOTHING keeps a race from failing the batch.
 constexpr Statement kInsertIdempotency{"insert_idempotency", R"sql(
 INSERT INTO idempotency_keys (account_id, key, request_sha256, status, body) VALUES ($1, $2, $3::bytea, $4, $5)
 ON CONFLICT DO NOTHING)sql"};
-constexpr Statement kStatements[] = {kInsertCommand, kUpsertOrder, kUpsertPool,      kUpsertLease,
-                                     kInsertTrade,   kSetHalted,   kInsertIdempotency};
+constexpr Statement kStatements[] = {kInsertCommands, kUpsertOrders, kUpsertPools,      kUpsertLeases,
+                                     kInsertTrades,   kSetHalted,    kInsertIdempotency};
 
 std::string num(std::int64_t v) { return std::to_string(v); }
 std::string boolean(bool b) { return b ? "true" : "false"; }
 
-// The last state of each order, pool and lease a batch touched, so each row is written once.
+// The last state of each order, pool and lease a transaction touched, so each row is written once
+// (an INSERT ... ON CONFLICT DO UPDATE may not touch a row twice).
 struct Rows {
-  std::map<OrderId, Order> orders;
-  std::map<PoolId, Pool> pools;
-  std::map<LeaseId, Lease> leases;
+  std::map<OrderId, const Order*> orders;
+  std::map<PoolId, const Pool*> pools;
+  std::map<LeaseId, const Lease*> leases;
   std::vector<const Trade*> trades;
   std::vector<std::pair<MarketId, bool>> halts;
-
-  std::size_t size() const { return orders.size() + pools.size() + leases.size() + trades.size() + halts.size(); }
 
   void add(const Event& event) {
     std::visit(
@@ -64,11 +72,11 @@ struct Rows {
           using E = std::decay_t<decltype(e)>;
           if constexpr (std::is_same_v<E, OrderAccepted> || std::is_same_v<E, OrderRejected> ||
                         std::is_same_v<E, OrderUpdated> || std::is_same_v<E, OrderDone>) {
-            orders.insert_or_assign(e.order.id, e.order);
+            orders.insert_or_assign(e.order.id, &e.order);
           } else if constexpr (std::is_same_v<E, PoolChanged>) {
-            pools.insert_or_assign(e.pool.id, e.pool);
+            pools.insert_or_assign(e.pool.id, &e.pool);
           } else if constexpr (std::is_same_v<E, LeaseChanged>) {
-            leases.insert_or_assign(e.lease.id, e.lease);
+            leases.insert_or_assign(e.lease.id, &e.lease);
           } else if constexpr (std::is_same_v<E, TradeEvent>) {
             trades.push_back(&e.trade);
           } else if constexpr (std::is_same_v<E, MarketHaltChanged>) {
@@ -85,11 +93,15 @@ std::string request_sha256(const OrderRequest& request) {
   return sha256_bytea(json::serialize(wire::order_request_body(request)));
 }
 
-Writer::Writer(std::string dsn, FailureListener on_failure) : dsn_(std::move(dsn)), on_failure_(std::move(on_failure)) {}
+Writer::Writer(std::string dsn, FailureListener on_failure, std::size_t max_batches_per_transaction)
+    : dsn_(std::move(dsn)), on_failure_(std::move(on_failure)), max_batches_(std::max<std::size_t>(1, max_batches_per_transaction)) {}
 
 Writer::~Writer() { stop(); }
 
-void Writer::start() { thread_ = std::thread([this] { run(); }); }
+void Writer::start() {
+  completer_ = std::thread([this] { complete(); });
+  thread_ = std::thread([this] { run(); });
+}
 
 void Writer::submit(Batch batch) {
   {
@@ -111,11 +123,18 @@ void Writer::stop() {
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
+  // The writer has handed over its last transaction; the completion thread drains and stops.
+  {
+    std::lock_guard lock(mutex_);
+    completer_stopping_ = true;
+  }
+  completion_wake_.notify_all();
+  if (completer_.joinable()) completer_.join();
 }
 
 void Writer::wait_idle() {
   std::unique_lock lock(mutex_);
-  idle_.wait(lock, [this] { return queue_.empty() && !busy_; });
+  idle_.wait(lock, [this] { return queue_.empty() && !busy_ && completions_.empty() && !completing_; });
 }
 
 Writer::Counters Writer::counters() const {
@@ -132,11 +151,11 @@ void Writer::run() {
     {
       std::unique_lock lock(mutex_);
       busy_ = false;
-      if (queue_.empty()) idle_.notify_all();
+      idle_.notify_all();
       wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stopping, and everything was written
       // Group commit: everything queued while the last transaction ran goes into the next one.
-      while (!queue_.empty()) {
+      while (!queue_.empty() && batches.size() < max_batches_) {
         batches.push_back(std::move(queue_.front()));
         queue_.pop_front();
       }
@@ -144,62 +163,17 @@ void Writer::run() {
       busy_ = true;
     }
     if (failed) {
-      fail(batches);
+      hand_off(std::move(batches), false);
       continue;
     }
     try {
       if (!conn || !conn->healthy()) {
         conn = PgConnection::connect(dsn_, std::chrono::seconds(2));
-        for (const auto& statement : kStatements) conn->prepare(statement);
-        for (auto* part : parts_) part->prepare(*conn);
+        prepare(*conn, parts_);
       }
       Pipeline pipe(*conn);
-      statements = 0;
       pipe.send("BEGIN");
-      for (const auto& batch : batches) {
-        for (const auto& logged : batch) {
-          const auto& cmd = logged.command;
-          pipe.send(kInsertCommand, {num(cmd.seq), num(cmd.now.value), num(cmd.account.value),
-                                     std::string(command_kind(cmd.body)), json::serialize(command_body_json(cmd.body))});
-          Rows rows;
-          for (const auto& e : logged.events) rows.add(e);
-          statements += 1 + rows.size();
-          for (const auto& [id, p] : rows.pools) {
-            pipe.send(kUpsertPool, {num(id.value), num(p.provider.value), p.spec.market.value, boolean(p.retired),
-                                    json::serialize(wire::pool_json(p))});
-          }
-          for (const auto& [id, o] : rows.orders) {
-            Param cid = o.request.client_order_id.empty() ? Param{} : Param{o.request.client_order_id};
-            Param hash = o.request.client_order_id.empty() ? Param{} : Param{request_sha256(o.request)};
-            pipe.send(kUpsertOrder, {num(id.value), num(o.account.value), cid, hash, std::string(to_string(o.request.side)),
-                                     o.market.value, std::string(to_string(o.status)),
-                                     json::serialize(wire::order_json(o)), num(o.created_at.value),
-                                     num(o.updated_at.value)});
-          }
-          for (const Trade* t : rows.trades) {
-            pipe.send(kInsertTrade,
-                      {num(t->id.value), num(t->time.value), t->market.value, to_string(t->bucket), num(t->buy_order.value),
-                       num(t->sell_order.value), num(t->buyer.value), num(t->seller.value), num(t->pool.value),
-                       num(t->lease.value), num(t->quantity.value), num(t->start.value), num(t->end.value),
-                       num(t->price.value), num(t->list_price.value), num(t->green_discount_bps), boolean(t->preemption),
-                       std::string(to_string(t->taker)), json::serialize(wire::print_json(*t)),
-                       json::serialize(wire::fill_json(*t, Side::buy)), json::serialize(wire::fill_json(*t, Side::sell)),
-                       std::string(to_string(t->tier)), t->region, std::string(to_string(t->green_tier))});
-          }
-          for (const auto& [id, l] : rows.leases) {
-            pipe.send(kUpsertLease, {num(id.value), num(l.buyer.value), num(l.provider.value), num(l.pool.value),
-                                     l.market.value, std::string(to_string(l.status)),
-                                     json::serialize(wire::lease_json(l, l.buyer))});
-          }
-          for (const auto& [market, halted] : rows.halts) pipe.send(kSetHalted, {market.value, boolean(halted)});
-          if (const auto& idem = logged.idempotency) {
-            pipe.send(kInsertIdempotency, {num(idem->account_id), idem->key, idem->request_sha256,
-                                           num(idem->status), idem->body});
-            ++statements;
-          }
-        }
-      }
-      for (auto* part : parts_) statements += part->write(pipe, batches);
+      statements = write(pipe, batches, parts_);
       pipe.send("COMMIT");
       pipe.sync();
     } catch (const std::exception& e) {
@@ -210,7 +184,7 @@ void Writer::run() {
         failed_ = true;
         ++counters_.failed_transactions;
       }
-      fail(batches);
+      hand_off(std::move(batches), false);
       on_failure_(e.what());
       continue;
     }
@@ -220,8 +194,118 @@ void Writer::run() {
       counters_.statements += statements;
       for (const auto& b : batches) counters_.commands += b.size();
     }
-    commit(batches);
+    hand_off(std::move(batches), true);
   }
+}
+
+void Writer::hand_off(std::vector<Batch> batches, bool committed) {
+  {
+    std::lock_guard lock(mutex_);
+    completions_.emplace_back(std::move(batches), committed);
+  }
+  completion_wake_.notify_one();
+}
+
+void Writer::complete() {
+  for (;;) {
+    std::pair<std::vector<Batch>, bool> next;
+    {
+      std::unique_lock lock(mutex_);
+      completing_ = false;
+      idle_.notify_all();
+      completion_wake_.wait(lock, [this] { return completer_stopping_ || !completions_.empty(); });
+      if (completions_.empty()) return;  // stopping, and everything was answered
+      next = std::move(completions_.front());
+      completions_.pop_front();
+      completing_ = true;
+    }
+    if (next.second) commit(next.first);
+    else fail(next.first);
+  }
+}
+
+void Writer::prepare(PgConnection& conn, const std::vector<TransactionPart*>& parts) {
+  for (const auto& statement : kStatements) conn.prepare(statement);
+  for (auto* part : parts) part->prepare(conn);
+}
+
+std::size_t Writer::write(Pipeline& pipe, const std::vector<Batch>& batches, const std::vector<TransactionPart*>& parts) {
+  Rows rows;
+  ArrayParam c_seq, c_at, c_account, c_kind, c_body;
+  std::size_t written = 0;
+  std::vector<const IdempotencyRecord*> keys;
+  for (const auto& batch : batches) {
+    for (const auto& logged : batch) {
+      const auto& cmd = logged.command;
+      c_seq.add(cmd.seq), c_at.add(cmd.now.value), c_account.add(cmd.account.value);
+      c_kind.add(command_kind(cmd.body)), c_body.add(json::serialize(command_body_json(cmd.body)));
+      ++written;
+      for (const auto& e : logged.events) rows.add(e);
+      if (logged.idempotency) keys.push_back(&*logged.idempotency);
+    }
+  }
+  if (written == 0) return 0;
+  pipe.send(kInsertCommands, {c_seq.param(), c_at.param(), c_account.param(), c_kind.param(), c_body.param()});
+  if (!rows.pools.empty()) {
+    ArrayParam id, provider, market, retired, doc;
+    for (const auto& [pid, p] : rows.pools) {
+      id.add(pid.value), provider.add(p->provider.value), market.add(p->spec.market.value), retired.add(p->retired);
+      doc.add(json::serialize(wire::pool_json(*p)));
+    }
+    pipe.send(kUpsertPools, {id.param(), provider.param(), market.param(), retired.param(), doc.param()});
+    written += rows.pools.size();
+  }
+  if (!rows.orders.empty()) {
+    ArrayParam id, account, cid, hash, side, market, status, doc, created, updated;
+    for (const auto& [oid, o] : rows.orders) {
+      id.add(oid.value), account.add(o->account.value);
+      if (o->request.client_order_id.empty()) {
+        cid.add_null(), hash.add_null();
+      } else {
+        cid.add(o->request.client_order_id), hash.add(request_sha256(o->request));
+      }
+      side.add(to_string(o->request.side)), market.add(o->market.value), status.add(to_string(o->status));
+      doc.add(json::serialize(wire::order_json(*o))), created.add(o->created_at.value), updated.add(o->updated_at.value);
+    }
+    pipe.send(kUpsertOrders, {id.param(), account.param(), cid.param(), hash.param(), side.param(), market.param(),
+                              status.param(), doc.param(), created.param(), updated.param()});
+    written += rows.orders.size();
+  }
+  if (!rows.trades.empty()) {
+    ArrayParam c[24];
+    for (const Trade* t : rows.trades) {
+      c[0].add(t->id.value), c[1].add(t->time.value), c[2].add(t->market.value), c[3].add(to_string(t->bucket));
+      c[4].add(t->buy_order.value), c[5].add(t->sell_order.value), c[6].add(t->buyer.value), c[7].add(t->seller.value);
+      c[8].add(t->pool.value), c[9].add(t->lease.value), c[10].add(t->quantity.value), c[11].add(t->start.value);
+      c[12].add(t->end.value), c[13].add(t->price.value), c[14].add(t->list_price.value);
+      c[15].add(std::int64_t{t->green_discount_bps}), c[16].add(t->preemption), c[17].add(to_string(t->taker));
+      c[18].add(json::serialize(wire::print_json(*t))), c[19].add(json::serialize(wire::fill_json(*t, Side::buy)));
+      c[20].add(json::serialize(wire::fill_json(*t, Side::sell))), c[21].add(to_string(t->tier)), c[22].add(t->region);
+      c[23].add(to_string(t->green_tier));
+    }
+    std::vector<Param> params;
+    for (const auto& a : c) params.push_back(a.param());
+    pipe.send(kInsertTrades, params);
+    written += rows.trades.size();
+  }
+  if (!rows.leases.empty()) {
+    ArrayParam id, buyer, provider, pool, market, status, doc;
+    for (const auto& [lid, l] : rows.leases) {
+      id.add(lid.value), buyer.add(l->buyer.value), provider.add(l->provider.value), pool.add(l->pool.value);
+      market.add(l->market.value), status.add(to_string(l->status)), doc.add(json::serialize(wire::lease_json(*l, l->buyer)));
+    }
+    pipe.send(kUpsertLeases, {id.param(), buyer.param(), provider.param(), pool.param(), market.param(), status.param(),
+                              doc.param()});
+    written += rows.leases.size();
+  }
+  for (const auto& [market, halted] : rows.halts) pipe.send(kSetHalted, {market.value, boolean(halted)});
+  written += rows.halts.size();
+  for (const auto* idem : keys) {
+    pipe.send(kInsertIdempotency, {num(idem->account_id), idem->key, idem->request_sha256, num(idem->status), idem->body});
+  }
+  written += keys.size();
+  for (auto* part : parts) written += part->write(pipe, batches);
+  return written;
 }
 
 void Writer::commit(std::vector<Batch>& batches) {

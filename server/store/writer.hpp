@@ -4,6 +4,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -30,8 +31,8 @@ struct LoggedCommand {
   matching::Command command;
   matching::EventSink events;
   std::optional<IdempotencyRecord> idempotency;
-  // Called once on the writer thread: with the events after COMMIT, or with nullptr when the batch
-  // holding this command did not commit (the command never happened).
+  // Called once on the writer's completion thread: with the events after COMMIT, or with nullptr
+  // when the batch holding this command did not commit (the command never happened).
   std::function<void(const matching::EventSink*)> done;
 };
 using Batch = std::vector<LoggedCommand>;
@@ -59,12 +60,16 @@ class Writer {
   using Listener = std::function<void(const Batch&)>;
   using FailureListener = std::function<void(const std::string& why)>;
 
-  Writer(std::string dsn, FailureListener on_failure);
+  // `max_batches_per_transaction` bounds group commit (the benchmark's PostgreSQL ceiling writes
+  // transactions of a given size through the real writer with 1); the server takes everything queued.
+  Writer(std::string dsn, FailureListener on_failure, std::size_t max_batches_per_transaction = SIZE_MAX);
   ~Writer();
   Writer(const Writer&) = delete;
   Writer& operator=(const Writer&) = delete;
 
-  // After-commit listeners, called in commit order on the writer thread (register before start).
+  // After-commit listeners, called in commit order on the writer's completion thread (register
+  // before start). Listeners and `done` run there, not on the thread that writes, so the next
+  // transaction is written while the last one's answers are made.
   void add_listener(Listener listener) { listeners_.push_back(std::move(listener)); }
   // Parts of every transaction, in registration order (register before start; `part` outlives the writer's run).
   void add_transaction_part(TransactionPart& part) { parts_.push_back(&part); }
@@ -72,7 +77,7 @@ class Writer {
   void submit(Batch batch);
   // Once a batch failed, every later one fails too until reset() (the engine was rebuilt).
   void reset();
-  // Blocks until nothing is queued or being written.
+  // Blocks until nothing is queued, being written or waiting for its listeners and `done`.
   void wait_idle();
   // Commits what is queued, then stops.
   void stop();
@@ -85,13 +90,24 @@ class Writer {
   };
   Counters counters() const;
 
+  // Prepares the statements write() sends (the parts' included) on a new connection.
+  static void prepare(PgConnection& conn, const std::vector<TransactionPart*>& parts);
+  // Sends the rows of one transaction holding `batches` (BEGIN and COMMIT are the caller's): one
+  // statement per table, each row once in its last state, then the parts' statements. Returns the
+  // rows written (the parts' statements counted as one each). The benchmark's PostgreSQL ceiling
+  // writes through this too, so it always writes what the writer writes.
+  static std::size_t write(Pipeline& pipe, const std::vector<Batch>& batches, const std::vector<TransactionPart*>& parts);
+
  private:
   void run();
+  void hand_off(std::vector<Batch> batches, bool committed);
+  void complete();  // the completion thread: listeners and `done`, in commit order
   void commit(std::vector<Batch>& batches);
   void fail(std::vector<Batch>& batches);
 
   std::string dsn_;
   FailureListener on_failure_;
+  std::size_t max_batches_;
   std::vector<Listener> listeners_;
   std::vector<TransactionPart*> parts_;
   mutable std::mutex mutex_;
@@ -101,6 +117,12 @@ class Writer {
   bool failed_ = false;
   bool busy_ = false;
   std::condition_variable idle_;
+  // Transactions whose outcome is known, waiting for their listeners and `done` (true: committed).
+  std::deque<std::pair<std::vector<Batch>, bool>> completions_;
+  std::condition_variable completion_wake_;
+  bool completing_ = false;
+  bool completer_stopping_ = false;
+  std::thread completer_;
   Counters counters_;
   std::thread thread_;
 };
