@@ -35,8 +35,9 @@ function result(form, text) {
   form.querySelector('.form-result').textContent = text;
 }
 
-// Whole numbers go as JSON integers; anything else goes as typed, for the API to judge.
+// Whole numbers go as JSON integers, hours as seconds; anything else goes as typed, for the API to judge.
 const integer = (s) => (/^-?\d+$/.test(s) ? Number(s) : s);
+const seconds = (hours) => (/^\d+(\.\d+)?$/.test(hours) ? Math.round(Number(hours) * 3600) : hours);
 const utc = (local) => (local ? `${local}:00Z` : local);   // a datetime-local read as UTC
 const localInput = (date) => date.toISOString().slice(0, 16);
 
@@ -59,8 +60,7 @@ function bidBody(form) {
   const r = reader(form);
   const body = { side: 'buy', market: r.text('market'), price: r.text('price'), quantity: integer(r.text('quantity')) };
   if (r.text('mode') === 'spot') {
-    const hours = r.text('duration');
-    body.duration = /^\d+(\.\d+)?$/.test(hours) ? Math.round(Number(hours) * 3600) : hours;
+    body.duration = seconds(r.text('duration'));
   } else {
     body.start = utc(r.text('start'));
     body.end = utc(r.text('end'));
@@ -84,7 +84,7 @@ function askBody(form) {
   const body = { side: 'sell', pool_id: r.text('pool_id'), price: r.text('price'), quantity: integer(r.text('quantity')),
                  start: utc(r.text('start')), end: utc(r.text('end')) };
   r.opt(body, 'min_chunk', integer);
-  r.opt(body, 'min_duration', (h) => (/^\d+(\.\d+)?$/.test(h) ? Math.round(Number(h) * 3600) : h));
+  r.opt(body, 'min_duration', seconds);
   return body;
 }
 
