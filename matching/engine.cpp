@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "matching/chunked_set.hpp"
 #include "matching/digest.hpp"
 #include "matching/money.hpp"
 
@@ -128,9 +129,11 @@ struct OrderList {
 };
 
 // One end bucket of a pool's resting asks, with its cheapest effective price (no key touched to skip it).
+using AskSet = ChunkedSet<AskKey, std::less<AskKey>>;
+
 struct AskBucket {
   Price cheapest;
-  std::set<AskKey> keys;
+  AskSet keys;
 };
 
 // A pool's live lease, in (price, id) order: the order preemption considers them in. A lease's price never
@@ -153,14 +156,14 @@ struct LivePool {
   // those a duration bid could use now (spot_now). Each set in ask priority order.
   std::int64_t book_count{0};
   std::map<std::int64_t, AskBucket> book_asks;
-  std::set<AskKey> book_spot_asks;
+  AskSet book_spot_asks;
 };
 
 // Asks are bucketed by window end in 30-day steps of absolute time (times are never negative).
 constexpr std::int64_t kEndBucket = 30 * 86'400;
 std::int64_t end_bucket(Seconds t) { return t.value / kEndBucket; }
 
-using BidSet = std::set<BidKey, BidOrder>;
+using BidSet = ChunkedSet<BidKey, BidOrder>;
 
 // Resting bids of one kind: fixed-window and duration (spot) bids, each in (price desc, priority) order.
 struct BidSets {
@@ -218,42 +221,63 @@ std::string constraint_key(const BidConstraints& c) {
 }
 
 // A k-way merge of bid sets in one priority order (BidOrder). Each head is advanced before its key is
-// returned, so the caller may erase or re-insert the key it was just given.
+// returned, so the caller may erase or re-insert the key it was just given: the head it came from is put
+// back, re-sought by the key it was at, on the next call.
 class BidWalk {
  public:
   // Sets whose best bid is below `floor` are left out (a walk stops there anyway).
   void add(const BidSet& s, bool duration, Price floor) {
     if (s.empty() || s.begin()->price < floor) return;
-    heads_.push_back(Head{s.begin(), s.end(), duration});
+    heads_.push_back(Head{&s, s.begin(), *s.begin(), s.version(), duration});
   }
   void start() { std::make_heap(heads_.begin(), heads_.end(), later); }
   std::optional<BidKey> next() {
+    restore_pending();
     if (heads_.empty()) return std::nullopt;
     std::pop_heap(heads_.begin(), heads_.end(), later);
-    Head& h = heads_.back();
-    const BidKey k = *h.it;
+    Head h = heads_.back();
+    heads_.pop_back();
+    const BidKey k = h.key;
     ++h.it;
-    if (h.it == h.end) {
-      heads_.pop_back();
-    } else {
-      std::push_heap(heads_.begin(), heads_.end(), later);
+    if (h.it != h.s->end()) {
+      h.key = *h.it;
+      h.version = h.s->version();
+      pending_ = h;
     }
     return k;
   }
   // Leaves the duration bids out from here on.
   void drop_duration() {
+    if (pending_) {
+      reseek(*pending_);
+      heads_.push_back(*pending_);
+      pending_.reset();
+    }
     std::erase_if(heads_, [](const Head& h) { return h.duration; });
     start();
   }
 
  private:
   struct Head {
+    const BidSet* s{nullptr};
     BidSet::const_iterator it;
-    BidSet::const_iterator end;
+    BidKey key;  // *it, kept to re-seek after the set changed
+    std::uint64_t version{0};
     bool duration{false};
   };
-  static bool later(const Head& x, const Head& y) { return BidOrder{}(*y.it, *x.it); }  // min-heap
+  static void reseek(Head& h) {
+    if (h.version != h.s->version()) h.it = h.s->lower_bound(h.key);
+  }
+  void restore_pending() {
+    if (!pending_) return;
+    reseek(*pending_);
+    heads_.push_back(*pending_);
+    pending_.reset();
+    std::push_heap(heads_.begin(), heads_.end(), later);
+  }
+  static bool later(const Head& x, const Head& y) { return BidOrder{}(y.key, x.key); }  // min-heap
   std::vector<Head> heads_;
+  std::optional<Head> pending_;
 };
 
 struct View {
@@ -650,22 +674,29 @@ struct Engine::Impl {
   // head on a set that fn could empty (fn changes only the key it was given, and a head whose set had no
   // other fitting key was dropped before fn ran), so erasing emptied buckets is safe. fn(key) returns false to stop. Like a walk of the
   // one set, fn may erase or re-insert the key it was given (a fill changes only that ask; the heads point
-  // at other keys); pool attributes do not change during a walk.
+  // at other keys: the head of the set fn changed is re-sought by the key it was at, as ChunkedSet's
+  // iterators do not survive a change); pool attributes do not change during a walk.
   template <class F>
   void walk_asks(const Book& b, const Order& bid, Price limit, const BidConstraints& c, F&& fn) const {
-    using It = std::set<AskKey>::const_iterator;
+    using It = AskSet::const_iterator;
     struct Head {
+      const AskSet* s{nullptr};
       It it;
-      It end;
+      AskKey key;  // *it once settled, kept to re-seek after fn changed the set
+      std::uint64_t version{0};
     };
     const bool spot = bid.is_duration_bid();
     const Seconds ws = bid_start(bid);
     const Seconds we = bid_end(bid);
     // Moves h to its next fitting key within the limit; false when it has none.
     const auto settle = [&](Head& h) {
-      for (; h.it != h.end; ++h.it) {
+      for (const It end = h.s->end(); h.it != end; ++h.it) {
         if (h.it->effective > limit) return false;
-        if (window_fits(*h.it, ws, we)) return true;
+        if (window_fits(*h.it, ws, we)) {
+          h.key = *h.it;
+          h.version = h.s->version();
+          return true;
+        }
       }
       return false;
     };
@@ -676,38 +707,40 @@ struct Engine::Impl {
       if (!spot && ap.last_bucket < first_bucket) continue;
       const LivePool* lp = ap.lp;
       if (spot) {
-        const std::set<AskKey>& s = lp->book_spot_asks;
+        const AskSet& s = lp->book_spot_asks;
         if (s.empty() || s.begin()->effective > limit) continue;
         if (!pool_satisfies(lp->p, c)) continue;
-        Head h{s.begin(), s.end()};
+        Head h{&s, s.begin(), {}, 0};
         if (settle(h)) heads.push_back(h);
         continue;
       }
       bool admitted = false;
       for (auto it = lp->book_asks.lower_bound(first_bucket); it != lp->book_asks.end(); ++it) {
         if (it->second.cheapest > limit) continue;
-        const std::set<AskKey>& s = it->second.keys;
+        const AskSet& s = it->second.keys;
         if (!admitted) {
           if (!pool_satisfies(lp->p, c)) break;
           admitted = true;
         }
-        Head h{s.begin(), s.end()};
+        Head h{&s, s.begin(), {}, 0};
         if (settle(h)) heads.push_back(h);
       }
     }
-    const auto later = [](const Head& x, const Head& y) { return *y.it < *x.it; };  // min-heap on key
+    const auto later = [](const Head& x, const Head& y) { return y.key < x.key; };  // min-heap on key
     std::make_heap(heads.begin(), heads.end(), later);
     while (!heads.empty()) {
       std::pop_heap(heads.begin(), heads.end(), later);
-      Head& h = heads.back();
-      const AskKey k = *h.it;
+      Head h = heads.back();
+      heads.pop_back();
+      const AskKey k = h.key;
       ++h.it;
-      if (settle(h)) {
-        std::push_heap(heads.begin(), heads.end(), later);
-      } else {
-        heads.pop_back();
-      }
+      const bool more = settle(h);
       if (!fn(k)) return;
+      if (more) {
+        if (h.version != h.s->version()) h.it = h.s->lower_bound(h.key);  // fn changed this set
+        heads.push_back(h);
+        std::push_heap(heads.begin(), heads.end(), later);
+      }
     }
   }
 
