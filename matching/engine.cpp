@@ -132,9 +132,16 @@ struct OrderList {
 using AskSet = ChunkedSet<AskKey, std::less<AskKey>>;
 
 struct AskBucket {
+  std::int64_t eb{0};  // end_bucket() of its asks' window end
   Price cheapest;
-  AskSet keys;
+  std::unique_ptr<AskSet> keys;  // never empty; on the heap, so that walks keep pointers while buckets shift
 };
+
+// The first bucket of `v` (ascending eb) with eb >= `eb`.
+template <class V>
+auto bucket_from(V& v, std::int64_t eb) {
+  return std::partition_point(v.begin(), v.end(), [&](const AskBucket& b) { return b.eb < eb; });
+}
 
 // A pool's live lease, in (price, id) order: the order preemption considers them in. A lease's price never
 // changes; `l` points into Impl::leases (std::map: stable).
@@ -155,7 +162,7 @@ struct LivePool {
   // window end (a fixed-window bid skips the buckets that end before its window does; no empty sets), and
   // those a duration bid could use now (spot_now). Each set in ask priority order.
   std::int64_t book_count{0};
-  std::map<std::int64_t, AskBucket> book_asks;
+  std::vector<AskBucket> book_asks;  // ascending eb: a walk's setup reads it from contiguous memory
   AskSet book_spot_asks;
 };
 
@@ -715,9 +722,9 @@ struct Engine::Impl {
         continue;
       }
       bool admitted = false;
-      for (auto it = lp->book_asks.lower_bound(first_bucket); it != lp->book_asks.end(); ++it) {
-        if (it->second.cheapest > limit) continue;
-        const AskSet& s = it->second.keys;
+      for (auto it = bucket_from(lp->book_asks, first_bucket); it != lp->book_asks.end(); ++it) {
+        if (it->cheapest > limit) continue;
+        const AskSet& s = *it->keys;
         if (!admitted) {
           if (!pool_satisfies(lp->p, c)) break;
           admitted = true;
@@ -790,12 +797,12 @@ struct Engine::Impl {
       } else {
         const AskKey k{lo.o.effective_price, lo.o.priority, lo.o.id};
         LivePool* lp = lo.hooked_pool;
-        auto bucket = lp->book_asks.find(end_bucket(lo.o.window_end));
-        bucket->second.keys.erase(k);
-        if (bucket->second.keys.empty()) {
+        auto bucket = bucket_from(lp->book_asks, end_bucket(lo.o.window_end));
+        bucket->keys->erase(k);
+        if (bucket->keys->empty()) {
           lp->book_asks.erase(bucket);
         } else {
-          bucket->second.cheapest = bucket->second.keys.begin()->effective;
+          bucket->cheapest = bucket->keys->begin()->effective;
         }
         if (lo.in_spot) lp->book_spot_asks.erase(k);
         if (--lp->book_count == 0) {
@@ -805,10 +812,10 @@ struct Engine::Impl {
           b.ask_pools.pop_back();
         } else {
           AskPool& ap = b.ask_pools[lp->ask_pool_slot];
-          ap.last_bucket = lp->book_asks.rbegin()->first;
+          ap.last_bucket = lp->book_asks.back().eb;
           if (k.effective == ap.cheapest) {
             Price cheapest(std::numeric_limits<std::int64_t>::max());
-            for (const auto& [eb, bucket_keys] : lp->book_asks) cheapest = std::min(cheapest, bucket_keys.cheapest);
+            for (const AskBucket& other : lp->book_asks) cheapest = std::min(cheapest, other.cheapest);
             ap.cheapest = cheapest;
           }
         }
@@ -862,9 +869,12 @@ struct Engine::Impl {
             ap.cheapest = std::min(ap.cheapest, k.effective);
             ap.last_bucket = std::max(ap.last_bucket, eb);
           }
-          auto [bucket, fresh] = lp.book_asks.try_emplace(eb, AskBucket{k.effective, {}});
-          bucket->second.keys.insert(k);
-          bucket->second.cheapest = std::min(bucket->second.cheapest, k.effective);
+          auto bucket = bucket_from(lp.book_asks, eb);
+          if (bucket == lp.book_asks.end() || bucket->eb != eb) {
+            bucket = lp.book_asks.insert(bucket, AskBucket{eb, k.effective, std::make_unique<AskSet>()});
+          }
+          bucket->keys->insert(k);
+          bucket->cheapest = std::min(bucket->cheapest, k.effective);
           if (lo.in_spot) lp.book_spot_asks.insert(k);
           lo.hooked_pool = &lp;
         }
@@ -1845,8 +1855,8 @@ struct Engine::Impl {
     if (!c.halted) {
       std::vector<OrderId> ids;
       for (const AskPool& ap : it->second.ask_pools) {
-        for (const auto& [eb, bucket] : ap.lp->book_asks) {
-          for (const AskKey& k : bucket.keys) ids.push_back(k.id);
+        for (const AskBucket& bucket : ap.lp->book_asks) {
+          for (const AskKey& k : *bucket.keys) ids.push_back(k.id);
         }
       }
       match_woken(std::move(ids));  // sorts them into ask priority
@@ -2004,8 +2014,9 @@ struct Engine::Impl {
       if (in && o.is_sell()) {
         in = lo.hooked_pool == &pools.at(o.request.pool);
         if (in) {
-          auto bucket = lo.hooked_pool->book_asks.find(end_bucket(o.window_end));
-          in = bucket != lo.hooked_pool->book_asks.end() && bucket->second.keys.count(ak) == 1;
+          const std::int64_t eb = end_bucket(o.window_end);
+          auto bucket = bucket_from(lo.hooked_pool->book_asks, eb);
+          in = bucket != lo.hooked_pool->book_asks.end() && bucket->eb == eb && bucket->keys->count(ak) == 1;
         }
       }
       if (!in) fail("open order not in book: " + to_string(o));
@@ -2039,14 +2050,20 @@ struct Engine::Impl {
         const AskPool& ap = b.ask_pools[i];
         Price cheapest(std::numeric_limits<std::int64_t>::max());
         std::int64_t n = 0;
-        for (const auto& [eb, bucket] : ap.lp->book_asks) {
-          if (bucket.keys.empty() || bucket.cheapest != bucket.keys.begin()->effective) {
+        for (std::size_t j = 0; j < ap.lp->book_asks.size(); ++j) {
+          const AskBucket& bucket = ap.lp->book_asks[j];
+          const AskSet& keys = *bucket.keys;
+          if (keys.empty() || bucket.cheapest != keys.begin()->effective ||
+              (j > 0 && ap.lp->book_asks[j - 1].eb >= bucket.eb)) {
             fail("ask bucket of pool " + std::to_string(ap.lp->p.id.value) + " out of step");
           }
-          cheapest = std::min(cheapest, bucket.keys.empty() ? cheapest : bucket.keys.begin()->effective);
-          n += static_cast<std::int64_t>(bucket.keys.size());
+          cheapest = std::min(cheapest, keys.empty() ? cheapest : keys.begin()->effective);
+          n += static_cast<std::int64_t>(keys.size());
+          for (const AskKey& k : keys) {
+            if (end_bucket(k.end) != bucket.eb) fail("ask in the wrong end bucket: " + std::to_string(k.id.value));
+          }
         }
-        const bool last_ok = !ap.lp->book_asks.empty() && ap.lp->book_asks.rbegin()->first == ap.last_bucket;
+        const bool last_ok = !ap.lp->book_asks.empty() && ap.lp->book_asks.back().eb == ap.last_bucket;
         if (ap.lp->ask_pool_slot != i || n == 0 || n != ap.lp->book_count || cheapest != ap.cheapest || !last_ok) {
           fail("ask pool index of pool " + std::to_string(ap.lp->p.id.value) + " out of step");
         }
