@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "matching/chunked_set.hpp"
 #include "matching/digest.hpp"
 #include "matching/money.hpp"
 
@@ -128,10 +129,19 @@ struct OrderList {
 };
 
 // One end bucket of a pool's resting asks, with its cheapest effective price (no key touched to skip it).
+using AskSet = ChunkedSet<AskKey, std::less<AskKey>>;
+
 struct AskBucket {
+  std::int64_t eb{0};  // end_bucket() of its asks' window end
   Price cheapest;
-  std::set<AskKey> keys;
+  std::unique_ptr<AskSet> keys;  // never empty; on the heap, so that walks keep pointers while buckets shift
 };
+
+// The first bucket of `v` (ascending eb) with eb >= `eb`.
+template <class V>
+auto bucket_from(V& v, std::int64_t eb) {
+  return std::partition_point(v.begin(), v.end(), [&](const AskBucket& b) { return b.eb < eb; });
+}
 
 // A pool's live lease, in (price, id) order: the order preemption considers them in. A lease's price never
 // changes; `l` points into Impl::leases (std::map: stable).
@@ -152,15 +162,15 @@ struct LivePool {
   // window end (a fixed-window bid skips the buckets that end before its window does; no empty sets), and
   // those a duration bid could use now (spot_now). Each set in ask priority order.
   std::int64_t book_count{0};
-  std::map<std::int64_t, AskBucket> book_asks;
-  std::set<AskKey> book_spot_asks;
+  std::vector<AskBucket> book_asks;  // ascending eb: a walk's setup reads it from contiguous memory
+  AskSet book_spot_asks;
 };
 
 // Asks are bucketed by window end in 30-day steps of absolute time (times are never negative).
 constexpr std::int64_t kEndBucket = 30 * 86'400;
 std::int64_t end_bucket(Seconds t) { return t.value / kEndBucket; }
 
-using BidSet = std::set<BidKey, BidOrder>;
+using BidSet = ChunkedSet<BidKey, BidOrder>;
 
 // Resting bids of one kind: fixed-window and duration (spot) bids, each in (price desc, priority) order.
 struct BidSets {
@@ -218,42 +228,63 @@ std::string constraint_key(const BidConstraints& c) {
 }
 
 // A k-way merge of bid sets in one priority order (BidOrder). Each head is advanced before its key is
-// returned, so the caller may erase or re-insert the key it was just given.
+// returned, so the caller may erase or re-insert the key it was just given: the head it came from is put
+// back, re-sought by the key it was at, on the next call.
 class BidWalk {
  public:
   // Sets whose best bid is below `floor` are left out (a walk stops there anyway).
   void add(const BidSet& s, bool duration, Price floor) {
     if (s.empty() || s.begin()->price < floor) return;
-    heads_.push_back(Head{s.begin(), s.end(), duration});
+    heads_.push_back(Head{&s, s.begin(), *s.begin(), s.version(), duration});
   }
   void start() { std::make_heap(heads_.begin(), heads_.end(), later); }
   std::optional<BidKey> next() {
+    restore_pending();
     if (heads_.empty()) return std::nullopt;
     std::pop_heap(heads_.begin(), heads_.end(), later);
-    Head& h = heads_.back();
-    const BidKey k = *h.it;
+    Head h = heads_.back();
+    heads_.pop_back();
+    const BidKey k = h.key;
     ++h.it;
-    if (h.it == h.end) {
-      heads_.pop_back();
-    } else {
-      std::push_heap(heads_.begin(), heads_.end(), later);
+    if (h.it != h.s->end()) {
+      h.key = *h.it;
+      h.version = h.s->version();
+      pending_ = h;
     }
     return k;
   }
   // Leaves the duration bids out from here on.
   void drop_duration() {
+    if (pending_) {
+      reseek(*pending_);
+      heads_.push_back(*pending_);
+      pending_.reset();
+    }
     std::erase_if(heads_, [](const Head& h) { return h.duration; });
     start();
   }
 
  private:
   struct Head {
+    const BidSet* s{nullptr};
     BidSet::const_iterator it;
-    BidSet::const_iterator end;
+    BidKey key;  // *it, kept to re-seek after the set changed
+    std::uint64_t version{0};
     bool duration{false};
   };
-  static bool later(const Head& x, const Head& y) { return BidOrder{}(*y.it, *x.it); }  // min-heap
+  static void reseek(Head& h) {
+    if (h.version != h.s->version()) h.it = h.s->lower_bound(h.key);
+  }
+  void restore_pending() {
+    if (!pending_) return;
+    reseek(*pending_);
+    heads_.push_back(*pending_);
+    pending_.reset();
+    std::push_heap(heads_.begin(), heads_.end(), later);
+  }
+  static bool later(const Head& x, const Head& y) { return BidOrder{}(y.key, x.key); }  // min-heap
   std::vector<Head> heads_;
+  std::optional<Head> pending_;
 };
 
 struct View {
@@ -650,22 +681,29 @@ struct Engine::Impl {
   // head on a set that fn could empty (fn changes only the key it was given, and a head whose set had no
   // other fitting key was dropped before fn ran), so erasing emptied buckets is safe. fn(key) returns false to stop. Like a walk of the
   // one set, fn may erase or re-insert the key it was given (a fill changes only that ask; the heads point
-  // at other keys); pool attributes do not change during a walk.
+  // at other keys: the head of the set fn changed is re-sought by the key it was at, as ChunkedSet's
+  // iterators do not survive a change); pool attributes do not change during a walk.
   template <class F>
   void walk_asks(const Book& b, const Order& bid, Price limit, const BidConstraints& c, F&& fn) const {
-    using It = std::set<AskKey>::const_iterator;
+    using It = AskSet::const_iterator;
     struct Head {
+      const AskSet* s{nullptr};
       It it;
-      It end;
+      AskKey key;  // *it once settled, kept to re-seek after fn changed the set
+      std::uint64_t version{0};
     };
     const bool spot = bid.is_duration_bid();
     const Seconds ws = bid_start(bid);
     const Seconds we = bid_end(bid);
     // Moves h to its next fitting key within the limit; false when it has none.
     const auto settle = [&](Head& h) {
-      for (; h.it != h.end; ++h.it) {
+      for (const It end = h.s->end(); h.it != end; ++h.it) {
         if (h.it->effective > limit) return false;
-        if (window_fits(*h.it, ws, we)) return true;
+        if (window_fits(*h.it, ws, we)) {
+          h.key = *h.it;
+          h.version = h.s->version();
+          return true;
+        }
       }
       return false;
     };
@@ -676,38 +714,40 @@ struct Engine::Impl {
       if (!spot && ap.last_bucket < first_bucket) continue;
       const LivePool* lp = ap.lp;
       if (spot) {
-        const std::set<AskKey>& s = lp->book_spot_asks;
+        const AskSet& s = lp->book_spot_asks;
         if (s.empty() || s.begin()->effective > limit) continue;
         if (!pool_satisfies(lp->p, c)) continue;
-        Head h{s.begin(), s.end()};
+        Head h{&s, s.begin(), {}, 0};
         if (settle(h)) heads.push_back(h);
         continue;
       }
       bool admitted = false;
-      for (auto it = lp->book_asks.lower_bound(first_bucket); it != lp->book_asks.end(); ++it) {
-        if (it->second.cheapest > limit) continue;
-        const std::set<AskKey>& s = it->second.keys;
+      for (auto it = bucket_from(lp->book_asks, first_bucket); it != lp->book_asks.end(); ++it) {
+        if (it->cheapest > limit) continue;
+        const AskSet& s = *it->keys;
         if (!admitted) {
           if (!pool_satisfies(lp->p, c)) break;
           admitted = true;
         }
-        Head h{s.begin(), s.end()};
+        Head h{&s, s.begin(), {}, 0};
         if (settle(h)) heads.push_back(h);
       }
     }
-    const auto later = [](const Head& x, const Head& y) { return *y.it < *x.it; };  // min-heap on key
+    const auto later = [](const Head& x, const Head& y) { return y.key < x.key; };  // min-heap on key
     std::make_heap(heads.begin(), heads.end(), later);
     while (!heads.empty()) {
       std::pop_heap(heads.begin(), heads.end(), later);
-      Head& h = heads.back();
-      const AskKey k = *h.it;
+      Head h = heads.back();
+      heads.pop_back();
+      const AskKey k = h.key;
       ++h.it;
-      if (settle(h)) {
-        std::push_heap(heads.begin(), heads.end(), later);
-      } else {
-        heads.pop_back();
-      }
+      const bool more = settle(h);
       if (!fn(k)) return;
+      if (more) {
+        if (h.version != h.s->version()) h.it = h.s->lower_bound(h.key);  // fn changed this set
+        heads.push_back(h);
+        std::push_heap(heads.begin(), heads.end(), later);
+      }
     }
   }
 
@@ -757,12 +797,12 @@ struct Engine::Impl {
       } else {
         const AskKey k{lo.o.effective_price, lo.o.priority, lo.o.id};
         LivePool* lp = lo.hooked_pool;
-        auto bucket = lp->book_asks.find(end_bucket(lo.o.window_end));
-        bucket->second.keys.erase(k);
-        if (bucket->second.keys.empty()) {
+        auto bucket = bucket_from(lp->book_asks, end_bucket(lo.o.window_end));
+        bucket->keys->erase(k);
+        if (bucket->keys->empty()) {
           lp->book_asks.erase(bucket);
         } else {
-          bucket->second.cheapest = bucket->second.keys.begin()->effective;
+          bucket->cheapest = bucket->keys->begin()->effective;
         }
         if (lo.in_spot) lp->book_spot_asks.erase(k);
         if (--lp->book_count == 0) {
@@ -772,10 +812,10 @@ struct Engine::Impl {
           b.ask_pools.pop_back();
         } else {
           AskPool& ap = b.ask_pools[lp->ask_pool_slot];
-          ap.last_bucket = lp->book_asks.rbegin()->first;
+          ap.last_bucket = lp->book_asks.back().eb;
           if (k.effective == ap.cheapest) {
             Price cheapest(std::numeric_limits<std::int64_t>::max());
-            for (const auto& [eb, bucket_keys] : lp->book_asks) cheapest = std::min(cheapest, bucket_keys.cheapest);
+            for (const AskBucket& other : lp->book_asks) cheapest = std::min(cheapest, other.cheapest);
             ap.cheapest = cheapest;
           }
         }
@@ -829,9 +869,12 @@ struct Engine::Impl {
             ap.cheapest = std::min(ap.cheapest, k.effective);
             ap.last_bucket = std::max(ap.last_bucket, eb);
           }
-          auto [bucket, fresh] = lp.book_asks.try_emplace(eb, AskBucket{k.effective, {}});
-          bucket->second.keys.insert(k);
-          bucket->second.cheapest = std::min(bucket->second.cheapest, k.effective);
+          auto bucket = bucket_from(lp.book_asks, eb);
+          if (bucket == lp.book_asks.end() || bucket->eb != eb) {
+            bucket = lp.book_asks.insert(bucket, AskBucket{eb, k.effective, std::make_unique<AskSet>()});
+          }
+          bucket->keys->insert(k);
+          bucket->cheapest = std::min(bucket->cheapest, k.effective);
           if (lo.in_spot) lp.book_spot_asks.insert(k);
           lo.hooked_pool = &lp;
         }
@@ -1812,8 +1855,8 @@ struct Engine::Impl {
     if (!c.halted) {
       std::vector<OrderId> ids;
       for (const AskPool& ap : it->second.ask_pools) {
-        for (const auto& [eb, bucket] : ap.lp->book_asks) {
-          for (const AskKey& k : bucket.keys) ids.push_back(k.id);
+        for (const AskBucket& bucket : ap.lp->book_asks) {
+          for (const AskKey& k : *bucket.keys) ids.push_back(k.id);
         }
       }
       match_woken(std::move(ids));  // sorts them into ask priority
@@ -1971,8 +2014,9 @@ struct Engine::Impl {
       if (in && o.is_sell()) {
         in = lo.hooked_pool == &pools.at(o.request.pool);
         if (in) {
-          auto bucket = lo.hooked_pool->book_asks.find(end_bucket(o.window_end));
-          in = bucket != lo.hooked_pool->book_asks.end() && bucket->second.keys.count(ak) == 1;
+          const std::int64_t eb = end_bucket(o.window_end);
+          auto bucket = bucket_from(lo.hooked_pool->book_asks, eb);
+          in = bucket != lo.hooked_pool->book_asks.end() && bucket->eb == eb && bucket->keys->count(ak) == 1;
         }
       }
       if (!in) fail("open order not in book: " + to_string(o));
@@ -2006,14 +2050,20 @@ struct Engine::Impl {
         const AskPool& ap = b.ask_pools[i];
         Price cheapest(std::numeric_limits<std::int64_t>::max());
         std::int64_t n = 0;
-        for (const auto& [eb, bucket] : ap.lp->book_asks) {
-          if (bucket.keys.empty() || bucket.cheapest != bucket.keys.begin()->effective) {
+        for (std::size_t j = 0; j < ap.lp->book_asks.size(); ++j) {
+          const AskBucket& bucket = ap.lp->book_asks[j];
+          const AskSet& keys = *bucket.keys;
+          if (keys.empty() || bucket.cheapest != keys.begin()->effective ||
+              (j > 0 && ap.lp->book_asks[j - 1].eb >= bucket.eb)) {
             fail("ask bucket of pool " + std::to_string(ap.lp->p.id.value) + " out of step");
           }
-          cheapest = std::min(cheapest, bucket.keys.empty() ? cheapest : bucket.keys.begin()->effective);
-          n += static_cast<std::int64_t>(bucket.keys.size());
+          cheapest = std::min(cheapest, keys.empty() ? cheapest : keys.begin()->effective);
+          n += static_cast<std::int64_t>(keys.size());
+          for (const AskKey& k : keys) {
+            if (end_bucket(k.end) != bucket.eb) fail("ask in the wrong end bucket: " + std::to_string(k.id.value));
+          }
         }
-        const bool last_ok = !ap.lp->book_asks.empty() && ap.lp->book_asks.rbegin()->first == ap.last_bucket;
+        const bool last_ok = !ap.lp->book_asks.empty() && ap.lp->book_asks.back().eb == ap.last_bucket;
         if (ap.lp->ask_pool_slot != i || n == 0 || n != ap.lp->book_count || cheapest != ap.cheapest || !last_ok) {
           fail("ask pool index of pool " + std::to_string(ap.lp->p.id.value) + " out of step");
         }

@@ -1,0 +1,122 @@
+// A sorted set of small keys kept in contiguous chunks (a two-level B-tree): the engine's book sets.
+//
+// std::set costs a heap node per key (~100 bytes with the allocator's header for a 64-byte key) and a
+// cache miss per step of a walk. Here keys sit in sorted chunks of at most kMax; finding a key binary-
+// searches the chunks' last keys, then the chunk. Iteration is contiguous within a chunk.
+//
+// Unlike std::set, insert and erase invalidate every iterator of the set. Walks that change the set they
+// walk keep the key their iterator was at and re-seek with lower_bound() after the change.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace gpuex::matching {
+
+template <class Key, class Less>
+class ChunkedSet {
+ public:
+  static constexpr std::size_t kMax = 64;  // a chunk above this splits in two
+
+  class const_iterator {
+   public:
+    const_iterator() = default;
+    const Key& operator*() const { return s_->chunks_[c_][i_]; }
+    const Key* operator->() const { return &s_->chunks_[c_][i_]; }
+    const_iterator& operator++() {
+      if (++i_ == s_->chunks_[c_].size()) {
+        ++c_;
+        i_ = 0;
+      }
+      return *this;
+    }
+    bool operator==(const const_iterator& o) const { return c_ == o.c_ && i_ == o.i_; }
+
+   private:
+    friend class ChunkedSet;
+    const_iterator(const ChunkedSet* s, std::size_t c, std::size_t i) : s_(s), c_(c), i_(i) {}
+    const ChunkedSet* s_{nullptr};
+    std::size_t c_{0};
+    std::size_t i_{0};
+  };
+
+  const_iterator begin() const { return const_iterator(this, 0, 0); }
+  const_iterator end() const { return const_iterator(this, chunks_.size(), 0); }
+  bool empty() const { return size_ == 0; }
+  std::size_t size() const { return size_; }
+  // Changes with every insert or erase: an iterator taken at an equal version is still valid.
+  std::uint64_t version() const { return version_; }
+
+  // The first key not less than k.
+  const_iterator lower_bound(const Key& k) const {
+    const std::size_t c = chunk_for(k);
+    if (c == chunks_.size()) return end();
+    const auto& ch = chunks_[c];
+    const auto it = std::lower_bound(ch.begin(), ch.end(), k, Less{});
+    return const_iterator(this, c, static_cast<std::size_t>(it - ch.begin()));
+  }
+
+  std::size_t count(const Key& k) const {
+    const const_iterator it = lower_bound(k);
+    return it != end() && !Less{}(k, *it) ? 1 : 0;
+  }
+
+  // Inserts k unless an equivalent key is present.
+  void insert(const Key& k) {
+    ++version_;
+    if (chunks_.empty()) {
+      chunks_.emplace_back(1, k);
+      size_ = 1;
+      return;
+    }
+    std::size_t c = chunk_for(k);
+    if (c == chunks_.size()) c = chunks_.size() - 1;  // after every key: the last chunk
+    auto& ch = chunks_[c];
+    const auto it = std::lower_bound(ch.begin(), ch.end(), k, Less{});
+    if (it != ch.end() && !Less{}(k, *it)) return;
+    ch.insert(it, k);
+    ++size_;
+    if (ch.size() > kMax) {
+      const auto mid = ch.begin() + static_cast<std::ptrdiff_t>(ch.size() / 2);
+      std::vector<Key> upper(mid, ch.end());
+      ch.erase(mid, ch.end());
+      chunks_.insert(chunks_.begin() + static_cast<std::ptrdiff_t>(c) + 1, std::move(upper));
+    }
+  }
+
+  // Erases the key equivalent to k, if any.
+  void erase(const Key& k) {
+    const std::size_t c = chunk_for(k);
+    if (c == chunks_.size()) return;
+    auto& ch = chunks_[c];
+    const auto it = std::lower_bound(ch.begin(), ch.end(), k, Less{});
+    if (it == ch.end() || Less{}(k, *it)) return;
+    ++version_;
+    ch.erase(it);
+    --size_;
+    if (ch.empty()) {
+      chunks_.erase(chunks_.begin() + static_cast<std::ptrdiff_t>(c));
+    } else if (c + 1 < chunks_.size() && ch.size() + chunks_[c + 1].size() <= kMax / 2) {
+      // Keep chunks from thinning out: merge with the next one while both are small.
+      auto& next = chunks_[c + 1];
+      ch.insert(ch.end(), next.begin(), next.end());
+      chunks_.erase(chunks_.begin() + static_cast<std::ptrdiff_t>(c) + 1);
+    }
+  }
+
+ private:
+  // The first chunk whose last key is not less than k (chunks_.size() if none).
+  std::size_t chunk_for(const Key& k) const {
+    const auto it = std::partition_point(chunks_.begin(), chunks_.end(),
+                                         [&](const std::vector<Key>& ch) { return Less{}(ch.back(), k); });
+    return static_cast<std::size_t>(it - chunks_.begin());
+  }
+
+  std::vector<std::vector<Key>> chunks_;  // each non-empty and sorted; chunk i's keys < chunk i+1's
+  std::size_t size_{0};
+  std::uint64_t version_{0};
+};
+
+}  // namespace gpuex::matching
