@@ -25,8 +25,41 @@ EngineRunner::EngineRunner(EngineConfig config, store::Writer& writer, Options o
     : config_(config), engine_(std::move(config)), writer_(writer), options_(std::move(options)) {
   writer_.add_listener([this](const store::Batch& batch) {
     if (batch.empty()) return;
+    {
+      std::lock_guard lock(committed_mutex_);
+      committed_.emplace_back(SteadyClock::now(), batch.back().command.seq);
+      committed_seq_ = batch.back().command.seq;
+    }
+    finish_reads(true);
+  });
+}
+
+void EngineRunner::finish_reads(bool committed) {
+  std::vector<Deliver> ready;
+  {
     std::lock_guard lock(committed_mutex_);
-    committed_.emplace_back(SteadyClock::now(), batch.back().command.seq);
+    std::erase_if(waiting_reads_, [&](auto& w) {
+      if (committed && w.first > committed_seq_) return false;
+      ready.push_back(std::move(w.second));
+      return true;
+    });
+  }
+  for (auto& deliver : ready) deliver(committed);
+}
+
+void EngineRunner::read_committed(std::function<Deliver(const Engine&)> fn) {
+  read([this, fn = std::move(fn)](const Engine& engine) {
+    Deliver deliver = fn(engine);
+    const Seq applied = next_seq_ - 1;
+    {
+      std::lock_guard lock(committed_mutex_);
+      // A failed commit fails the waiting reads (store_failed); until the rebuild nothing is certain.
+      if (!rebuild_needed_ && committed_seq_ < applied) {
+        waiting_reads_.emplace_back(applied, std::move(deliver));
+        return;
+      }
+    }
+    deliver(!rebuild_needed_);
   });
 }
 
@@ -68,6 +101,10 @@ EngineRunner::Recovery EngineRunner::recover(store::PgConnection& db) {
   }
   engine_ = std::move(engine);
   next_seq_ = last + 1;
+  {
+    std::lock_guard lock(committed_mutex_);
+    committed_seq_ = last;
+  }
   auto state = engine_.snapshot();
   r.pools = state.pools.size();
   r.open_orders = state.open_orders.size();
@@ -89,6 +126,7 @@ void EngineRunner::stop() {
   }
   wake_.notify_all();
   thread_.join();
+  finish_reads(false);  // whatever the last commits did not answer
 }
 
 void EngineRunner::submit(AccountId account, CommandBody body, Admit admit, Done done,
@@ -174,6 +212,7 @@ void EngineRunner::forget_committed_ids() {
 void EngineRunner::store_failed() {
   accepting_ = false;
   rebuild_needed_ = true;
+  finish_reads(false);
   wake_.notify_all();
 }
 
@@ -198,6 +237,23 @@ void EngineRunner::rebuild() {
     } catch (const std::exception& e) {
       if (attempt == 0) spdlog::warn("engine: waiting for PostgreSQL to rebuild: {}", e.what());
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      // Whatever came meanwhile is answered now rather than when the store returns.
+      std::deque<Job> jobs;
+      {
+        std::lock_guard lock(mutex_);
+        jobs.swap(jobs_);
+      }
+      answer_unrebuilt(jobs);
+    }
+  }
+}
+
+void EngineRunner::answer_unrebuilt(std::deque<Job>& jobs) {
+  for (auto& job : jobs) {
+    if (auto* s = std::get_if<Submit>(&job)) {
+      if (s->done) s->done(Result{Outcome::store_unavailable, nullptr, 0, std::nullopt});
+    } else {
+      std::get<Read>(job).fn(engine_);  // a committed read answers store_unavailable (rebuild_needed_)
     }
   }
 }
@@ -218,14 +274,8 @@ void EngineRunner::run() {
       }
     }
     if (rebuild_needed_ && !stopping) {
-      // Refuse what waits, then rebuild; reads wait for the rebuilt engine.
-      for (auto& job : jobs) {
-        if (auto* s = std::get_if<Submit>(&job)) {
-          if (s->done) s->done(Result{Outcome::store_unavailable, nullptr, 0, std::nullopt});
-        } else {
-          std::get<Read>(job).fn(engine_);
-        }
-      }
+      // Refuse what waits, then rebuild.
+      answer_unrebuilt(jobs);
       rebuild();
       continue;
     }

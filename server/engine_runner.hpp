@@ -90,6 +90,11 @@ class EngineRunner {
               std::optional<Idempotency> idempotency = std::nullopt);
   // Runs `fn` on the engine thread with read-only access to the live engine.
   void read(std::function<void(const matching::Engine&)> fn);
+  // The same for an answer that must show committed state only: `fn` reads the live engine and returns
+  // what delivers its answer; that runs once every command the engine had applied has committed
+  // (`true`), or with `false` when one of them did not (the engine is then rebuilt from the store).
+  using Deliver = std::function<void(bool committed)>;
+  void read_committed(std::function<Deliver(const matching::Engine&)> fn);
 
   bool accepting() const { return accepting_.load(); }
   // The writer calls this when a batch did not commit: writes stop until the engine is rebuilt.
@@ -147,6 +152,12 @@ class EngineRunner {
   // forgotten by the engine only some seconds after commit (see engine_runner.cpp).
   std::mutex committed_mutex_;
   std::deque<std::pair<std::chrono::steady_clock::time_point, matching::Seq>> committed_;
+  matching::Seq committed_seq_ = 0;                                  // the last command committed
+  std::vector<std::pair<matching::Seq, Deliver>> waiting_reads_;      // read_committed answers
+  void finish_reads(bool committed);  // delivers the waiting reads up to committed_seq_, or all as failed
+  // While the engine waits to be rebuilt: writes are refused, reads see the engine as it is (committed
+  // reads answer that nothing is certain).
+  void answer_unrebuilt(std::deque<Job>& jobs);
   std::map<std::pair<std::int64_t, std::string>, KeyEntry> keys_;  // guarded by committed_mutex_
 
   std::thread thread_;

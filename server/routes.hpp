@@ -63,6 +63,11 @@ std::optional<http::Response> stored_answer(store::PgConnection& db, std::int64_
 void store_answer(store::PgConnection& db, std::int64_t account, const IdempotencyKey& key, unsigned status,
                   const std::string& body);
 
+// Answers from the engine's state, once everything that state holds has committed (a 503 if it did
+// not): what a client reads never shows a change the store may still lose.
+void answer_committed(Services& services, std::function<http::Response(const matching::Engine&)> build,
+                      http::Respond respond);
+
 // Common answers.
 http::Response not_found(std::string_view what, std::string_view field = {});
 http::Response store_unavailable_response();

@@ -67,12 +67,13 @@ void add_admin_routes(http::Router& router, Services& services) {
 
   router.add(verb::get, "/v1/admin/state-digest", services.gate.scoped(admin, [&services](http::RequestContext&,
                                                                                          http::Respond respond) {
-    services.runner.read([respond](const Engine& engine) {
+    // The digest of committed state, comparable with the one a restart recovers.
+    answer_committed(services, [](const Engine& engine) {
       char hex[20];
       std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(engine.digest()));
-      respond(http::json_response(http::Status::ok, {{"digest", hex}, {"last_seq", engine.last_seq()},
-                                                     {"engine_time", engine.now().value}}));
-    });
+      return http::json_response(http::Status::ok, {{"digest", hex}, {"last_seq", engine.last_seq()},
+                                                    {"engine_time", engine.now().value}});
+    }, respond);
   }));
 
   // Without --test-clock the route does not exist: 404 for every caller.

@@ -13,6 +13,15 @@ http::Response not_found(std::string_view what, std::string_view field) {
   return http::error_response(http::Status::not_found, "not_found", "no such " + std::string(what), field);
 }
 
+void answer_committed(Services& services, std::function<http::Response(const matching::Engine&)> build,
+                      http::Respond respond) {
+  services.runner.read_committed([build = std::move(build), respond](const matching::Engine& engine) {
+    return [res = std::make_shared<http::Response>(build(engine)), respond](bool committed) {
+      respond(committed ? std::move(*res) : store_unavailable_response());
+    };
+  });
+}
+
 http::Response store_unavailable_response() {
   return http::error_response(http::Status::service_unavailable, "store_unavailable",
                               "the exchange cannot store writes right now; nothing was done, retry shortly");

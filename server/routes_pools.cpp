@@ -88,14 +88,14 @@ void add_pool_routes(http::Router& router, Services& services) {
           std::vector<PoolId> ids;
           for (int i = 0; i < rows.rows() && i < p.limit; ++i) ids.emplace_back(rows.integer(i, 0));
           json::value next = rows.rows() > p.limit ? json::value(std::to_string(ids.back().value)) : json::value(nullptr);
-          // Capacity is the engine's; the list of ids is the store's (committed pools only).
-          services.runner.read([respond, ids, next](const Engine& engine) {
+          // Capacity is the engine's, answered once committed; the list of ids is the store's.
+          answer_committed(services, [ids, next](const Engine& engine) {
             json::array pools;
             for (PoolId id : ids) {
               if (const Pool* pool = engine.pool(id)) pools.push_back(pool_with_capacity(engine, *pool));
             }
-            respond(http::json_response(http::Status::ok, {{"pools", std::move(pools)}, {"next_cursor", next}}));
-          });
+            return http::json_response(http::Status::ok, {{"pools", std::move(pools)}, {"next_cursor", next}});
+          }, respond);
         },
         [respond](const std::string&) { respond(store_unavailable_response()); });
   }));
@@ -104,11 +104,11 @@ void add_pool_routes(http::Router& router, Services& services) {
                                                                                   http::Respond respond) {
     auto id = path_id(ctx, "id");
     if (!id) return respond(not_found("pool"));
-    services.runner.read([respond, id = PoolId(*id), account = AccountId(ctx.principal->account_id)](const Engine& engine) {
+    answer_committed(services, [id = PoolId(*id), account = AccountId(ctx.principal->account_id)](const Engine& engine) {
       const Pool* pool = engine.pool(id);
-      if (!pool || pool->provider != account) return respond(not_found("pool"));
-      respond(http::json_response(http::Status::ok, pool_with_capacity(engine, *pool)));
-    });
+      if (!pool || pool->provider != account) return not_found("pool");
+      return http::json_response(http::Status::ok, pool_with_capacity(engine, *pool));
+    }, respond);
   }));
 
   router.add(verb::patch, "/v1/pools/{id}", services.gate.scoped(provide, [&services](http::RequestContext& ctx,

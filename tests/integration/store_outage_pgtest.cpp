@@ -39,12 +39,15 @@ TEST_CASE("readyz follows PostgreSQL down and up while gpuexd keeps running, and
   OwnCluster cluster;
   REQUIRE(run_gpuexd({"migrate", "--dsn", cluster.url()}).exit_code == 0);
   auto buyer = create_account(cluster.url(), "buyer", "trade,read");
+  auto ops = create_account(cluster.url(), "ops", "admin");
   Gpuexd server(cluster.url(), {}, false);
   REQUIRE(wait_for_status(server.port(), "/readyz", 200, std::chrono::seconds(10)));
   const std::string bid = R"({"side": "buy", "market": "H100-SXM-80G", "price": "1.0000", "quantity": 2, "duration": 3600})";
   {
     HttpClient client(server.port());
     REQUIRE(client.request("POST", "/v1/orders", bid, bearer(buyer.api_key)).status == 201);
+    // (The admin key is now known to gpuexd: it is checked without the store below.)
+    REQUIRE(client.request("GET", "/v1/admin/state-digest", "", bearer(ops.api_key)).status == 200);
   }
 
   REQUIRE(cluster.pg("stop").exit_code == 0);
@@ -63,6 +66,11 @@ TEST_CASE("readyz follows PostgreSQL down and up while gpuexd keeps running, and
   auto book = client.get("/v1/markets/H100-SXM-80G/book");
   CHECK(book.status == 200);
   CHECK(book.json().at("bids") == boost::json::parse(R"([["1.0000", 2]])"));
+  // The engine's own state is answered only once it is known to be committed: not while the engine
+  // may hold work the store lost (it is rebuilt from the store when the store returns).
+  auto digest = client.request("GET", "/v1/admin/state-digest", "", bearer(ops.api_key));
+  CHECK(digest.status == 503);
+  CHECK(digest.json().at("error").at("code").as_string() == "store_unavailable");
 
   REQUIRE(cluster.pg("start").exit_code == 0);
   CHECK(wait_for_status(server.port(), "/readyz", 200, std::chrono::seconds(20)));
@@ -77,6 +85,7 @@ TEST_CASE("readyz follows PostgreSQL down and up while gpuexd keeps running, and
   auto orders = client.request("GET", "/v1/orders?status=all", "", bearer(buyer.api_key));
   CHECK(orders.json().at("orders").as_array().size() == 2);
   CHECK(client.get("/v1/markets/H100-SXM-80G/book").json().at("bids") == boost::json::parse(R"([["1.0000", 4]])"));
+  CHECK(client.request("GET", "/v1/admin/state-digest", "", bearer(ops.api_key)).status == 200);
   CHECK(server.process().running());
   CHECK(server.stop() == 0);
 }
