@@ -125,15 +125,18 @@ export class AccountView {
 
     const bid = $('bid-form');
     const shape = () => {
-      bid.dataset.mode = reader(bid).text('mode');
-      bid.dataset.tif = reader(bid).text('time_in_force');
+      const r = reader(bid);
+      bid.dataset.mode = r.text('mode');
+      bid.dataset.tif = r.text('time_in_force');
     };
-    bid.addEventListener('change', shape);
-    bid.addEventListener('input', () => {
+    // One preview per pause in editing (a text field fires input while typing and change on leaving).
+    const previewSoon = () => {
       clearTimeout(this.quoteTimer);
       this.quoteTimer = setTimeout(() => this.preview(), 400);
-    });
-    bid.addEventListener('change', () => this.preview());
+    };
+    bid.addEventListener('change', shape);
+    bid.addEventListener('input', previewSoon);
+    bid.addEventListener('change', previewSoon);
     shape();
   }
 

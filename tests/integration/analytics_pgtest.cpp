@@ -25,10 +25,6 @@ namespace {
 
 constexpr const char* kMarket = "A100-SXM-80G";  // perf_factor 312 / 989 = 0.315470
 
-std::int64_t unix_now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-std::string at(std::int64_t t) { return gpuex::format_rfc3339(t); }
 std::int64_t parse_time(const json::value& v) { return *gpuex::parse_rfc3339(v.as_string()); }
 std::int64_t micros(const json::value& v) {
   auto p = gpuex::parse_fixed(v.as_string(), 6);

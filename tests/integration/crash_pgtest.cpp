@@ -21,9 +21,6 @@ namespace json = boost::json;
 
 namespace {
 
-std::int64_t unix_now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 struct Sent {
   std::string account_key;

@@ -15,35 +15,18 @@ namespace json = boost::json;
 
 namespace {
 
-std::int64_t unix_now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-std::string at(std::int64_t t) { return gpuex::format_rfc3339(t); }
 
 // A market with a provider, a buyer and an admin, on a fresh database and server.
-struct Market {
-  TestDatabase db;
-  CreatedAccount admin, provider, buyer, other;
-  std::unique_ptr<Gpuexd> server;
-  std::unique_ptr<HttpClient> http;
+struct Market : TestExchange {
+  CreatedAccount admin = account("ops", "admin"), provider = account("provider", "provide,read"),
+                 buyer = account("buyer", "trade,read"), other = account("other", "trade,provide,read");
 
-  explicit Market(std::vector<std::string> args = {}) {
-    REQUIRE(run_gpuexd({"migrate", "--dsn", db.dsn()}).exit_code == 0);
-    admin = create_account(db.dsn(), "ops", "admin");
-    provider = create_account(db.dsn(), "provider", "provide,read");
-    buyer = create_account(db.dsn(), "buyer", "trade,read");
-    other = create_account(db.dsn(), "other", "trade,provide,read");
-    args.insert(args.end(), {"--tick-ms", "100"});
-    server = std::make_unique<Gpuexd>(db.dsn(), args, false);
-    http = std::make_unique<HttpClient>(server->port());
-  }
+  explicit Market(std::vector<std::string> args = {}) { start(std::move(args)); }
 
   HttpReply post(const CreatedAccount& who, const std::string& path, const json::value& body) {
-    return http->request("POST", path, json::serialize(body), bearer(who.api_key));
+    return call(who, "POST", path, body);
   }
-  HttpReply get(const CreatedAccount& who, const std::string& path) {
-    return http->request("GET", path, "", bearer(who.api_key));
-  }
+  HttpReply get(const CreatedAccount& who, const std::string& path) { return call(who, "GET", path); }
 
   std::string pool(const std::string& region, int nodes = 2, const std::string& tier = "bare_metal") {
     auto r = post(provider, "/v1/pools",

@@ -15,28 +15,14 @@ namespace json = boost::json;
 
 namespace {
 
-std::int64_t unix_now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-std::string at(std::int64_t t) { return gpuex::format_rfc3339(t); }
 
-struct QuoteMarket {
-  TestDatabase db;
-  CreatedAccount admin, provider;
-  std::unique_ptr<Gpuexd> server;
-  std::unique_ptr<HttpClient> http;
+struct QuoteMarket : TestExchange {
+  CreatedAccount admin = account("ops", "admin"), provider = account("provider", "provide,read");
 
-  explicit QuoteMarket(std::vector<std::string> args = {}) {
-    REQUIRE(run_gpuexd({"migrate", "--dsn", db.dsn()}).exit_code == 0);
-    admin = create_account(db.dsn(), "ops", "admin");
-    provider = create_account(db.dsn(), "provider", "provide,read");
-    args.insert(args.end(), {"--tick-ms", "100"});
-    server = std::make_unique<Gpuexd>(db.dsn(), args, false);
-    http = std::make_unique<HttpClient>(server->port());
-  }
+  explicit QuoteMarket(std::vector<std::string> args = {}) { start(std::move(args)); }
 
   HttpReply post(const CreatedAccount& who, const std::string& path, const json::value& body) {
-    return http->request("POST", path, json::serialize(body), bearer(who.api_key));
+    return call(who, "POST", path, body);
   }
 
   // A pool of 8 H100s with the given fees and energy, and an ask for all of them for 30 days.

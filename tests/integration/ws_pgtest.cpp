@@ -25,36 +25,23 @@ const std::string kBook = std::string("book:") + kMarket + ":spot";
 const std::string kTrades = std::string("trades:") + kMarket;
 const std::string kCandles = std::string("candles:") + kMarket + ":spot:1m";
 
-std::int64_t unix_now() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-std::string at(std::int64_t t) { return gpuex::format_rfc3339(t); }
 std::string str(const json::value& v) { return std::string(v.as_string()); }
 
 // A fresh exchange: admin, a provider, two buyers; `args` go to `gpuexd serve`.
-struct Exchange {
-  TestDatabase db;
-  CreatedAccount provider, buyer, buyer2, reader;
-  std::unique_ptr<Gpuexd> server;
-  std::unique_ptr<HttpClient> http;
+struct Exchange : TestExchange {
+  CreatedAccount provider = account("provider", "provide,read"), buyer = account("buyer", "trade,read"),
+                 buyer2 = account("buyer2", "trade,read"), reader = account("reader", "trade");  // no read scope
 
   explicit Exchange(std::vector<std::string> args = {}) {
-    REQUIRE(run_gpuexd({"migrate", "--dsn", db.dsn()}).exit_code == 0);
-    provider = create_account(db.dsn(), "provider", "provide,read");
-    buyer = create_account(db.dsn(), "buyer", "trade,read");
-    buyer2 = create_account(db.dsn(), "buyer2", "trade,read");
-    reader = create_account(db.dsn(), "reader", "trade");  // no read scope
-    args.insert(args.end(), {"--tick-ms", "100", "--key-rate", "100000", "--key-burst", "100000", "--ip-rate",
-                             "100000", "--ip-burst", "100000"});
-    server = std::make_unique<Gpuexd>(db.dsn(), args, false);
-    http = std::make_unique<HttpClient>(server->port());
+    args.insert(args.end(), {"--key-rate", "100000", "--key-burst", "100000", "--ip-rate", "100000", "--ip-burst", "100000"});
+    start(std::move(args));
   }
 
   unsigned short port() const { return server->port(); }
 
   HttpReply send(const CreatedAccount& who, const std::string& method, const std::string& path,
                  const json::value& body = nullptr) {
-    return http->request(method, path, body.is_null() ? "" : json::serialize(body), bearer(who.api_key));
+    return call(who, method, path, body);
   }
 
   std::string pool(const std::string& tier = "bare_metal", int nodes = 10000) {

@@ -12,6 +12,7 @@
 
 #include <boost/json.hpp>
 
+#include "server/rfc3339.hpp"
 #include "server/store/connection.hpp"
 #include "support/http_client.hpp"
 
@@ -111,6 +112,29 @@ int Gpuexd::stop(int timeout_s) {
   process_->signal(SIGTERM);
   auto code = process_->wait(std::chrono::seconds(timeout_s));
   return code ? *code : -1;
+}
+
+std::int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string at(std::int64_t unix_seconds) { return gpuex::format_rfc3339(unix_seconds); }
+
+TestExchange::TestExchange() { REQUIRE(run_gpuexd({"migrate", "--dsn", db.dsn()}).exit_code == 0); }
+
+CreatedAccount TestExchange::account(const std::string& name, const std::string& scopes) const {
+  return create_account(db.dsn(), name, scopes);
+}
+
+void TestExchange::start(std::vector<std::string> args) {
+  args.insert(args.end(), {"--tick-ms", "100"});
+  server = std::make_unique<Gpuexd>(db.dsn(), std::move(args), false);
+  http = std::make_unique<HttpClient>(server->port());
+}
+
+HttpReply TestExchange::call(const CreatedAccount& who, const std::string& method, const std::string& path,
+                             const boost::json::value& body) {
+  return http->request(method, path, body.is_null() ? "" : boost::json::serialize(body), bearer(who.api_key));
 }
 
 }  // namespace gpuex::test

@@ -1,11 +1,15 @@
 // The PostgreSQL the integration tests use, and the gpuexd processes they start against it.
 #pragma once
 
+#include <boost/json/value.hpp>
+
+#include <cstdint>
 #include <memory>
 #include <utility>
 #include <string>
 #include <vector>
 
+#include "support/http_client.hpp"
 #include "support/process.hpp"
 
 namespace gpuex::test {
@@ -59,5 +63,25 @@ CreatedAccount create_account(const std::string& dsn, const std::string& name, c
 
 // An Authorization header for `key`.
 std::vector<std::pair<std::string, std::string>> bearer(const std::string& key);
+
+// Wall-clock Unix seconds, and a time as the API writes it (RFC 3339 UTC), for order windows.
+std::int64_t unix_now();
+std::string at(std::int64_t unix_seconds);
+
+// A fresh migrated database and, after start(), a gpuexd serving it with one keep-alive client.
+// Fixtures create their accounts between the two.
+struct TestExchange {
+  TestDatabase db;
+  std::unique_ptr<Gpuexd> server;
+  std::unique_ptr<HttpClient> http;
+
+  TestExchange();
+  CreatedAccount account(const std::string& name, const std::string& scopes) const;
+  // `gpuexd serve` with `--tick-ms 100` and `args`.
+  void start(std::vector<std::string> args);
+  // A request with `who`'s key; a null body sends none.
+  HttpReply call(const CreatedAccount& who, const std::string& method, const std::string& path,
+                 const boost::json::value& body = nullptr);
+};
 
 }  // namespace gpuex::test
