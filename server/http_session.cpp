@@ -166,6 +166,11 @@ class HttpSession : public Session, public std::enable_shared_from_this<HttpSess
     bool keep_alive = !closing_ && !server_.stopping() && parser_->get().keep_alive();
     res.keep_alive(keep_alive);
     res.set(bhttp::field::server, "gpuexd/" GPUEX_VERSION);
+    if (parser_->get().method() == bhttp::verb::head) {  // the headers GET would send, no body
+      auto length = res.body().size();
+      res.body().clear();
+      res.content_length(length);
+    }
     response_ = std::make_shared<Response>(std::move(res));
     beast::get_lowest_layer(stream_).expires_after(config().read_timeout);
     bhttp::async_write(stream_, *response_,

@@ -41,7 +41,8 @@ Router::Match Router::match(bhttp::verb method, std::string_view path) const {
       }
     }
     if (!ok) continue;
-    if (route.method == method) {
+    // HEAD is GET without the body (RFC 9110 §9.3.2): every GET route answers it.
+    if (route.method == method || (method == bhttp::verb::head && route.method == bhttp::verb::get)) {
       result.handler = &route.handler;
       result.pattern = route.pattern;
       result.params = std::move(params);
@@ -51,6 +52,7 @@ Router::Match Router::match(bhttp::verb method, std::string_view path) const {
     if (result.pattern.empty()) result.pattern = route.pattern;
     if (!result.allow.empty()) result.allow += ", ";
     result.allow += std::string(bhttp::to_string(route.method));
+    if (route.method == bhttp::verb::get) result.allow += ", HEAD";
   }
   return result;
 }

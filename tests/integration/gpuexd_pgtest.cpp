@@ -79,7 +79,16 @@ TEST_CASE("unknown routes are 404 and wrong methods 405, as JSON errors") {
   auto wrong = client.request("DELETE", "/v1/markets");
   CHECK(wrong.status == 405);
   CHECK(wrong.json().at("error").at("code").as_string() == "method_not_allowed");
-  CHECK(wrong.headers["allow"] == "GET");
+  CHECK(wrong.headers["allow"] == "GET, HEAD");
+
+  // HEAD is GET's headers without the body: the length is that of the GET answer.
+  auto get = client.get("/v1/markets");
+  auto head = client.request("HEAD", "/v1/markets");
+  CHECK(head.status == 200);
+  CHECK(head.body.empty());
+  CHECK(head.headers["content-length"] == std::to_string(get.body.size()));
+  CHECK(head.headers["content-type"] == get.headers["content-type"]);
+  CHECK(client.request("HEAD", "/v1/no-such-thing").status == 404);
 
   // An over-long body is refused with 413 before the connection closes, and the server goes on.
   auto big = client.request("POST", "/v1/markets", std::string(100 * 1024, 'x'));

@@ -71,6 +71,11 @@ TEST_CASE("the dashboard's files are served from --web-root, nothing else", "[we
     CHECK(again.status == 304);
     CHECK(again.body.empty());
     CHECK(http.request("GET", "/app.js", {}, {{"If-None-Match", "\"other\""}}).status == 200);
+    auto head = http.request("HEAD", "/app.js");
+    CHECK(head.status == 200);
+    CHECK(head.body.empty());
+    CHECK(head.headers["content-length"] == std::to_string(kApp.size()));
+    CHECK(head.headers["etag"] == etag);
   }
 
   SECTION("files of other types, in sub-folders, outside the root or of other packages are not served") {

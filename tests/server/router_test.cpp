@@ -25,6 +25,13 @@ TEST_CASE("the router captures segments and tells 404 from 405") {
   CHECK(wrong_method.handler == nullptr);
   CHECK(wrong_method.allow == "POST");
 
+  auto head = router.match(bhttp::verb::head, "/v1/markets/H100-SXM-80G/book");
+  REQUIRE(head.handler != nullptr);
+  CHECK(head.pattern == "/v1/markets/{m}/book");
+  auto wrong_for_get = router.match(bhttp::verb::put, "/v1/markets");
+  CHECK(wrong_for_get.allow == "GET, HEAD");
+  CHECK(router.match(bhttp::verb::head, "/v1/markets/X/halt").handler == nullptr);
+
   auto unknown = router.match(bhttp::verb::get, "/v1/nothing");
   CHECK(unknown.handler == nullptr);
   CHECK(unknown.pattern.empty());

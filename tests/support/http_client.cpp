@@ -75,6 +75,7 @@ HttpReply HttpClient::request(const std::string& method, const std::string& targ
       impl_->run(ec);
       bhttp::response_parser<bhttp::string_body> parser;
       parser.body_limit(64 * 1024 * 1024);
+      parser.skip(req.method() == bhttp::verb::head);  // Content-Length says what GET would send
       bhttp::async_read(*impl_->stream, impl_->buffer, parser, [&](beast::error_code e, std::size_t) { ec = e; });
       impl_->run(ec);
       auto res = parser.release();

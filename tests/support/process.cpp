@@ -3,11 +3,12 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -30,14 +31,45 @@ Process::Process(std::vector<std::string> argv, std::string log_path, std::vecto
   for (auto& e : environment) envp.push_back(e.data());
   envp.push_back(nullptr);
 
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
-  int rc = posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) throw std::runtime_error("cannot start " + argv[0] + ": " + std::strerror(rc));
+  // fork + exec rather than posix_spawn, for one thing posix_spawn cannot do: the child asks the
+  // kernel to kill it when this process dies. A test killed by ctest's timeout (or by hand) would
+  // otherwise leave its gpuexd running, holding a port and a database of the test cluster.
+  int log_fd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  int status_pipe[2] = {-1, -1};  // the child writes errno here if exec fails; closed by a good exec
+  if (log_fd < 0 || null_fd < 0 || ::pipe2(status_pipe, O_CLOEXEC) != 0) {
+    int err = errno;
+    for (int fd : {log_fd, null_fd}) if (fd >= 0) ::close(fd);
+    throw std::runtime_error("cannot start " + argv[0] + ": " + std::strerror(err));
+  }
+  const pid_t parent = ::getpid();
+  pid_ = ::fork();
+  if (pid_ == 0) {  // the child: async-signal-safe calls only
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) == 0 && ::getppid() == parent && ::dup2(null_fd, 0) == 0 &&
+        ::dup2(log_fd, 1) == 1 && ::dup2(log_fd, 2) == 2)
+      ::execve(args[0], args.data(), envp.data());
+    int err = errno;
+    [[maybe_unused]] auto n = ::write(status_pipe[1], &err, sizeof err);
+    ::_exit(127);
+  }
+  int fork_errno = errno;
+  ::close(status_pipe[1]);
+  ::close(log_fd);
+  ::close(null_fd);
+  if (pid_ < 0) {
+    ::close(status_pipe[0]);
+    throw std::runtime_error("cannot start " + argv[0] + ": " + std::strerror(fork_errno));
+  }
+  int exec_errno = 0;
+  ssize_t got;
+  do got = ::read(status_pipe[0], &exec_errno, sizeof exec_errno);
+  while (got < 0 && errno == EINTR);
+  ::close(status_pipe[0]);
+  if (got > 0) {
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+    throw std::runtime_error("cannot start " + argv[0] + ": " + std::strerror(exec_errno));
+  }
 }
 
 Process::~Process() {
