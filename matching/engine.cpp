@@ -2183,8 +2183,9 @@ struct Engine::Impl {
     touched.clear();
   }
 
-  std::uint64_t digest() const {
-    const EngineState s = snapshot();
+  std::uint64_t digest() const { return state_digest(snapshot()); }
+
+  static std::uint64_t state_digest(const EngineState& s) {
     Fnv1a h;
     h.i64(s.last_seq);
     h.i64(s.now.value);
@@ -2323,6 +2324,7 @@ void Engine::committed_through(Seq seq) {
 }
 
 EngineState Engine::snapshot() const { return impl_->snapshot(); }
+std::uint64_t Engine::digest(const EngineState& state) { return Impl::state_digest(state); }
 std::string Engine::check_invariants() const { return impl_->check_invariants(); }
 
 Engine Engine::restore(EngineConfig config, const EngineState& state) {

@@ -249,6 +249,8 @@ class Engine {
 
   EngineState snapshot() const;
   static Engine restore(EngineConfig config, const EngineState& state);
+  // The digest() an engine in `state` has, computed from the state alone.
+  static std::uint64_t digest(const EngineState& state);
 
   struct Impl;
 

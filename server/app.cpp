@@ -5,6 +5,7 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
 
 #include <boost/json.hpp>
@@ -168,15 +169,17 @@ int serve(const ServerConfig& config) {
   ws::CandlePublisher candles(config.dsn, hub);  // the candles channels, read back after commit
   hub.set_candle_feed([&candles](ws::CandleRequest r) { candles.request(std::move(r)); });
   EngineRunner runner(engine_config, writer,
-                      {config.dsn, config.tick_interval, 2048, [&hub](const matching::Engine& e) { hub.reset(e); }});
+                      {config.dsn, config.tick_interval, 2048, [&hub](const matching::Engine& e) { hub.reset(e); },
+                       config.snapshot_every});
   runner_ptr = &runner;
   if (config.test_clock) spdlog::warn("test clock on: POST /v1/admin/clock can move server time (never in production)");
   {
     auto db = connect_with_wait(config);
     auto r = runner.recover(db);
-    spdlog::info("recovered the engine from PostgreSQL in {} ms: {} commands replayed, {} pools, {} open orders, "
+    spdlog::info("recovered the engine from PostgreSQL in {} ms: {}, {} commands replayed, {} pools, {} open orders, "
                  "{} leases; at seq {}, state digest {:016x}",
-                 r.took.count(), r.commands, r.pools, r.open_orders, r.leases, r.last_seq, r.digest);
+                 r.took.count(), r.snapshot_seq ? fmt::format("snapshot of seq {}", r.snapshot_seq) : "no snapshot",
+                 r.commands, r.pools, r.open_orders, r.leases, r.last_seq, r.digest);
   }
   writer.start();
   runner.start();

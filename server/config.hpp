@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace gpuex {
@@ -27,6 +28,7 @@ struct ServerConfig {
   std::chrono::seconds shutdown_grace{10};  // in-flight requests get this long after SIGTERM
   std::chrono::milliseconds tick_interval{1000};  // how often time is applied to the books
   bool test_clock = false;                  // POST /v1/admin/clock may move server time forward
+  std::int64_t snapshot_every = 1'000'000;   // commands between engine snapshots (0: none)
 
   // HTTP limits.
   std::size_t body_limit = 64 * 1024;

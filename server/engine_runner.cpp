@@ -2,9 +2,11 @@
 #include "server/engine_runner.hpp"
 
 #include <boost/json/parse.hpp>
+#include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
 
 #include "server/store/command_codec.hpp"
+#include "server/store/snapshots.hpp"
 
 namespace gpuex {
 
@@ -30,6 +32,7 @@ EngineRunner::EngineRunner(EngineConfig config, store::Writer& writer, Options o
       committed_.emplace_back(SteadyClock::now(), batch.back().command.seq);
       committed_seq_ = batch.back().command.seq;
     }
+    snapshot_wake_.notify_one();
     finish_reads(true);
   });
 }
@@ -75,11 +78,44 @@ std::int64_t EngineRunner::server_time_ms() const {
   return wall.count() + clock_offset_.load() * 1000;
 }
 
+std::optional<Engine> EngineRunner::restore_snapshot(store::PgConnection& db) {
+  const Seq logged = db.exec("SELECT coalesce(max(seq), 0) FROM engine_commands").integer(0, 0);
+  const auto started = SteadyClock::now();
+  auto since = [&started] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - started).count();
+  };
+  for (const auto& stored : store::load_snapshots(db)) {
+    spdlog::info("recovery: snapshot of seq {} ({} MB) read in {} ms", stored.seq, stored.state.size() >> 20, since());
+    try {
+      if (stored.format != store::kSnapshotFormat) {
+        throw store::StoreError("its format is " + std::to_string(stored.format) + ", this gpuexd reads " +
+                                std::to_string(store::kSnapshotFormat));
+      }
+      if (stored.seq > logged) throw store::StoreError("the command log ends before it, at seq " + std::to_string(logged));
+      EngineState state = store::snapshot_from_json(stored.state);
+      if (state.last_seq != stored.seq) throw store::StoreError("its state is of seq " + std::to_string(state.last_seq));
+      const std::uint64_t digest = Engine::digest(state);
+      if (fmt::format("{:016x}", digest) != stored.digest) throw store::StoreError("its state does not have its digest");
+      spdlog::info("recovery: snapshot of seq {} parsed and checked in {} ms", stored.seq, since());
+      return Engine::restore(config_, state);
+    } catch (const std::exception& e) {
+      spdlog::warn("recovery: not using the snapshot at seq {}: {}", stored.seq, e.what());
+    }
+  }
+  return std::nullopt;
+}
+
 EngineRunner::Recovery EngineRunner::recover(store::PgConnection& db) {
   auto started = SteadyClock::now();
-  Engine engine(config_);
   Recovery r;
-  Seq last = 0;
+  std::optional<Engine> restored = restore_snapshot(db);
+  Engine engine = restored ? std::move(*restored) : Engine(config_);
+  Seq last = engine.last_seq();
+  if (restored) {
+    r.snapshot_seq = last;
+    last_now_ = std::max(last_now_, engine.now().value);
+  }
+  snapshot_seq_ = last;
   EventSink discard;
   for (;;) {
     auto rows = db.exec(kSelectCommands, {std::to_string(last)});
@@ -104,19 +140,74 @@ EngineRunner::Recovery EngineRunner::recover(store::PgConnection& db) {
   {
     std::lock_guard lock(committed_mutex_);
     committed_seq_ = last;
+    ++generation_;  // a snapshot still waiting was taken of commands that may not exist any more
   }
-  auto state = engine_.snapshot();
+  snapshot_wake_.notify_one();
+  const EngineState state = engine_.snapshot();
   r.pools = state.pools.size();
   r.open_orders = state.open_orders.size();
   r.leases = state.leases.size();
   r.last_seq = engine_.last_seq();
-  r.digest = engine_.digest();
+  r.digest = Engine::digest(state);
   r.took = std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - started);
   if (options_.on_rebuilt) options_.on_rebuilt(engine_);
   return r;
 }
 
-void EngineRunner::start() { thread_ = std::thread([this] { run(); }); }
+void EngineRunner::start() {
+  thread_ = std::thread([this] { run(); });
+  if (options_.snapshot_every > 0) snapshot_thread_ = std::thread([this] { snapshot_loop(); });
+}
+
+void EngineRunner::maybe_snapshot() {
+  // Only right after a logged command: a tick that changed nothing was applied under the next seq,
+  // which the next command will carry too.
+  const Seq applied = next_seq_ - 1;
+  if (options_.snapshot_every <= 0 || engine_.last_seq() != applied || applied - snapshot_seq_ < options_.snapshot_every)
+    return;
+  auto started = SteadyClock::now();
+  PendingSnapshot p{engine_.snapshot(), 0};  // the digest is computed by the snapshot thread
+  snapshot_seq_ = p.state.last_seq;
+  spdlog::info("engine: snapshot of seq {} taken in {} ms ({} open orders); written once committed",
+               p.state.last_seq, std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - started).count(),
+               p.state.open_orders.size());
+  {
+    std::lock_guard lock(committed_mutex_);
+    p.generation = generation_;
+    pending_snapshot_ = std::move(p);  // replaces one not written yet: the newer includes it
+  }
+  snapshot_wake_.notify_one();
+}
+
+void EngineRunner::snapshot_loop() {
+  std::optional<store::PgConnection> db;
+  for (;;) {
+    PendingSnapshot p;
+    {
+      std::unique_lock lock(committed_mutex_);
+      auto ready = [this] {
+        return pending_snapshot_ &&
+               (pending_snapshot_->generation != generation_ || committed_seq_ >= pending_snapshot_->state.last_seq);
+      };
+      snapshot_wake_.wait(lock, [&] { return snapshot_stop_ || ready(); });
+      if (!ready()) return;  // stopping, and nothing committed to write
+      p = std::move(*pending_snapshot_);
+      pending_snapshot_.reset();
+      if (p.generation != generation_) continue;  // its commands did not commit; the engine was rebuilt
+    }
+    auto started = SteadyClock::now();
+    try {
+      if (!db || !db->healthy()) db.emplace(store::PgConnection::connect(options_.dsn, std::chrono::seconds(2)));
+      store::save_snapshot(*db, p.state, Engine::digest(p.state));
+      spdlog::info("engine: snapshot of seq {} written in {} ms", p.state.last_seq,
+                   std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - started).count());
+    } catch (const std::exception& e) {
+      db.reset();
+      spdlog::warn("engine: snapshot of seq {} not written ({}); recovery replays from the one before", p.state.last_seq,
+                   e.what());
+    }
+  }
+}
 
 void EngineRunner::stop() {
   {
@@ -127,6 +218,14 @@ void EngineRunner::stop() {
   wake_.notify_all();
   thread_.join();
   finish_reads(false);  // whatever the last commits did not answer
+  if (snapshot_thread_.joinable()) {
+    {
+      std::lock_guard lock(committed_mutex_);
+      snapshot_stop_ = true;
+    }
+    snapshot_wake_.notify_all();
+    snapshot_thread_.join();  // after writing a snapshot whose commands all committed
+  }
 }
 
 void EngineRunner::submit(AccountId account, CommandBody body, Admit admit, Done done,
@@ -315,6 +414,7 @@ void EngineRunner::run() {
       return;
     }
     if (!batch.empty()) writer_.submit(std::move(batch));
+    maybe_snapshot();
   }
 }
 

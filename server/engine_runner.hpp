@@ -31,6 +31,10 @@ class EngineRunner {
     std::size_t max_batch = 2048;  // commands per batch handed to the writer
     // Called on the rebuilt engine after recover() (at start, and after a failed commit).
     std::function<void(const matching::Engine&)> on_rebuilt;
+    // Commands between engine snapshots (0: none). A snapshot is the engine's state as of one command,
+    // written to the store by its own thread once that command has committed; recovery restores the
+    // latest one and replays only the commands after it.
+    std::int64_t snapshot_every = 0;
   };
 
   EngineRunner(matching::EngineConfig config, store::Writer& writer, Options options);
@@ -44,8 +48,9 @@ class EngineRunner {
     matching::Seq last_seq = 0;
     std::uint64_t digest = 0;
     std::chrono::milliseconds took{0};
+    matching::Seq snapshot_seq = 0;  // the snapshot restored (0: none, the whole log was replayed)
   };
-  // Rebuilds the engine by replaying the command log (before start()).
+  // Rebuilds the engine from the latest usable snapshot and the commands logged after it (before start()).
   Recovery recover(store::PgConnection& db);
 
   void start();
@@ -132,6 +137,11 @@ class EngineRunner {
              std::optional<Idempotency> idempotency = std::nullopt);
   void rebuild();
   void forget_committed_ids();
+  // The engine of the newest stored snapshot that reads back, fits the command log and has its digest.
+  std::optional<matching::Engine> restore_snapshot(store::PgConnection& db);
+  // Engine thread: takes a snapshot when options_.snapshot_every commands passed since the last one.
+  void maybe_snapshot();
+  void snapshot_loop();  // the snapshot thread
 
   matching::EngineConfig config_;
   matching::Engine engine_;
@@ -159,6 +169,20 @@ class EngineRunner {
   // reads answer that nothing is certain).
   void answer_unrebuilt(std::deque<Job>& jobs);
   std::map<std::pair<std::int64_t, std::string>, KeyEntry> keys_;  // guarded by committed_mutex_
+
+  // Snapshots. A state taken in one generation (recover() starts the next) is written only if the
+  // store committed its last command in that same generation: after a failed commit the same seq
+  // numbers are given to other commands.
+  struct PendingSnapshot {
+    matching::EngineState state;
+    std::uint64_t generation = 0;
+  };
+  matching::Seq snapshot_seq_ = 0;                    // engine thread: last snapshot taken or restored
+  std::optional<PendingSnapshot> pending_snapshot_;   // guarded by committed_mutex_
+  std::uint64_t generation_ = 0;                      // guarded by committed_mutex_
+  bool snapshot_stop_ = false;                        // guarded by committed_mutex_
+  std::condition_variable snapshot_wake_;             // with committed_mutex_
+  std::thread snapshot_thread_;
 
   std::thread thread_;
 };

@@ -5,6 +5,7 @@
 #include <boost/json.hpp>
 
 #include "server/store/connection.hpp"
+#include "server/store/json_read.hpp"
 #include "server/wire.hpp"
 
 namespace gpuex::store {
@@ -21,30 +22,15 @@ struct Overloaded : Ts... {
 template <class... Ts>
 Overloaded(Ts...) -> Overloaded<Ts...>;
 
-std::int64_t int_at(const json::object& o, std::string_view key) {
-  const auto* v = o.if_contains(key);
-  if (!v || !v->is_int64()) throw StoreError("command log: '" + std::string(key) + "' is not an integer");
-  return v->get_int64();
-}
+constexpr std::string_view kWhat = "command log";
 
-std::string string_at(const json::object& o, std::string_view key) {
-  const auto* v = o.if_contains(key);
-  if (!v || !v->is_string()) throw StoreError("command log: '" + std::string(key) + "' is not a string");
-  return std::string(v->get_string());
-}
-
-bool bool_at(const json::object& o, std::string_view key) {
-  const auto* v = o.if_contains(key);
-  if (!v || !v->is_bool()) throw StoreError("command log: '" + std::string(key) + "' is not a boolean");
-  return v->get_bool();
-}
+std::int64_t int_at(const json::object& o, std::string_view key) { return store::int_at(o, key, kWhat); }
+std::string string_at(const json::object& o, std::string_view key) { return store::string_at(o, key, kWhat); }
+bool bool_at(const json::object& o, std::string_view key) { return store::bool_at(o, key, kWhat); }
 
 template <class T, class Read>
 T read_with(const json::object& body, Read read) {
-  JsonFields fields(body);
-  T value = read(fields);
-  if (auto err = fields.finish()) throw StoreError("command log: unreadable body: " + err->body());
-  return value;
+  return store::read_with<T>(body, read, kWhat);
 }
 
 }  // namespace

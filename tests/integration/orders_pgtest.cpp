@@ -5,8 +5,10 @@
 #include <chrono>
 #include <random>
 #include <regex>
+#include <thread>
 
 #include "server/rfc3339.hpp"
+#include "server/store/connection.hpp"
 #include "support/cluster.hpp"
 #include "support/http_client.hpp"
 
@@ -263,12 +265,14 @@ TEST_CASE("selling needs the provide scope and one's own pool") {
   CHECK(m.post(m.buyer, "/v1/orders", unknown_market).status == 404);
 }
 
-TEST_CASE("the engine's state after a clean stop equals the state rebuilt on restart") {
-  Market m;
+namespace {
+
+// A random load of asks, forward bids and spot bids (some trade) from `m`'s accounts.
+void random_load(Market& m, std::uint32_t seed, int orders) {
   auto de = m.pool("DE");
   auto us = m.pool("US", 4);
-  std::mt19937 rng(20261129);
-  for (int i = 0; i < 60; ++i) {
+  std::mt19937 rng(seed);
+  for (int i = 0; i < orders; ++i) {
     int kind = static_cast<int>(rng() % 4);
     int price = 15000 + static_cast<int>(rng() % 10000);
     char p[16];
@@ -288,16 +292,74 @@ TEST_CASE("the engine's state after a clean stop equals the state rebuilt on res
       CHECK(m.post(m.buyer, "/v1/orders", spot_bid(p, 1 + static_cast<int>(rng() % 4))).status == 201);
     }
   }
+}
+
+// The seq and digest a clean stop logged, and those a start recovered, from the servers' logs.
+std::pair<std::string, std::string> stopped_at(const std::string& log) {
+  std::smatch m;
+  REQUIRE(std::regex_search(log, m, std::regex("engine stopped at seq (\\d+), state digest ([0-9a-f]+)")));
+  return {m[1].str(), m[2].str()};
+}
+std::pair<std::string, std::string> recovered_at(const std::string& log) {
+  std::smatch m;
+  REQUIRE(std::regex_search(log, m, std::regex("recovered the engine .* at seq (\\d+), state digest ([0-9a-f]+)")));
+  return {m[1].str(), m[2].str()};
+}
+
+}  // namespace
+
+TEST_CASE("the engine's state after a clean stop equals the state rebuilt on restart") {
+  Market m;
+  random_load(m, 20261129, 60);
   REQUIRE(m.server->stop() == 0);
-  std::smatch stopped, recovered;
-  std::string before = m.server->log();
-  REQUIRE(std::regex_search(before, stopped, std::regex("engine stopped at seq (\\d+), state digest ([0-9a-f]+)")));
+  const auto stopped = stopped_at(m.server->log());
 
   Gpuexd again(m.db.dsn(), {}, false);
-  std::string after = again.log();
-  REQUIRE(std::regex_search(after, recovered, std::regex("at seq (\\d+), state digest ([0-9a-f]+)")));
-  CHECK(recovered[1].str() == stopped[1].str());
-  CHECK(recovered[2].str() == stopped[2].str());
+  CHECK(recovered_at(again.log()) == stopped);
+  CHECK_THAT(again.log(), Catch::Contains("no snapshot, "));
+}
+
+TEST_CASE("a restart restores the latest snapshot and replays only the commands after it; a damaged one is skipped") {
+  Market m({"--snapshot-every", "25"});
+  random_load(m, 20261130, 80);
+  // Snapshots are written once their commands committed, by their own thread: wait for two.
+  const std::regex written("snapshot of seq \\d+ written");
+  for (int i = 0; i < 100; ++i) {
+    std::string log = m.server->log();
+    if (std::distance(std::sregex_iterator(log.begin(), log.end(), written), std::sregex_iterator()) >= 2) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  REQUIRE(m.server->stop() == 0);
+  const auto stopped = stopped_at(m.server->log());
+  auto db = gpuex::store::PgConnection::connect(m.db.dsn());
+  auto rows = db.exec("SELECT seq FROM engine_snapshots ORDER BY seq DESC");
+  REQUIRE(rows.rows() == 2);  // the latest two are kept
+  const long long newest = rows.integer(0, 0), older = rows.integer(1, 0);
+  CHECK(newest - older >= 25);
+  CHECK(newest < std::stoll(stopped.first));  // so the restart below has commands to replay
+
+  std::smatch from;
+  std::string stopped_again;
+  {
+    Gpuexd again(m.db.dsn(), {}, false);
+    const std::string log = again.log();
+    CHECK(recovered_at(log) == stopped);
+    REQUIRE(std::regex_search(log, from, std::regex("snapshot of seq (\\d+), (\\d+) commands replayed")));
+    CHECK(std::stoll(from[1].str()) == newest);
+    CHECK(std::stoll(from[2].str()) == std::stoll(stopped.first) - newest);
+    REQUIRE(again.stop() == 0);
+    stopped_again = stopped_at(again.log()).second;
+  }
+
+  // A snapshot that does not have its digest (damaged, or edited by hand) is not used: the one before is.
+  db.exec("UPDATE engine_snapshots SET digest = '0000000000000000' WHERE seq = $1", {std::to_string(newest)});
+  Gpuexd third(m.db.dsn(), {}, false);
+  const std::string log = third.log();
+  CHECK_THAT(log, Catch::Contains("not using the snapshot at seq " + std::to_string(newest) +
+                                  ": its state does not have its digest"));
+  REQUIRE(std::regex_search(log, from, std::regex("snapshot of seq (\\d+), (\\d+) commands replayed")));
+  CHECK(std::stoll(from[1].str()) == older);
+  CHECK(recovered_at(log).second == stopped_again);
 }
 
 TEST_CASE("an Idempotency-Key makes a POST happen once, across a restart too") {

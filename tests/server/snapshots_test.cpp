@@ -1,0 +1,76 @@
+// Engine snapshots as the store keeps them: the JSON form reads back into an equal state with the same
+// digest, for states reached by random sequences of every command; damaged text is refused.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "matching/random_commands.hpp"
+#include "server/store/connection.hpp"
+#include "server/store/snapshots.hpp"
+
+using namespace gpuex;
+using namespace gpuex::matching;
+using gpuex::matching::test::RandomCommands;
+
+namespace {
+constexpr std::int64_t kStart = 1'800'000'000;  // 2027-01-15
+}
+
+TEST_CASE("an engine snapshot's JSON reads back into an equal state with the same digest", "[snapshots]") {
+  std::size_t orders = 0, leases = 0, sells_with_history = 0;
+  for (std::uint64_t seed : {11ULL, 12ULL, 13ULL, 14ULL}) {
+    Engine engine(RandomCommands::config());
+    RandomCommands gen(seed, kStart);
+    for (int i = 1; i <= 600; ++i) {
+      EventSink events;
+      engine.apply(gen.next(), events);
+      gen.observe(events);
+      if (i % 150 != 0) continue;
+      INFO("seed " << seed << ", command " << i);
+      const EngineState state = engine.snapshot();
+      const std::string text = store::snapshot_json(state);
+      const EngineState back = store::snapshot_from_json(text);
+      REQUIRE(back == state);
+      CHECK(Engine::digest(back) == engine.digest());
+      CHECK(Engine::restore(RandomCommands::config(), back).digest() == engine.digest());
+      orders += state.open_orders.size();
+      leases += state.leases.size();
+      for (const Order& o : state.open_orders) sells_with_history += o.is_sell() && o.free.pieces().size() > 1;
+    }
+  }
+  // The states were not trivial: open orders, leases and sells whose free capacity has several pieces.
+  CHECK(orders > 100);
+  CHECK(leases > 10);
+  CHECK(sells_with_history > 5);
+}
+
+TEST_CASE("a damaged or foreign snapshot is refused with a reason", "[snapshots]") {
+  Engine engine(RandomCommands::config());
+  RandomCommands gen(5, kStart);
+  for (int i = 0; i < 200; ++i) {
+    EventSink events;
+    engine.apply(gen.next(), events);
+    gen.observe(events);
+  }
+  const std::string text = store::snapshot_json(engine.snapshot());
+  auto refused = [](const std::string& t) {
+    try {
+      store::snapshot_from_json(t);
+    } catch (const store::StoreError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK_THAT(refused(text.substr(0, text.size() / 2)), Catch::Contains("not a JSON object"));
+  std::string other_format = text;
+  other_format.replace(other_format.find("\"format\":1"), 10, "\"format\":9");
+  CHECK_THAT(refused(other_format), Catch::Contains("format 9"));
+  std::string no_orders = text;
+  no_orders.replace(no_orders.find("\"open_orders\""), 13, "\"open_ordersX\"");
+  CHECK_THAT(refused(no_orders), Catch::Contains("'open_orders' is missing"));
+  std::string bad_status = text;
+  auto at = bad_status.find("\"status\":");
+  REQUIRE(at != std::string::npos);
+  bad_status.replace(at, 10, "\"status\":9");
+  CHECK_THAT(refused(bad_status), Catch::Contains("'status' is out of range"));
+}
