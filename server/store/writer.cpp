@@ -171,6 +171,7 @@ void Writer::run() {
         conn = PgConnection::connect(dsn_, std::chrono::seconds(2));
         prepare(*conn, parts_);
       }
+      for (auto* part : parts_) part->before(*conn, batches);
       Pipeline pipe(*conn);
       pipe.send("BEGIN");
       statements = write(pipe, batches, parts_);
@@ -179,6 +180,7 @@ void Writer::run() {
     } catch (const std::exception& e) {
       spdlog::error("store: a batch of {} commands did not commit: {}", batches.size(), e.what());
       conn.reset();  // a connection in an unknown state is not reused
+      for (auto* part : parts_) part->rolled_back();
       {
         std::lock_guard lock(mutex_);
         failed_ = true;
