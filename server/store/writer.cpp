@@ -24,11 +24,11 @@ namespace {
 // many rows it holds: PostgreSQL plans and executes one statement instead of one per row.
 constexpr Statement kInsertCommands{"insert_commands", R"sql(
 INSERT INTO engine_commands (seq, at, account_id, kind, body)
-SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[], $5::jsonb[]))sql"};
+SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[], $5::json[]))sql"};
 constexpr Statement kUpsertOrders{"upsert_orders", R"sql(
 INSERT INTO orders (id, account_id, client_order_id, body_sha256, side, market, status, doc, created_at, updated_at)
 SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bytea[], $5::text[], $6::text[], $7::text[],
-                     $8::jsonb[], $9::bigint[], $10::bigint[])
+                     $8::json[], $9::bigint[], $10::bigint[])
 ON CONFLICT (id) DO UPDATE SET status = excluded.status, doc = excluded.doc, updated_at = excluded.updated_at)sql"};
 constexpr Statement kUpsertPools{"upsert_pools", R"sql(
 INSERT INTO pools (id, provider_id, market, retired, doc)
@@ -44,8 +44,8 @@ INSERT INTO trades (id, at, market, bucket, buy_order_id, sell_order_id, buyer_i
                     taker_side, print, buyer_fill, seller_fill, tier, region, green_tier)
 SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[],
                      $8::bigint[], $9::bigint[], $10::bigint[], $11::integer[], $12::bigint[], $13::bigint[],
-                     $14::bigint[], $15::bigint[], $16::integer[], $17::boolean[], $18::text[], $19::jsonb[],
-                     $20::jsonb[], $21::jsonb[], $22::text[], $23::text[], $24::text[]))sql"};
+                     $14::bigint[], $15::bigint[], $16::integer[], $17::boolean[], $18::text[], $19::json[],
+                     $20::json[], $21::json[], $22::text[], $23::text[], $24::text[]))sql"};
 constexpr Statement kSetHalted{"set_halted", "UPDATE markets SET halted = $2 WHERE id = $1"};
 // A key already stored was checked before the command ran; DO NOTHING keeps a race from failing the batch.
 constexpr Statement kInsertIdempotency{"insert_idempotency", R"sql(
