@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <optional>
 
 #include "server/sha256.hpp"
@@ -25,11 +26,16 @@ namespace {
 constexpr Statement kInsertCommands{"insert_commands", R"sql(
 INSERT INTO engine_commands (seq, at, account_id, kind, body)
 SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[], $5::json[]))sql"};
-constexpr Statement kUpsertOrders{"upsert_orders", R"sql(
+// A transaction's new orders are inserted, the others updated: an order's first event says which, so
+// neither pays for INSERT ... ON CONFLICT's speculative insertion and row lock.
+constexpr Statement kInsertOrders{"insert_orders", R"sql(
 INSERT INTO orders (id, account_id, client_order_id, body_sha256, side, market, status, doc, created_at, updated_at)
 SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bytea[], $5::text[], $6::text[], $7::text[],
-                     $8::json[], $9::bigint[], $10::bigint[])
-ON CONFLICT (id) DO UPDATE SET status = excluded.status, doc = excluded.doc, updated_at = excluded.updated_at)sql"};
+                     $8::json[], $9::bigint[], $10::bigint[]))sql"};
+constexpr Statement kUpdateOrders{"update_orders", R"sql(
+UPDATE orders o SET status = u.status, doc = u.doc, updated_at = u.updated_at
+FROM unnest($1::bigint[], $2::text[], $3::json[], $4::bigint[]) AS u (id, status, doc, updated_at)
+WHERE o.id = u.id)sql"};
 constexpr Statement kUpsertPools{"upsert_pools", R"sql(
 INSERT INTO pools (id, provider_id, market, retired, doc)
 SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::boolean[], $5::jsonb[])
@@ -51,8 +57,8 @@ constexpr Statement kSetHalted{"set_halted", "UPDATE markets SET halted = $2 WHE
 constexpr Statement kInsertIdempotency{"insert_idempotency", R"sql(
 INSERT INTO idempotency_keys (account_id, key, request_sha256, status, body) VALUES ($1, $2, $3::bytea, $4, $5)
 ON CONFLICT DO NOTHING)sql"};
-constexpr Statement kStatements[] = {kInsertCommands, kUpsertOrders, kUpsertPools,      kUpsertLeases,
-                                     kInsertTrades,   kSetHalted,    kInsertIdempotency};
+constexpr Statement kStatements[] = {kInsertCommands, kInsertOrders, kUpdateOrders,     kUpsertPools,
+                                     kUpsertLeases,   kInsertTrades, kSetHalted,        kInsertIdempotency};
 
 std::string num(std::int64_t v) { return std::to_string(v); }
 std::string boolean(bool b) { return b ? "true" : "false"; }
@@ -61,6 +67,7 @@ std::string boolean(bool b) { return b ? "true" : "false"; }
 // (an INSERT ... ON CONFLICT DO UPDATE may not touch a row twice).
 struct Rows {
   std::map<OrderId, const Order*> orders;
+  std::set<OrderId> new_orders;  // accepted or rejected in this transaction: not in the table yet
   std::map<PoolId, const Pool*> pools;
   std::map<LeaseId, const Lease*> leases;
   std::vector<const Trade*> trades;
@@ -73,6 +80,7 @@ struct Rows {
           if constexpr (std::is_same_v<E, OrderAccepted> || std::is_same_v<E, OrderRejected> ||
                         std::is_same_v<E, OrderUpdated> || std::is_same_v<E, OrderDone>) {
             orders.insert_or_assign(e.order.id, &e.order);
+            if constexpr (std::is_same_v<E, OrderAccepted> || std::is_same_v<E, OrderRejected>) new_orders.insert(e.order.id);
           } else if constexpr (std::is_same_v<E, PoolChanged>) {
             pools.insert_or_assign(e.pool.id, &e.pool);
           } else if constexpr (std::is_same_v<E, LeaseChanged>) {
@@ -259,7 +267,13 @@ std::size_t Writer::write(Pipeline& pipe, const std::vector<Batch>& batches, con
   }
   if (!rows.orders.empty()) {
     ArrayParam id, account, cid, hash, side, market, status, doc, created, updated;
+    ArrayParam u_id, u_status, u_doc, u_updated;
     for (const auto& [oid, o] : rows.orders) {
+      if (!rows.new_orders.count(oid)) {
+        u_id.add(oid.value), u_status.add(to_string(o->status)), u_doc.add(json::serialize(wire::order_json(*o)));
+        u_updated.add(o->updated_at.value);
+        continue;
+      }
       id.add(oid.value), account.add(o->account.value);
       if (o->request.client_order_id.empty()) {
         cid.add_null(), hash.add_null();
@@ -269,8 +283,13 @@ std::size_t Writer::write(Pipeline& pipe, const std::vector<Batch>& batches, con
       side.add(to_string(o->request.side)), market.add(o->market.value), status.add(to_string(o->status));
       doc.add(json::serialize(wire::order_json(*o))), created.add(o->created_at.value), updated.add(o->updated_at.value);
     }
-    pipe.send(kUpsertOrders, {id.param(), account.param(), cid.param(), hash.param(), side.param(), market.param(),
-                              status.param(), doc.param(), created.param(), updated.param()});
+    if (!rows.new_orders.empty()) {
+      pipe.send(kInsertOrders, {id.param(), account.param(), cid.param(), hash.param(), side.param(), market.param(),
+                                status.param(), doc.param(), created.param(), updated.param()});
+    }
+    if (rows.new_orders.size() < rows.orders.size()) {
+      pipe.send(kUpdateOrders, {u_id.param(), u_status.param(), u_doc.param(), u_updated.param()});
+    }
     written += rows.orders.size();
   }
   if (!rows.trades.empty()) {
