@@ -32,10 +32,13 @@ constexpr Statement kInsertOrders{"insert_orders", R"sql(
 INSERT INTO orders (id, account_id, client_order_id, body_sha256, side, market, status, doc, created_at, updated_at)
 SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bytea[], $5::text[], $6::text[], $7::text[],
                      $8::json[], $9::bigint[], $10::bigint[]))sql"};
-constexpr Statement kUpdateOrders{"update_orders", R"sql(
+// Not prepared: a generic plan made while `orders` was small (a fresh database) joins by a sequential
+// scan and keeps doing so as the table grows, until an ANALYZE; planned each time, the join follows
+// the table's real size (an index lookup per row) for ~0.1 ms of planning per transaction.
+constexpr const char* kUpdateOrders = R"sql(
 UPDATE orders o SET status = u.status, doc = u.doc, updated_at = u.updated_at
 FROM unnest($1::bigint[], $2::text[], $3::json[], $4::bigint[]) AS u (id, status, doc, updated_at)
-WHERE o.id = u.id)sql"};
+WHERE o.id = u.id)sql";
 constexpr Statement kUpsertPools{"upsert_pools", R"sql(
 INSERT INTO pools (id, provider_id, market, retired, doc)
 SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::boolean[], $5::jsonb[])
@@ -57,8 +60,8 @@ constexpr Statement kSetHalted{"set_halted", "UPDATE markets SET halted = $2 WHE
 constexpr Statement kInsertIdempotency{"insert_idempotency", R"sql(
 INSERT INTO idempotency_keys (account_id, key, request_sha256, status, body) VALUES ($1, $2, $3::bytea, $4, $5)
 ON CONFLICT DO NOTHING)sql"};
-constexpr Statement kStatements[] = {kInsertCommands, kInsertOrders, kUpdateOrders,     kUpsertPools,
-                                     kUpsertLeases,   kInsertTrades, kSetHalted,        kInsertIdempotency};
+constexpr Statement kStatements[] = {kInsertCommands, kInsertOrders, kUpsertPools,     kUpsertLeases,
+                                     kInsertTrades,   kSetHalted,    kInsertIdempotency};
 
 std::string num(std::int64_t v) { return std::to_string(v); }
 std::string boolean(bool b) { return b ? "true" : "false"; }
