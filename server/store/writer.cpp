@@ -60,11 +60,8 @@ constexpr Statement kSetHalted{"set_halted", "UPDATE markets SET halted = $2 WHE
 constexpr Statement kInsertIdempotency{"insert_idempotency", R"sql(
 INSERT INTO idempotency_keys (account_id, key, request_sha256, status, body) VALUES ($1, $2, $3::bytea, $4, $5)
 ON CONFLICT DO NOTHING)sql"};
-// The first statement of a transaction sent while the one before it is still in flight: fails unless
-// that one committed (its last command is in the log).
-constexpr Statement kCheckCommitted{"check_committed", "SELECT 1 / count(*) FROM engine_commands WHERE seq = $1"};
-constexpr Statement kStatements[] = {kInsertCommands, kInsertOrders,      kUpsertPools,    kUpsertLeases,
-                                     kInsertTrades,   kSetHalted,         kInsertIdempotency, kCheckCommitted};
+constexpr Statement kStatements[] = {kInsertCommands, kInsertOrders, kUpsertPools,     kUpsertLeases,
+                                     kInsertTrades,   kSetHalted,    kInsertIdempotency};
 
 std::string num(std::int64_t v) { return std::to_string(v); }
 std::string boolean(bool b) { return b ? "true" : "false"; }
@@ -156,58 +153,18 @@ Writer::Counters Writer::counters() const {
   return counters_;
 }
 
-// One connection, with the next transaction sent while the last one's COMMIT waits for its WAL
-// flush: PostgreSQL runs them one after the other as before, but it finds the next one's statements
-// already sent instead of waiting for the writer to read the answer, make the next transaction and
-// send it. The next transaction holds everything queued until the last one's statements had run (the
-// same group commit as waiting for its COMMIT would give), and it first checks that the one before
-// committed (its last command is in the log; a division by zero otherwise), so after a failure
-// nothing later commits either. A part that must read before a transaction (a day's price ladder)
-// waits for the transaction in flight.
 void Writer::run() {
   std::optional<PgConnection> conn;
-  std::optional<Pipeline> pipe;
-  struct InFlight {
-    std::vector<Batch> batches;
-    std::size_t statements = 0;
-    Seq last_seq = 0;
-  };
-  std::optional<InFlight> prev;
-  auto drop = [&] {
-    pipe.reset();
-    conn.reset();  // a connection in an unknown state is not reused; an open transaction rolls back
-  };
-  // Reads the COMMIT of the transaction in flight; false (and handed off as failed) if it did not commit.
-  auto finish = [&]() {
-    InFlight f = std::move(*prev);
-    prev.reset();
-    try {
-      pipe->wait_sync();
-    } catch (const std::exception& e) {
-      drop();
-      failed_transaction(f.batches, e.what());
-      return false;
-    }
-    {
-      std::lock_guard lock(mutex_);
-      ++counters_.transactions;
-      counters_.statements += f.statements;
-      for (const auto& b : f.batches) counters_.commands += b.size();
-    }
-    hand_off(std::move(f.batches), true);
-    return true;
-  };
+  std::uint64_t statements = 0;
   for (;;) {
     std::vector<Batch> batches;
     bool failed;
     {
       std::unique_lock lock(mutex_);
-      if (!prev) {
-        busy_ = false;
-        idle_.notify_all();
-        wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-        if (queue_.empty()) return;  // stopping, and everything was written
-      }
+      busy_ = false;
+      idle_.notify_all();
+      wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and everything was written
       // Group commit: everything queued while the last transaction ran goes into the next one.
       while (!queue_.empty() && batches.size() < max_batches_) {
         batches.push_back(std::move(queue_.front()));
@@ -216,79 +173,42 @@ void Writer::run() {
       failed = failed_;
       busy_ = true;
     }
-    if (batches.empty()) {  // nothing new: the transaction in flight is all there is
-      finish();
-      continue;
-    }
-    if (failed) {  // writes stay stopped until reset() (nothing is in flight after a failure)
-      if (prev) finish();
+    if (failed) {
       hand_off(std::move(batches), false);
       continue;
     }
-    std::size_t statements = 0;
     try {
       if (!conn || !conn->healthy()) {
-        drop();
         conn = PgConnection::connect(dsn_, std::chrono::seconds(2));
         prepare(*conn, parts_);
       }
-      bool reads = std::any_of(parts_.begin(), parts_.end(), [&](auto* part) { return part->reads_before(batches); });
-      if (reads) {
-        if (prev && !finish()) {
-          hand_off(std::move(batches), false);
-          continue;
-        }
-        pipe.reset();  // reads outside pipeline mode
-        for (auto* part : parts_) part->before(*conn, batches);
-      }
-      if (!pipe) pipe.emplace(*conn);
-      pipe->send("BEGIN");
-      if (prev) pipe->send(kCheckCommitted, {num(prev->last_seq)});
-      statements = write(*pipe, batches, parts_);
-      pipe->send("COMMIT");
-      pipe->send_sync();
+      for (auto* part : parts_) part->before(*conn, batches);
+      Pipeline pipe(*conn);
+      pipe.send("BEGIN");
+      statements = write(pipe, batches, parts_);
+      pipe.send("COMMIT");
+      pipe.sync();
     } catch (const std::exception& e) {
-      // The one in flight may or may not have committed: both count as failed (a rebuild reads what did).
-      drop();
-      if (prev) {
-        auto f = std::move(*prev);
-        prev.reset();
-        failed_transaction(f.batches, e.what());
+      spdlog::error("store: a batch of {} commands did not commit: {}", batches.size(), e.what());
+      conn.reset();  // a connection in an unknown state is not reused
+      for (auto* part : parts_) part->rolled_back();
+      {
+        std::lock_guard lock(mutex_);
+        failed_ = true;
+        ++counters_.failed_transactions;
       }
-      failed_transaction(batches, e.what());
-      continue;
-    }
-    if (prev && !finish()) {  // this one then fails its check; the connection is closed already
       hand_off(std::move(batches), false);
+      on_failure_(e.what());
       continue;
     }
-    Seq last_seq = 0;
-    for (const auto& b : batches) {
-      for (const auto& logged : b) last_seq = std::max(last_seq, logged.command.seq);
+    {
+      std::lock_guard lock(mutex_);
+      ++counters_.transactions;
+      counters_.statements += statements;
+      for (const auto& b : batches) counters_.commands += b.size();
     }
-    prev = InFlight{std::move(batches), statements, last_seq};
-    try {
-      if (last_seq == 0) finish();      // nothing logged for the next one to check: wait for it
-      else pipe->read_all_but(1);       // until only its COMMIT is left to run
-    } catch (const std::exception& e) {
-      auto f = std::move(*prev);
-      prev.reset();
-      drop();
-      failed_transaction(f.batches, e.what());
-    }
+    hand_off(std::move(batches), true);
   }
-}
-
-void Writer::failed_transaction(std::vector<Batch>& batches, const std::string& why) {
-  spdlog::error("store: a batch of {} commands did not commit: {}", batches.size(), why);
-  for (auto* part : parts_) part->rolled_back();
-  {
-    std::lock_guard lock(mutex_);
-    failed_ = true;
-    ++counters_.failed_transactions;
-  }
-  hand_off(std::move(batches), false);
-  on_failure_(why);
 }
 
 void Writer::hand_off(std::vector<Batch> batches, bool committed) {

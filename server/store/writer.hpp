@@ -51,10 +51,8 @@ class TransactionPart {
   virtual ~TransactionPart() = default;
   // Once per new connection, before its first transaction (prepare statements here).
   virtual void prepare(PgConnection& conn) = 0;
-  // Whether before() must read for these batches: then it is called once every earlier transaction
-  // has committed, on the writer's connection outside any transaction, to read committed rows the
-  // part keeps in memory (the writer is their only writer).
-  virtual bool reads_before(const std::vector<Batch>& /*batches*/) const { return false; }
+  // Before each transaction, on the writer's connection outside any transaction: a chance to read
+  // committed rows the part keeps in memory (the writer is their only writer).
   virtual void before(PgConnection& /*conn*/, const std::vector<Batch>& /*batches*/) {}
   // Inside the transaction, after the batches' own rows: sends its statements, returns how many.
   virtual std::size_t write(Pipeline& pipe, const std::vector<Batch>& batches) = 0;
@@ -107,7 +105,6 @@ class Writer {
 
  private:
   void run();
-  void failed_transaction(std::vector<Batch>& batches, const std::string& why);
   void hand_off(std::vector<Batch> batches, bool committed);
   void complete();  // the completion thread: listeners and `done`, in commit order
   void commit(std::vector<Batch>& batches);
