@@ -91,6 +91,17 @@ std::string format_rfc3339(std::int64_t t) {
   std::int64_t y;
   unsigned m, d;
   civil_from_days(days, y, m, d);
+  if (y >= 0 && y <= 9999) {
+    // The common case by hand: snprintf was a visible share of rendering order documents.
+    char out[20] = {'0', '0', '0', '0', '-', '0', '0', '-', '0', '0', 'T', '0', '0', ':', '0', '0', ':', '0', '0', 'Z'};
+    auto two = [&out](int at, std::int64_t v) {
+      out[at] = static_cast<char>('0' + v / 10);
+      out[at + 1] = static_cast<char>('0' + v % 10);
+    };
+    two(0, y / 100), two(2, y % 100), two(5, m), two(8, d);
+    two(11, secs / 3600), two(14, secs / 60 % 60), two(17, secs % 60);
+    return std::string(out, sizeof out);
+  }
   char buf[96];
   std::snprintf(buf, sizeof buf, "%04lld-%02u-%02uT%02lld:%02lld:%02lldZ", static_cast<long long>(y), m, d,
                 static_cast<long long>(secs / 3600), static_cast<long long>(secs / 60 % 60),

@@ -218,10 +218,11 @@ void load(store::PgConnection& db, const Options& o, std::int64_t end) {
       lp.push_back(&l);
     }
     auto r0 = Clock::now();
+    rollups.load_days(db, tp);
     {
       store::Pipeline pipe(db);
       pipe.send("BEGIN");
-      analytics::Rollups::write_rows(pipe, tp, lp);
+      rollups.write_rows(pipe, tp, lp);
       pipe.send("COMMIT");
       pipe.sync();
     }

@@ -5,6 +5,14 @@
 // cancels of the connection's own resting orders; providers and buyers on separate keep-alive
 // connections. Run with `scripts/bench e2e [--connections N] [--seconds S] [--json]`, which provides a
 // private PostgreSQL (GPUEX_BENCH_DSN) and the gpuexd to start (GPUEX_GPUEXD).
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <boost/json.hpp>
 
 #include <algorithm>
@@ -12,7 +20,12 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <cctype>
+#include <cerrno>
 #include <cmath>
+#include <functional>
+#include <stdexcept>
+#include <string_view>
 #include <cstdio>
 #include <iostream>
 #include <random>
@@ -40,7 +53,136 @@ struct Options {
   int seconds = 20;
   int warmup_seconds = 3;
   bool json = false;
+  bool blocking_client = false;  // one blocking thread per connection (the client of rows up to 2026-11-29)
 };
+
+// The client: every connection in one thread around epoll, each with one request outstanding (so
+// the same closed loop as one blocking thread per connection, without 128 threads to schedule).
+// A request is sent whole (non-blocking write, the rest when the socket is writable); the answer is
+// read until its Content-Length is complete. Latency runs from the send to the last byte of the answer.
+using NextRequest = std::function<void(std::size_t, std::string&, std::string&, std::string&, std::string&)>;
+using Answered = std::function<void(std::size_t, unsigned, std::string_view, double)>;
+void event_loop_client(unsigned short port, std::size_t connections, const std::atomic<bool>& stop, const NextRequest& next,
+                       const Answered& answered, const std::function<void(std::size_t)>& failed) {
+  struct Conn {
+    int fd = -1;
+    std::string out, in;
+    std::size_t sent = 0;
+    Clock::time_point t0;
+    bool open = true;
+  };
+  int ep = epoll_create1(0);
+  if (ep < 0) throw std::runtime_error("epoll_create1 failed");
+  std::vector<Conn> conns(connections);
+  std::string method, target, body, key;
+  auto close_conn = [&](std::size_t i) {
+    if (!conns[i].open) return;
+    conns[i].open = false;
+    ::close(conns[i].fd);
+    failed(i);
+  };
+  auto send_more = [&](std::size_t i) {
+    auto& c = conns[i];
+    while (c.sent < c.out.size()) {
+      ssize_t n = ::send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL);
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        epoll_event ev{};
+        ev.events = EPOLLIN | EPOLLOUT;
+        ev.data.u64 = i;
+        epoll_ctl(ep, EPOLL_CTL_MOD, c.fd, &ev);
+        return;
+      }
+      if (n <= 0) return close_conn(i);
+      c.sent += static_cast<std::size_t>(n);
+    }
+  };
+  auto start_request = [&](std::size_t i) {
+    auto& c = conns[i];
+    next(i, method, target, body, key);
+    c.out.clear();
+    c.out += method + " " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + key + "\r\n";
+    if (!body.empty()) c.out += "Content-Type: application/json\r\n";
+    if (!body.empty() || method == "POST" || method == "PUT") c.out += "Content-Length: " + std::to_string(body.size()) + "\r\n";
+    c.out += "\r\n";
+    c.out += body;
+    c.sent = 0;
+    c.in.clear();
+    c.t0 = Clock::now();
+    send_more(i);
+  };
+  for (std::size_t i = 0; i < connections; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      throw std::runtime_error("connect to gpuexd failed");
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    conns[i].fd = fd;
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = i;
+    epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+  }
+  for (std::size_t i = 0; i < connections; ++i) start_request(i);
+  std::vector<epoll_event> events(connections);
+  char buf[65536];
+  while (!stop) {
+    int n = epoll_wait(ep, events.data(), static_cast<int>(events.size()), 100);
+    for (int k = 0; k < n; ++k) {
+      std::size_t i = events[k].data.u64;
+      auto& c = conns[i];
+      if (!c.open) continue;
+      if (events[k].events & EPOLLOUT) {
+        epoll_event ev{};
+        ev.events = EPOLLIN;
+        ev.data.u64 = i;
+        epoll_ctl(ep, EPOLL_CTL_MOD, c.fd, &ev);
+        send_more(i);
+        if (!c.open) continue;
+      }
+      if (!(events[k].events & (EPOLLIN | EPOLLHUP | EPOLLERR))) continue;
+      for (;;) {
+        ssize_t r = ::recv(c.fd, buf, sizeof buf, 0);
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+        if (r <= 0) {
+          close_conn(i);
+          break;
+        }
+        c.in.append(buf, static_cast<std::size_t>(r));
+        if (static_cast<std::size_t>(r) < sizeof buf) break;
+      }
+      if (!c.open) continue;
+      // A whole answer: the head, then Content-Length bytes of body (gpuexd always sends it).
+      auto head_end = c.in.find("\r\n\r\n");
+      if (head_end == std::string::npos) continue;
+      std::string_view head(c.in.data(), head_end);
+      std::size_t length = 0;
+      for (std::size_t pos = head.find("\r\n"); pos != std::string_view::npos; pos = head.find("\r\n", pos + 2)) {
+        auto line = head.substr(pos + 2, head.find("\r\n", pos + 2) - (pos + 2));
+        constexpr std::string_view kLength = "content-length:";
+        if (line.size() > kLength.size() &&
+            std::equal(kLength.begin(), kLength.end(), line.begin(),
+                       [](char a, char b) { return a == std::tolower(static_cast<unsigned char>(b)); })) {
+          length = std::stoul(std::string(line.substr(kLength.size())));
+        }
+      }
+      if (c.in.size() < head_end + 4 + length) continue;
+      double ms = std::chrono::duration<double, std::milli>(Clock::now() - c.t0).count();
+      unsigned status = head.size() >= 12 ? static_cast<unsigned>(std::stoi(std::string(head.substr(9, 3)))) : 0;
+      answered(i, status, std::string_view(c.in).substr(head_end + 4, length), ms);
+      start_request(i);
+    }
+  }
+  for (auto& c : conns) {
+    if (c.open) ::close(c.fd);
+  }
+  ::close(ep);
+}
 
 // PostgreSQL's own ceiling: the rate at which one connection commits the rows the writer wrote in this
 // run, in transactions of the run's mean size. The logged commands are replayed through a fresh engine
@@ -132,8 +274,9 @@ int main(int argc, char** argv) {
     if (a == "--json") opt.json = true;
     else if (a == "--connections" && i + 1 < argc) opt.connections = std::stoi(argv[++i]);
     else if (a == "--seconds" && i + 1 < argc) opt.seconds = std::stoi(argv[++i]);
+    else if (a == "--blocking-client") opt.blocking_client = true;
     else {
-      std::fprintf(stderr, "usage: bench_e2e [--connections N] [--seconds S] [--json]\n");
+      std::fprintf(stderr, "usage: bench_e2e [--connections N] [--seconds S] [--json] [--blocking-client]\n");
       return 2;
     }
   }
@@ -176,71 +319,115 @@ int main(int argc, char** argv) {
     }
   }
 
-  std::atomic<bool> stop{false};
   std::atomic<bool> measuring{false};
   std::vector<std::vector<double>> latencies(accounts.size());
   std::vector<std::int64_t> errors(accounts.size(), 0);
-  std::vector<std::thread> threads;
   auto now_s = [] { return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count(); };
-  for (std::size_t i = 0; i < accounts.size(); ++i) {
-    threads.emplace_back([&, i] {
-      Connection c(port);
-      std::mt19937 rng(static_cast<unsigned>(i * 7919 + 1));
-      const bool provider = i % 2 == 0;
-      const std::string key(accounts[i].at("api_key").as_string());
-      std::vector<std::string> resting;
-      const std::string start = gpuex::format_rfc3339(now_s()), end = gpuex::format_rfc3339(now_s() + 30 * 86400);
-      while (!stop) {
-        int roll = static_cast<int>(rng() % 100);
-        std::string target = "/v1/orders", body;
-        std::string method = "POST";
-        bool rests = false;
-        std::size_t mi = rng() % 10;
-        char price[16];
-        if (roll < 10 && !resting.empty()) {
-          std::size_t k = rng() % resting.size();
-          target += "/" + resting[k];
-          resting[k] = resting.back();
-          resting.pop_back();
-          method = "DELETE";
-        } else if (roll < 20) {
-          // Crossing: takes from the other side's resting orders, the rest cancelled (ioc).
-          if (provider) {
-            std::snprintf(price, sizeof price, "0.%04d", 5000 + static_cast<int>(rng() % 5000));
-            body = R"({"side":"sell","pool_id":")" + pools[i][mi] + R"(","price":")" + price +
-                   R"(","quantity":1,"time_in_force":"ioc","start":")" + start + R"(","end":")" + end + "\"}";
-          } else {
-            body = std::string(R"({"side":"buy","market":")") + kMarkets[mi] +
-                   R"(","price":"9.0000","quantity":1,"duration":3600,"time_in_force":"ioc"})";
-          }
+  // One connection's workload: the same choice of request for both clients (seeded per connection).
+  struct Workload {
+    std::mt19937 rng;
+    bool provider;
+    std::string key;
+    const std::vector<std::string>* pools;
+    std::vector<std::string> resting;
+    std::string start, end;
+    bool rests = false;
+    // The next request's method, target and body.
+    void next(std::string& method, std::string& target, std::string& body) {
+      int roll = static_cast<int>(rng() % 100);
+      target = "/v1/orders", body.clear();
+      method = "POST";
+      rests = false;
+      std::size_t mi = rng() % 10;
+      char price[16];
+      if (roll < 10 && !resting.empty()) {
+        std::size_t k = rng() % resting.size();
+        target += "/" + resting[k];
+        resting[k] = resting.back();
+        resting.pop_back();
+        method = "DELETE";
+      } else if (roll < 20) {
+        // Crossing: takes from the other side's resting orders, the rest cancelled (ioc).
+        if (provider) {
+          std::snprintf(price, sizeof price, "0.%04d", 5000 + static_cast<int>(rng() % 5000));
+          body = R"({"side":"sell","pool_id":")" + (*pools)[mi] + R"(","price":")" + price +
+                 R"(","quantity":1,"time_in_force":"ioc","start":")" + start + R"(","end":")" + end + "\"}";
         } else {
-          rests = true;
-          if (provider) {
-            std::snprintf(price, sizeof price, "3.%04d", static_cast<int>(rng() % 10000));
-            body = R"({"side":"sell","pool_id":")" + pools[i][mi] + R"(","price":")" + price + R"(","quantity":)" +
-                   std::to_string(1 + rng() % 4) + R"(,"start":")" + start + R"(","end":")" + end + "\"}";
-          } else {
-            std::snprintf(price, sizeof price, "1.%04d", static_cast<int>(rng() % 10000));
-            body = std::string(R"({"side":"buy","market":")") + kMarkets[mi] + R"(","price":")" + price +
-                   R"(","quantity":)" + std::to_string(1 + rng() % 4) + R"(,"duration":3600})";
-          }
+          body = std::string(R"({"side":"buy","market":")") + kMarkets[mi] +
+                 R"(","price":"9.0000","quantity":1,"duration":3600,"time_in_force":"ioc"})";
         }
-        auto t0 = Clock::now();
-        std::pair<unsigned, std::string> r;
-        try {
-          r = c.call(method, target, key, body);
-        } catch (const std::exception&) {
-          ++errors[i];
-          return;
-        }
-        double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-        if (measuring) latencies[i].push_back(ms);
-        if (r.first >= 400 && r.first != 404) ++errors[i];
-        if (rests && r.first == 201) {
-          auto id = json::parse(r.second).at("order").at("id");
-          resting.emplace_back(id.as_string());
+      } else {
+        rests = true;
+        if (provider) {
+          std::snprintf(price, sizeof price, "3.%04d", static_cast<int>(rng() % 10000));
+          body = R"({"side":"sell","pool_id":")" + (*pools)[mi] + R"(","price":")" + price + R"(","quantity":)" +
+                 std::to_string(1 + rng() % 4) + R"(,"start":")" + start + R"(","end":")" + end + "\"}";
+        } else {
+          std::snprintf(price, sizeof price, "1.%04d", static_cast<int>(rng() % 10000));
+          body = std::string(R"({"side":"buy","market":")") + kMarkets[mi] + R"(","price":")" + price +
+                 R"(","quantity":)" + std::to_string(1 + rng() % 4) + R"(,"duration":3600})";
         }
       }
+    }
+    // The answer to that request: a resting order's id is kept for a later cancel.
+    void answered(unsigned status, std::string_view body) {
+      if (!rests || status != 201) return;
+      // {"order":{"id":"123",...: the id without parsing the whole answer (parsed if it looks otherwise).
+      constexpr std::string_view kHead = R"({"order":{"id":")";
+      if (body.substr(0, kHead.size()) == kHead) {
+        auto close = body.find('"', kHead.size());
+        if (close != std::string_view::npos) {
+          resting.emplace_back(body.substr(kHead.size(), close - kHead.size()));
+          return;
+        }
+      }
+      resting.emplace_back(json::parse(body).at("order").at("id").as_string());
+    }
+  };
+  std::vector<Workload> work;
+  for (std::size_t i = 0; i < accounts.size(); ++i) {
+    work.push_back(Workload{std::mt19937(static_cast<unsigned>(i * 7919 + 1)), i % 2 == 0,
+                            std::string(accounts[i].at("api_key").as_string()), &pools[i], {},
+                            gpuex::format_rfc3339(now_s()), gpuex::format_rfc3339(now_s() + 30 * 86400)});
+  }
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+  if (opt.blocking_client) {
+    // The client of rows up to 2026-11-29: one blocking thread per connection.
+    for (std::size_t i = 0; i < accounts.size(); ++i) {
+      threads.emplace_back([&, i] {
+        Connection c(port);
+        std::string method, target, body;
+        while (!stop) {
+          work[i].next(method, target, body);
+          auto t0 = Clock::now();
+          std::pair<unsigned, std::string> r;
+          try {
+            r = c.call(method, target, work[i].key, body);
+          } catch (const std::exception&) {
+            ++errors[i];
+            return;
+          }
+          double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+          if (measuring) latencies[i].push_back(ms);
+          if (r.first >= 400 && r.first != 404) ++errors[i];
+          work[i].answered(r.first, r.second);
+        }
+      });
+    }
+  } else {
+    threads.emplace_back([&] {
+      event_loop_client(port, work.size(), stop,
+                        [&](std::size_t i, std::string& method, std::string& target, std::string& body, std::string& key) {
+                          work[i].next(method, target, body);
+                          key = work[i].key;
+                        },
+                        [&](std::size_t i, unsigned status, std::string_view body, double ms) {
+                          if (measuring) latencies[i].push_back(ms);
+                          if (status >= 400 && status != 404) ++errors[i];
+                          work[i].answered(status, body);
+                        },
+                        [&](std::size_t i) { ++errors[i]; });
     });
   }
 

@@ -50,18 +50,16 @@ SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::numeric[], $5::
 ON CONFLICT (market, day, price_micros) DO UPDATE SET gpu_seconds = p.gpu_seconds + excluded.gpu_seconds,
                                                       trades = p.trades + excluded.trades)sql"};
 
-// Each touched (market, day) of the daily index gets its transaction's volume, Σ price × volume and
-// trades added, then its trimmed sum recomputed from those and the day's two 5 % tails
-// (migrations/0006_daily_index_tails.sql), so the work does not grow with the prices the day has.
-constexpr store::Statement kAddDailyIndex{"rollup_daily_index", R"sql(
+// Each touched (market, day) of the daily index, finished in memory (Rollups::Ladder): its volume,
+// Σ price × volume, trimmed sum ×20 and trades as they stand after the transaction.
+constexpr store::Statement kSetDailyIndex{"rollup_daily_index", R"sql(
 INSERT INTO daily_index AS d (market, day, gpu_seconds, notional, trimmed_x20, trades)
-SELECT market, day, gpu_seconds, notional, 0, trades
-FROM unnest($1::text[], $2::bigint[], $3::numeric[], $4::numeric[], $5::bigint[])
-  AS k (market, day, gpu_seconds, notional, trades)
-ON CONFLICT (market, day) DO UPDATE SET gpu_seconds = d.gpu_seconds + excluded.gpu_seconds,
-                                        notional = d.notional + excluded.notional, trades = d.trades + excluded.trades)sql"};
-constexpr store::Statement kRefreshDailyIndex{"rollup_daily_index_refresh",
-                                              "SELECT gpuex_refresh_daily_index($1::text[], $2::bigint[])"};
+SELECT * FROM unnest($1::text[], $2::bigint[], $3::numeric[], $4::numeric[], $5::numeric[], $6::bigint[])
+ON CONFLICT (market, day) DO UPDATE SET gpu_seconds = excluded.gpu_seconds, notional = excluded.notional,
+                                        trimmed_x20 = excluded.trimmed_x20, trades = excluded.trades)sql"};
+constexpr const char* kLoadLadders = R"sql(
+SELECT market, day, price_micros, gpu_seconds::text, trades FROM index_prices
+WHERE (market, day) IN (SELECT * FROM unnest($1::text[], $2::bigint[])))sql";
 
 // Each lease's contribution to open interest is kept while it is reserved; a new state replaces it,
 // so the aggregate changes by exactly the difference.
@@ -82,8 +80,7 @@ INSERT INTO open_interest AS o (market, bucket, gpu_seconds)
 SELECT market, bucket, g FROM delta WHERE g <> 0
 ON CONFLICT (market, bucket) DO UPDATE SET gpu_seconds = o.gpu_seconds + excluded.gpu_seconds)sql"};
 
-constexpr store::Statement kStatements[] = {kUpsertCandles,  kUpsertLast,        kUpsertIndexPrices,
-                                            kAddDailyIndex, kRefreshDailyIndex, kLeases};
+constexpr store::Statement kStatements[] = {kUpsertCandles, kUpsertLast, kUpsertIndexPrices, kSetDailyIndex, kLeases};
 
 struct Candle {
   std::int64_t open = 0, open_at = 0, open_trade = 0;
@@ -127,6 +124,18 @@ class Array {
 std::int64_t floor_to(std::int64_t t, std::int64_t step) {
   std::int64_t r = t % step;
   return r < 0 ? t - r - step : t - r;
+}
+
+// Σ price × the part of its volume inside a 5 % tail, walking the ladder from one end: a price's
+// volume [c0, c1) counts ×20 up to V (migrations/0006_daily_index_tails.sql does the same in SQL).
+template <class It>
+Int128 tail_x20(It it, It end, Int128 v) {
+  Int128 cut = 0, c = 0;
+  for (; it != end && 20 * c < v; ++it) {
+    cut += Int128(it->first) * (std::min<Int128>(20 * (c + it->second), v) - 20 * c);
+    c += it->second;
+  }
+  return cut;
 }
 
 }  // namespace
@@ -180,21 +189,63 @@ std::optional<Int128> parse_int128(std::string_view text) {
 }
 
 void Rollups::prepare(store::PgConnection& conn) {
+  ladders_.clear();  // a new connection: whatever failed before it is not in memory
   for (const auto& s : kStatements) conn.prepare(s);
+}
+
+namespace {
+void collect(const std::vector<store::Batch>& batches, std::vector<const Trade*>& trades, std::vector<const Lease*>* leases) {
+  for (const auto& batch : batches) {
+    for (const auto& logged : batch) {
+      for (const auto& e : logged.events) {
+        if (const auto* t = std::get_if<TradeEvent>(&e)) trades.push_back(&t->trade);
+        else if (const auto* l = std::get_if<LeaseChanged>(&e); l && leases) leases->push_back(&l->lease);
+      }
+    }
+  }
+}
+}  // namespace
+
+void Rollups::before(store::PgConnection& conn, const std::vector<store::Batch>& batches) {
+  std::vector<const Trade*> trades;
+  collect(batches, trades, nullptr);
+  load_days(conn, trades);
 }
 
 std::size_t Rollups::write(store::Pipeline& pipe, const std::vector<store::Batch>& batches) {
   std::vector<const Trade*> trades;
   std::vector<const Lease*> leases;
-  for (const auto& batch : batches) {
-    for (const auto& logged : batch) {
-      for (const auto& e : logged.events) {
-        if (const auto* t = std::get_if<TradeEvent>(&e)) trades.push_back(&t->trade);
-        else if (const auto* l = std::get_if<LeaseChanged>(&e)) leases.push_back(&l->lease);
-      }
-    }
-  }
+  collect(batches, trades, &leases);
   return write_rows(pipe, trades, leases);
+}
+
+void Rollups::load_days(store::PgConnection& conn, std::span<const Trade* const> trades) {
+  // Bounded memory: past days are read again if they are ever touched again.
+  if (ladders_.size() > 4096) ladders_.clear();
+  Array markets, days;
+  std::vector<std::pair<std::string, std::int64_t>> missing;
+  for (const Trade* t : trades) {
+    if (!t->bucket.is_spot()) continue;
+    std::pair<std::string, std::int64_t> key{t->market.value, floor_to(t->time.value, 86400)};
+    if (ladders_.count(key) || std::find(missing.begin(), missing.end(), key) != missing.end()) continue;
+    markets.add(key.first), days.add(key.second);
+    missing.push_back(std::move(key));
+  }
+  if (missing.empty()) return;
+  auto rows = conn.exec(kLoadLadders, {markets.param(), days.param()});
+  std::map<std::pair<std::string, std::int64_t>, Ladder> loaded;
+  for (auto& key : missing) loaded[key];
+  for (int i = 0; i < rows.rows(); ++i) {
+    auto& ladder = loaded[{std::string(rows.text(i, 0)), rows.integer(i, 1)}];
+    auto volume = parse_int128(rows.text(i, 3));
+    if (!volume) throw store::StoreError("index_prices: gpu_seconds is not an integer");
+    std::int64_t price = rows.integer(i, 2);
+    ladder.volume[price] = *volume;
+    ladder.gpu_seconds += *volume;
+    ladder.notional += *volume * price;
+    ladder.trades += rows.integer(i, 4);
+  }
+  ladders_.merge(loaded);
 }
 
 std::size_t Rollups::write_rows(store::Pipeline& pipe, std::span<const Trade* const> trades,
@@ -244,25 +295,31 @@ std::size_t Rollups::write_rows(store::Pipeline& pipe, std::span<const Trade* co
     statements += 2;
 
     if (!index_prices.empty()) {
-      Array p[5], d[5];
-      // (market, day) -> volume, Σ price × volume, trades; std::map order = index_prices' order
-      std::map<std::pair<std::string, std::int64_t>, std::tuple<Int128, Int128, std::int64_t>> days;
+      Array p[5], d[6];
+      std::vector<std::pair<std::string, std::int64_t>> touched;  // in index_prices' (sorted) order
       for (const auto& [key, volume] : index_prices) {
         const auto& [market, day, price] = key;
         p[0].add(market), p[1].add(day), p[2].add(price), p[3].add_i128(volume.first), p[4].add(volume.second);
-        auto& [gs, notional, count] = days[{market, day}];
-        gs += volume.first;
-        notional += volume.first * price;
-        count += volume.second;
+        std::pair<std::string, std::int64_t> day_key{market, day};
+        auto it = ladders_.find(day_key);
+        if (it == ladders_.end()) throw store::StoreError("daily index: the day " + market + "/" + std::to_string(day) + " was not loaded");
+        auto& ladder = it->second;
+        ladder.volume[price] += volume.first;
+        ladder.gpu_seconds += volume.first;
+        ladder.notional += volume.first * price;
+        ladder.trades += volume.second;
+        if (touched.empty() || touched.back() != day_key) touched.push_back(std::move(day_key));
       }
-      for (const auto& [key, sums] : days) {
-        d[0].add(key.first), d[1].add(key.second), d[2].add_i128(std::get<0>(sums)), d[3].add_i128(std::get<1>(sums));
-        d[4].add(std::get<2>(sums));
+      for (const auto& key : touched) {
+        const auto& ladder = ladders_.at(key);
+        Int128 cut = tail_x20(ladder.volume.begin(), ladder.volume.end(), ladder.gpu_seconds) +
+                     tail_x20(ladder.volume.rbegin(), ladder.volume.rend(), ladder.gpu_seconds);
+        d[0].add(key.first), d[1].add(key.second), d[2].add_i128(ladder.gpu_seconds), d[3].add_i128(ladder.notional);
+        d[4].add_i128(20 * ladder.notional - cut), d[5].add(ladder.trades);
       }
       pipe.send(kUpsertIndexPrices, {p[0].param(), p[1].param(), p[2].param(), p[3].param(), p[4].param()});
-      pipe.send(kAddDailyIndex, {d[0].param(), d[1].param(), d[2].param(), d[3].param(), d[4].param()});
-      pipe.send(kRefreshDailyIndex, {d[0].param(), d[1].param()});
-      statements += 3;
+      pipe.send(kSetDailyIndex, {d[0].param(), d[1].param(), d[2].param(), d[3].param(), d[4].param(), d[5].param()});
+      statements += 2;
     }
   }
   if (!leases.empty()) {

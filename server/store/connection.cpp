@@ -81,10 +81,15 @@ void ArrayParam::add(std::string_view text) {
   separate();
   text_.reserve(text_.size() + text.size() + 8);
   text_ += '"';
-  for (char c : text) {
-    if (c == '"' || c == '\\') text_ += '\\';
-    text_ += c;
+  // Runs between the characters that need a backslash are appended whole.
+  std::size_t run = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '"' && text[i] != '\\') continue;
+    text_.append(text.data() + run, i - run);
+    text_ += '\\';
+    run = i;
   }
+  text_.append(text.data() + run, text.size() - run);
   text_ += '"';
 }
 

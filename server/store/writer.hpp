@@ -51,8 +51,13 @@ class TransactionPart {
   virtual ~TransactionPart() = default;
   // Once per new connection, before its first transaction (prepare statements here).
   virtual void prepare(PgConnection& conn) = 0;
+  // Before each transaction, on the writer's connection outside any transaction: a chance to read
+  // committed rows the part keeps in memory (the writer is their only writer).
+  virtual void before(PgConnection& /*conn*/, const std::vector<Batch>& /*batches*/) {}
   // Inside the transaction, after the batches' own rows: sends its statements, returns how many.
   virtual std::size_t write(Pipeline& pipe, const std::vector<Batch>& batches) = 0;
+  // The transaction write() took part in did not commit: drop whatever it changed in memory.
+  virtual void rolled_back() {}
 };
 
 class Writer {
