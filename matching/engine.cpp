@@ -16,6 +16,7 @@
 #include "matching/chunked_set.hpp"
 #include "matching/digest.hpp"
 #include "matching/money.hpp"
+#include "matching/step_tree.hpp"
 
 namespace gpuex::matching {
 namespace {
@@ -296,7 +297,7 @@ struct LeaseRef {
 
 struct LivePool {
   Pool p;
-  Steps used;  // open asks' free capacity + GPUs held by leases, over time
+  StepTree used;  // open asks' free capacity + GPUs held by leases, over time
   OrderList asks;  // open asks
   std::set<LeaseRef> leases;  // not ended
   std::size_t ask_pool_slot{0};  // its place in its Book's ask_pools while it has resting asks
@@ -2171,7 +2172,7 @@ struct Engine::Impl {
       held[l.pool].add(std::max(l.start, now), std::max(end, now), l.quantity.value);
     }
     for (const auto& [id, lp] : pools) {
-      Steps used = lp.used;
+      Steps used = lp.used.to_steps();
       used.trim_before(now);
       Steps expect = held[id];
       expect.trim_before(now);
