@@ -31,7 +31,13 @@ struct LivePool;
 // element addresses stable, and an order leaves the books before it leaves the map); null elsewhere.
 //
 // `start`, `end`, `min_duration` copy the ask's window_start, window_end and min_duration (fixed while it
-// rests) so that a walk rejects asks whose window cannot hold a bid without touching the order.
+// rests) so that a walk rejects asks whose window cannot hold a bid without touching the order. The `run_*`
+// fields summarize its free capacity (set each time it enters a book; a fill or an amend takes it out
+// first): a bid can take from it only over a window inside one run of time where at least one lot
+// (min_chunk) is free, so a window must lie in [start + run_lead, end - run_tail) (the hull of those runs)
+// and be no longer than max_run (the longest run; kAnyRun when it does not fit in 32 bits).
+constexpr std::int32_t kAnyRun = std::numeric_limits<std::int32_t>::max();
+
 struct AskKey {
   Price effective;
   Seq priority{0};
@@ -41,8 +47,19 @@ struct AskKey {
   Seconds start{};
   Seconds end{};
   Seconds min_duration{};
+  std::int32_t run_lead{0};
+  std::int32_t run_tail{0};
+  std::int32_t max_run{kAnyRun};
+  Seconds run_start() const { return start + Seconds(run_lead); }
+  Seconds run_end() const { return end - Seconds(run_tail); }
   bool operator==(const AskKey& o) const {
     return effective == o.effective && priority == o.priority && id == o.id;
+  }
+  // Spelled out (not synthesized from <=>): the book sets compare keys on every insert, erase and seek.
+  bool operator<(const AskKey& o) const {
+    if (effective.value != o.effective.value) return effective.value < o.effective.value;
+    if (priority != o.priority) return priority < o.priority;
+    return id.value < o.id.value;
   }
   auto operator<=>(const AskKey& o) const {
     if (auto c = effective <=> o.effective; c != 0) return c;
@@ -191,7 +208,7 @@ class OrderMap {
       s = free_.back();
       free_.pop_back();
     } else {
-      if (slots_ % kBlock == 0) blocks_.push_back(std::make_unique<Storage[]>(kBlock));
+      if (slots_ % kBlock == 0) blocks_.push_back(std::make_unique_for_overwrite<Storage[]>(kBlock));  // no zeroing: slots are constructed on use
       s = slots_++;
       used_.push_back(false);
     }
@@ -274,10 +291,32 @@ class OrderMap {
 // One end bucket of a pool's resting asks, with its cheapest effective price (no key touched to skip it).
 using AskSet = ChunkedSet<AskKey, std::less<AskKey>>;
 
+// Summaries of a set of ask keys that let a walk skip the whole set without reading a key: the earliest
+// run_start(), latest run_end() and longest max_run among them. Exact after inserts; erases leave them
+// wider (still true bounds), until the set empties and they reset.
+struct RunBounds {
+  Seconds min_start{std::numeric_limits<std::int64_t>::max()};
+  Seconds max_end{std::numeric_limits<std::int64_t>::min()};
+  std::int64_t max_run{0};
+  void widen(const AskKey& k) {
+    min_start = std::min(min_start, k.run_start());
+    max_end = std::max(max_end, k.run_end());
+    max_run = std::max<std::int64_t>(max_run, k.max_run);
+  }
+  // False when no key it bounds can hold [ws, we).
+  bool may_fit(Seconds ws, Seconds we) const {
+    return ws >= min_start && we <= max_end && (max_run == kAnyRun || (we - ws).value <= max_run);
+  }
+  bool bounds(const AskKey& k) const {
+    return k.run_start() >= min_start && k.run_end() <= max_end && k.max_run <= max_run;
+  }
+};
+
 struct AskBucket {
   std::int64_t eb{0};  // end_bucket() of its asks' window end
   Price cheapest;
   std::unique_ptr<AskSet> keys;  // never empty; on the heap, so that walks keep pointers while buckets shift
+  RunBounds runs;
 };
 
 // The first bucket of `v` (ascending eb) with eb >= `eb`.
@@ -299,7 +338,7 @@ struct LivePool {
   Pool p;
   StepTree used;  // open asks' free capacity + GPUs held by leases, over time
   OrderList asks;  // open asks
-  std::set<LeaseRef> leases;  // not ended
+  ChunkedSet<LeaseRef, std::less<LeaseRef>> leases;  // not ended
   std::size_t ask_pool_slot{0};  // its place in its Book's ask_pools while it has resting asks
   // This pool's resting asks, so a bid walks only the pools it admits: all of them by end_bucket() of their
   // window end (a fixed-window bid skips the buckets that end before its window does; no empty sets), and
@@ -307,6 +346,7 @@ struct LivePool {
   std::int64_t book_count{0};
   std::vector<AskBucket> book_asks;  // ascending eb: a walk's setup reads it from contiguous memory
   AskSet book_spot_asks;
+  RunBounds spot_runs;  // of book_spot_asks
 };
 
 // Asks are bucketed by window end in 30-day steps of absolute time (times are never negative).
@@ -665,7 +705,8 @@ struct Engine::Impl {
   // The window conditions of eligible_qty alone, on a book key's copies (no order touched): false means
   // eligible_qty would return 0.
   bool window_fits(const AskKey& a, Seconds ws, Seconds we) const {
-    return ws >= std::max(a.start, now) && we <= a.end && we > ws && we - ws >= a.min_duration;
+    return ws >= std::max(a.run_start(), now) && we <= a.run_end() && we > ws && we - ws >= a.min_duration &&
+           (a.max_run == kAnyRun || (we - ws).value <= a.max_run);
   }
   bool window_fits(const BidKey& b, Seconds a_start, Seconds a_end, Seconds a_min_duration) const {
     const bool fixed = b.duration.value == 0;
@@ -858,7 +899,7 @@ struct Engine::Impl {
       const LivePool* lp = ap.lp;
       if (spot) {
         const AskSet& s = lp->book_spot_asks;
-        if (s.empty() || s.begin()->effective > limit) continue;
+        if (s.empty() || s.begin()->effective > limit || !lp->spot_runs.may_fit(ws, we)) continue;
         if (!pool_satisfies(lp->p, c)) continue;
         Head h{&s, s.begin(), {}, 0};
         if (settle(h)) heads.push_back(h);
@@ -866,7 +907,7 @@ struct Engine::Impl {
       }
       bool admitted = false;
       for (auto it = bucket_from(lp->book_asks, first_bucket); it != lp->book_asks.end(); ++it) {
-        if (it->cheapest > limit) continue;
+        if (it->cheapest > limit || !it->runs.may_fit(ws, we)) continue;
         const AskSet& s = *it->keys;
         if (!admitted) {
           if (!pool_satisfies(lp->p, c)) break;
@@ -947,7 +988,10 @@ struct Engine::Impl {
         } else {
           bucket->cheapest = bucket->keys->begin()->effective;
         }
-        if (lo.in_spot) lp->book_spot_asks.erase(k);
+        if (lo.in_spot) {
+          lp->book_spot_asks.erase(k);
+          if (lp->book_spot_asks.empty()) lp->spot_runs = RunBounds{};
+        }
         if (--lp->book_count == 0) {
           const std::size_t i = lp->ask_pool_slot;
           b.ask_pools[i] = b.ask_pools.back();
@@ -972,6 +1016,43 @@ struct Engine::Impl {
       lo.counted = false;
     }
     return was;
+  }
+
+  // Fills an ask key's run summary from the ask's free capacity: the runs of time with at least one lot
+  // free (adjacent pieces joined), their hull and the longest of them. No run: nothing fits.
+  static void summarize_runs(const Order& a, AskKey& k) {
+    const std::int64_t lot = a.request.min_chunk.value;
+    bool any = false;
+    bool in_run = false;
+    Seconds first{};
+    Seconds last{};
+    Seconds run_from{};
+    std::int64_t longest = 0;
+    for (const Step& p : a.free.pieces()) {
+      if (p.gpus < lot) {
+        in_run = false;
+        continue;
+      }
+      if (!in_run || p.from != last) run_from = p.from;
+      if (!any) first = p.from;
+      any = in_run = true;
+      last = p.to;
+      longest = std::max(longest, (p.to - run_from).value);
+    }
+    const auto clamp32 = [](std::int64_t v) {
+      return static_cast<std::int32_t>(std::clamp<std::int64_t>(v, 0, kAnyRun - 1));
+    };
+    if (!any) {  // an empty hull: [start, start) holds no window
+      k.run_lead = 0;
+      k.run_tail = clamp32((k.end - k.start).value);
+      k.max_run = 0;
+      return;
+    }
+    // Clamping lead and tail down keeps the hull a superset (a true bound); a run too long for 32 bits
+    // is kAnyRun (no bound).
+    k.run_lead = clamp32((first - k.start).value);
+    k.run_tail = clamp32((k.end - last).value);
+    k.max_run = longest >= kAnyRun ? kAnyRun : static_cast<std::int32_t>(longest);
   }
 
   // Puts a changed order back (if still open), refreshes its view and timer; ends a terminal one.
@@ -1000,8 +1081,9 @@ struct Engine::Impl {
           }
         } else {
           LivePool& lp = pools.at(o.request.pool);
-          const AskKey k{o.effective_price, o.priority, o.id, &lo, &lp, o.window_start, o.window_end,
-                         o.request.min_duration};
+          AskKey k{o.effective_price, o.priority, o.id, &lo, &lp, o.window_start, o.window_end,
+                   o.request.min_duration};
+          summarize_runs(o, k);
           lo.in_spot = spot_now(o);
           const std::int64_t eb = end_bucket(o.window_end);
           if (lp.book_count++ == 0) {
@@ -1014,11 +1096,15 @@ struct Engine::Impl {
           }
           auto bucket = bucket_from(lp.book_asks, eb);
           if (bucket == lp.book_asks.end() || bucket->eb != eb) {
-            bucket = lp.book_asks.insert(bucket, AskBucket{eb, k.effective, std::make_unique<AskSet>()});
+            bucket = lp.book_asks.insert(bucket, AskBucket{eb, k.effective, std::make_unique<AskSet>(), {}});
           }
           bucket->keys->insert(k);
           bucket->cheapest = std::min(bucket->cheapest, k.effective);
-          if (lo.in_spot) lp.book_spot_asks.insert(k);
+          bucket->runs.widen(k);
+          if (lo.in_spot) {
+            lp.book_spot_asks.insert(k);
+            lp.spot_runs.widen(k);
+          }
           lo.hooked_pool = &lp;
         }
         lo.in_book = true;
@@ -2204,7 +2290,16 @@ struct Engine::Impl {
           n += static_cast<std::int64_t>(keys.size());
           for (const AskKey& k : keys) {
             if (end_bucket(k.end) != bucket.eb) fail("ask in the wrong end bucket: " + std::to_string(k.id.value));
+            if (!bucket.runs.bounds(k)) fail("ask bucket run bounds miss: " + std::to_string(k.id.value));
+            AskKey fresh = k;
+            summarize_runs(k.lo->o, fresh);
+            if (fresh.run_lead != k.run_lead || fresh.run_tail != k.run_tail || fresh.max_run != k.max_run) {
+              fail("ask key's run summary stale: " + std::to_string(k.id.value));
+            }
           }
+        }
+        for (const AskKey& k : ap.lp->book_spot_asks) {
+          if (!ap.lp->spot_runs.bounds(k)) fail("spot ask run bounds miss: " + std::to_string(k.id.value));
         }
         const bool last_ok = !ap.lp->book_asks.empty() && ap.lp->book_asks.back().eb == ap.last_bucket;
         if (ap.lp->ask_pool_slot != i || n == 0 || n != ap.lp->book_count || cheapest != ap.cheapest || !last_ok) {
