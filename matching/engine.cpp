@@ -25,6 +25,7 @@ constexpr Seconds kForever{std::numeric_limits<std::int64_t>::max() / 4};
 
 struct LiveOrder;
 struct LivePool;
+struct Account;
 
 // Ordered and compared by (effective, priority, id) only. `lo` / `pool` are lookup shortcuts set when the
 // key is put into a book (the order's node in Impl::orders and its pool's in Impl::pools; both maps keep
@@ -121,6 +122,7 @@ struct LiveOrder {
   LivePool* hooked_pool{nullptr};  // sell in a book: the pool whose book_asks hold it
   std::size_t account_slot{0};     // its place in its Account's orders
   std::size_t pool_slot{0};        // sell: its place in its LivePool's asks
+  Account* acct{nullptr};   // its account's entry (Impl::accounts is a std::map: stable), once looked up
 };
 
 // Open orders in no particular order, with O(1) insert and erase (each order keeps its slot). Callers
@@ -346,7 +348,6 @@ struct LivePool {
   std::int64_t book_count{0};
   std::vector<AskBucket> book_asks;  // ascending eb: a walk's setup reads it from contiguous memory
   AskSet book_spot_asks;
-  RunBounds spot_runs;  // of book_spot_asks
 };
 
 // Asks are bucketed by window end in 30-day steps of absolute time (times are never negative).
@@ -371,10 +372,16 @@ struct BidGroup {
   std::map<std::string, BidSets> by_region;
 };
 
+// The summaries below let a walk pass over a pool without touching it (its LivePool and bucket vector are
+// elsewhere in memory): price, end buckets and run bounds of all its resting asks, and of those in
+// book_spot_asks (spot_cheapest: max when it is empty).
 struct AskPool {
   LivePool* lp{nullptr};
   Price cheapest;                // over all its resting asks
   std::int64_t last_bucket{0};   // the latest end bucket among them
+  RunBounds runs;
+  Price spot_cheapest{std::numeric_limits<std::int64_t>::max()};
+  RunBounds spot_runs;
 };
 
 struct Book {
@@ -571,8 +578,10 @@ struct Engine::Impl {
     return o.is_duration_bid() ? *o.request.duration : o.window_end - o.window_start;
   }
 
-  void account_add(const Order& o, int sign) {
-    Account& a = account(o.account);
+  void account_add(LiveOrder& lo, int sign) {
+    const Order& o = lo.o;
+    if (!lo.acct) lo.acct = &account(o.account);  // std::map: the address is stable
+    Account& a = *lo.acct;
     a.open_orders += sign;
     if (o.is_buy()) {
       a.open_gpus += sign * o.remaining.value;
@@ -894,12 +903,14 @@ struct Engine::Impl {
     std::vector<Head> heads;
     const std::int64_t first_bucket = end_bucket(we);  // asks in earlier buckets end before `we`
     for (const AskPool& ap : b.ask_pools) {
-      if (ap.cheapest > limit) continue;  // book_spot_asks is a subset: priced out too
-      if (!spot && ap.last_bucket < first_bucket) continue;
+      if (spot) {
+        if (ap.spot_cheapest > limit || !ap.spot_runs.may_fit(ws, we)) continue;
+      } else if (ap.cheapest > limit || ap.last_bucket < first_bucket || !ap.runs.may_fit(ws, we)) {
+        continue;
+      }
       const LivePool* lp = ap.lp;
       if (spot) {
         const AskSet& s = lp->book_spot_asks;
-        if (s.empty() || s.begin()->effective > limit || !lp->spot_runs.may_fit(ws, we)) continue;
         if (!pool_satisfies(lp->p, c)) continue;
         Head h{&s, s.begin(), {}, 0};
         if (settle(h)) heads.push_back(h);
@@ -990,7 +1001,13 @@ struct Engine::Impl {
         }
         if (lo.in_spot) {
           lp->book_spot_asks.erase(k);
-          if (lp->book_spot_asks.empty()) lp->spot_runs = RunBounds{};
+          AskPool& ap = b.ask_pools[lp->ask_pool_slot];
+          if (lp->book_spot_asks.empty()) {
+            ap.spot_runs = RunBounds{};
+            ap.spot_cheapest = Price(std::numeric_limits<std::int64_t>::max());
+          } else {
+            ap.spot_cheapest = lp->book_spot_asks.begin()->effective;
+          }
         }
         if (--lp->book_count == 0) {
           const std::size_t i = lp->ask_pool_slot;
@@ -1012,7 +1029,7 @@ struct Engine::Impl {
       lo.in_book = false;
     }
     if (lo.counted) {
-      account_add(lo.o, -1);
+      account_add(lo, -1);
       lo.counted = false;
     }
     return was;
@@ -1059,7 +1076,7 @@ struct Engine::Impl {
   void hook(LiveOrder& lo, bool into_book) {
     Order& o = lo.o;
     if (o.is_open()) {
-      account_add(o, +1);
+      account_add(lo, +1);
       lo.counted = true;
       if (into_book) {
         Book& b = books.at(o.market);
@@ -1088,12 +1105,14 @@ struct Engine::Impl {
           const std::int64_t eb = end_bucket(o.window_end);
           if (lp.book_count++ == 0) {
             lp.ask_pool_slot = b.ask_pools.size();
-            b.ask_pools.push_back(AskPool{&lp, k.effective, eb});
+            b.ask_pools.push_back(AskPool{&lp, k.effective, eb, {}, Price(std::numeric_limits<std::int64_t>::max()), {}});
           } else {
             AskPool& ap = b.ask_pools[lp.ask_pool_slot];
             ap.cheapest = std::min(ap.cheapest, k.effective);
             ap.last_bucket = std::max(ap.last_bucket, eb);
           }
+          AskPool& ap = b.ask_pools[lp.ask_pool_slot];
+          ap.runs.widen(k);
           auto bucket = bucket_from(lp.book_asks, eb);
           if (bucket == lp.book_asks.end() || bucket->eb != eb) {
             bucket = lp.book_asks.insert(bucket, AskBucket{eb, k.effective, std::make_unique<AskSet>(), {}});
@@ -1103,7 +1122,8 @@ struct Engine::Impl {
           bucket->runs.widen(k);
           if (lo.in_spot) {
             lp.book_spot_asks.insert(k);
-            lp.spot_runs.widen(k);
+            ap.spot_runs.widen(k);
+            ap.spot_cheapest = std::min(ap.spot_cheapest, k.effective);
           }
           lo.hooked_pool = &lp;
         }
@@ -1118,7 +1138,7 @@ struct Engine::Impl {
     if (lo.closed) return;
     lo.closed = true;
     if (o.is_sell()) close_ask(lo);
-    Account& a = account(o.account);
+    Account& a = lo.acct ? *lo.acct : account(o.account);
     a.orders.remove(lo, &LiveOrder::account_slot);
     if (!o.request.client_order_id.empty()) {
       const CidKey k{o.account, o.request.client_order_id};
@@ -2290,7 +2310,9 @@ struct Engine::Impl {
           n += static_cast<std::int64_t>(keys.size());
           for (const AskKey& k : keys) {
             if (end_bucket(k.end) != bucket.eb) fail("ask in the wrong end bucket: " + std::to_string(k.id.value));
-            if (!bucket.runs.bounds(k)) fail("ask bucket run bounds miss: " + std::to_string(k.id.value));
+            if (!bucket.runs.bounds(k) || !ap.runs.bounds(k)) {
+              fail("ask bucket run bounds miss: " + std::to_string(k.id.value));
+            }
             AskKey fresh = k;
             summarize_runs(k.lo->o, fresh);
             if (fresh.run_lead != k.run_lead || fresh.run_tail != k.run_tail || fresh.max_run != k.max_run) {
@@ -2299,7 +2321,12 @@ struct Engine::Impl {
           }
         }
         for (const AskKey& k : ap.lp->book_spot_asks) {
-          if (!ap.lp->spot_runs.bounds(k)) fail("spot ask run bounds miss: " + std::to_string(k.id.value));
+          if (!ap.spot_runs.bounds(k)) fail("spot ask run bounds miss: " + std::to_string(k.id.value));
+        }
+        const AskSet& spot = ap.lp->book_spot_asks;
+        if (spot.empty() ? ap.spot_cheapest.value != std::numeric_limits<std::int64_t>::max()
+                         : ap.spot_cheapest != spot.begin()->effective) {
+          fail("spot cheapest of pool " + std::to_string(ap.lp->p.id.value) + " out of step");
         }
         const bool last_ok = !ap.lp->book_asks.empty() && ap.lp->book_asks.back().eb == ap.last_bucket;
         if (ap.lp->ask_pool_slot != i || n == 0 || n != ap.lp->book_count || cheapest != ap.cheapest || !last_ok) {
