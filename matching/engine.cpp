@@ -487,6 +487,7 @@ struct View {
 struct Touched {
   std::map<std::pair<int, std::int64_t>, Qty> before;  // (side, price) -> quantity before the command
   ConstrainedBids constrained_before;
+  View* view{nullptr};  // its entry in Impl::views (a std::map: stable)
 };
 
 struct Account {
@@ -748,7 +749,8 @@ struct Engine::Impl {
     auto it = touched.find(k);
     if (it == touched.end()) {
       it = touched.emplace(k, Touched{}).first;
-      it->second.constrained_before = views[k].constrained;
+      it->second.view = &views[k];
+      it->second.constrained_before = it->second.view->constrained;
     }
     return it->second;
   }
@@ -756,7 +758,7 @@ struct Engine::Impl {
   void view_apply(const Shown& s, int sign) {
     if (!s.shown) return;
     Touched& t = touch(s.key);
-    View& v = views[s.key];
+    View& v = *t.view;
     if (s.constrained) {
       v.constrained.orders += sign;
       v.constrained.gpus += Qty(sign * s.qty.value);
@@ -786,7 +788,7 @@ struct Engine::Impl {
 
   void flush_views() {
     for (auto& [key, t] : touched) {
-      View& v = views[key];
+      View& v = *t.view;
       std::vector<LevelChange> buys;
       std::vector<LevelChange> sells;
       for (const auto& [lk, before] : t.before) {
