@@ -2,6 +2,8 @@
 #include "matching/engine.hpp"
 
 #include <algorithm>
+#include <bit>
+#include <memory>
 #include <functional>
 #include <limits>
 #include <map>
@@ -14,6 +16,7 @@
 #include "matching/chunked_set.hpp"
 #include "matching/digest.hpp"
 #include "matching/money.hpp"
+#include "matching/step_tree.hpp"
 
 namespace gpuex::matching {
 namespace {
@@ -22,13 +25,20 @@ constexpr Seconds kForever{std::numeric_limits<std::int64_t>::max() / 4};
 
 struct LiveOrder;
 struct LivePool;
+struct Account;
 
 // Ordered and compared by (effective, priority, id) only. `lo` / `pool` are lookup shortcuts set when the
 // key is put into a book (the order's node in Impl::orders and its pool's in Impl::pools; both maps keep
 // element addresses stable, and an order leaves the books before it leaves the map); null elsewhere.
 //
 // `start`, `end`, `min_duration` copy the ask's window_start, window_end and min_duration (fixed while it
-// rests) so that a walk rejects asks whose window cannot hold a bid without touching the order.
+// rests) so that a walk rejects asks whose window cannot hold a bid without touching the order. The `run_*`
+// fields summarize its free capacity (set each time it enters a book; a fill or an amend takes it out
+// first): a bid can take from it only over a window inside one run of time where at least one lot
+// (min_chunk) is free, so a window must lie in [start + run_lead, end - run_tail) (the hull of those runs)
+// and be no longer than max_run (the longest run; kAnyRun when it does not fit in 32 bits).
+constexpr std::int32_t kAnyRun = std::numeric_limits<std::int32_t>::max();
+
 struct AskKey {
   Price effective;
   Seq priority{0};
@@ -38,8 +48,19 @@ struct AskKey {
   Seconds start{};
   Seconds end{};
   Seconds min_duration{};
+  std::int32_t run_lead{0};
+  std::int32_t run_tail{0};
+  std::int32_t max_run{kAnyRun};
+  Seconds run_start() const { return start + Seconds(run_lead); }
+  Seconds run_end() const { return end - Seconds(run_tail); }
   bool operator==(const AskKey& o) const {
     return effective == o.effective && priority == o.priority && id == o.id;
+  }
+  // Spelled out (not synthesized from <=>): the book sets compare keys on every insert, erase and seek.
+  bool operator<(const AskKey& o) const {
+    if (effective.value != o.effective.value) return effective.value < o.effective.value;
+    if (priority != o.priority) return priority < o.priority;
+    return id.value < o.id.value;
   }
   auto operator<=>(const AskKey& o) const {
     if (auto c = effective <=> o.effective; c != 0) return c;
@@ -101,6 +122,7 @@ struct LiveOrder {
   LivePool* hooked_pool{nullptr};  // sell in a book: the pool whose book_asks hold it
   std::size_t account_slot{0};     // its place in its Account's orders
   std::size_t pool_slot{0};        // sell: its place in its LivePool's asks
+  Account* acct{nullptr};   // its account's entry (Impl::accounts is a std::map: stable), once looked up
 };
 
 // Open orders in no particular order, with O(1) insert and erase (each order keeps its slot). Callers
@@ -128,13 +150,175 @@ struct OrderList {
   }
 };
 
+// The open orders by id (terminal ones until their command ends): LiveOrders in blocks of slots that are
+// reused (one allocation per 1,024 orders instead of a ~700-byte node each, and addresses stay stable
+// while an order lives), found through an open-addressing table of (id, slot) with linear probing and
+// backward-shift erase. The subset of std::unordered_map's interface the engine uses; iteration order is
+// the slots' (unspecified, as before: every caller that needs an order sorts).
+class OrderMap {
+ public:
+  using value_type = std::pair<const OrderId, LiveOrder>;
+
+  class iterator {
+   public:
+    value_type& operator*() const { return *m_->slot(i_); }
+    value_type* operator->() const { return m_->slot(i_); }
+    iterator& operator++() {
+      i_ = m_->next_used(i_ + 1);
+      return *this;
+    }
+    bool operator==(const iterator& o) const { return i_ == o.i_; }
+
+   private:
+    friend class OrderMap;
+    iterator(const OrderMap* m, std::uint32_t i) : m_(m), i_(i) {}
+    const OrderMap* m_{nullptr};
+    std::uint32_t i_{0};
+  };
+
+  OrderMap() = default;
+  OrderMap(const OrderMap&) = delete;
+  OrderMap& operator=(const OrderMap&) = delete;
+  ~OrderMap() {
+    for (std::uint32_t i = 0; i < slots_; ++i) {
+      if (used_[i]) std::destroy_at(slot(i));
+    }
+  }
+
+  iterator begin() const { return iterator(this, next_used(0)); }
+  iterator end() const { return iterator(this, slots_); }
+
+  iterator find(OrderId id) const {
+    if (table_.empty()) return end();
+    for (std::size_t h = home(id.value);; h = (h + 1) & mask_) {
+      const Entry& e = table_[h];
+      if (e.id == kEmpty) return end();
+      if (e.id == id.value) return iterator(this, e.slot);
+    }
+  }
+  LiveOrder& at(OrderId id) const {
+    const iterator it = find(id);
+    if (it == end()) throw std::out_of_range("OrderMap::at");
+    return it->second;
+  }
+  // Inserts `lo` under `id` unless present.
+  std::pair<iterator, bool> emplace(OrderId id, LiveOrder&& lo) {
+    if (iterator it = find(id); it != end()) return {it, false};
+    if ((count_ + 1) * 2 > table_.size()) grow();
+    std::uint32_t s;
+    if (!free_.empty()) {
+      s = free_.back();
+      free_.pop_back();
+    } else {
+      if (slots_ % kBlock == 0) blocks_.push_back(std::make_unique_for_overwrite<Storage[]>(kBlock));  // no zeroing: slots are constructed on use
+      s = slots_++;
+      used_.push_back(false);
+    }
+    std::construct_at(slot(s), id, std::move(lo));
+    used_[s] = true;
+    place(id.value, s);
+    ++count_;
+    return {iterator(this, s), true};
+  }
+  void erase(OrderId id) {
+    if (table_.empty()) return;
+    std::size_t h = home(id.value);
+    while (table_[h].id != id.value) {
+      if (table_[h].id == kEmpty) return;
+      h = (h + 1) & mask_;
+    }
+    const std::uint32_t s = table_[h].slot;
+    // Backward-shift: pull later entries of the probe run into the hole while their home allows it.
+    for (std::size_t j = (h + 1) & mask_; table_[j].id != kEmpty; j = (j + 1) & mask_) {
+      const std::size_t k = home(table_[j].id);
+      if (((j - k) & mask_) >= ((j - h) & mask_)) {
+        table_[h] = table_[j];
+        h = j;
+      }
+    }
+    table_[h].id = kEmpty;
+    std::destroy_at(slot(s));
+    used_[s] = false;
+    free_.push_back(s);
+    --count_;
+  }
+
+ private:
+  static constexpr std::int64_t kEmpty = std::numeric_limits<std::int64_t>::min();
+  static constexpr std::uint32_t kBlock = 1024;
+  struct Entry {
+    std::int64_t id{kEmpty};
+    std::uint32_t slot{0};
+  };
+  struct Storage {
+    alignas(value_type) unsigned char bytes[sizeof(value_type)];
+  };
+
+  value_type* slot(std::uint32_t i) const {
+    return std::launder(reinterpret_cast<value_type*>(blocks_[i / kBlock][i % kBlock].bytes));
+  }
+  std::uint32_t next_used(std::uint32_t i) const {
+    while (i < slots_ && !used_[i]) ++i;
+    return i;
+  }
+  std::size_t home(std::int64_t id) const {
+    return static_cast<std::size_t>((static_cast<std::uint64_t>(id) * 0x9E3779B97F4A7C15ull) >> shift_);
+  }
+  void place(std::int64_t id, std::uint32_t s) {
+    std::size_t h = home(id);
+    while (table_[h].id != kEmpty) h = (h + 1) & mask_;
+    table_[h] = Entry{id, s};
+  }
+  void grow() {
+    std::vector<Entry> old = std::move(table_);
+    const std::size_t n = old.empty() ? 1024 : old.size() * 2;
+    table_.assign(n, Entry{});
+    mask_ = n - 1;
+    shift_ = 64 - std::countr_zero(n);
+    for (const Entry& e : old) {
+      if (e.id != kEmpty) place(e.id, e.slot);
+    }
+  }
+
+  std::vector<std::unique_ptr<Storage[]>> blocks_;
+  std::vector<bool> used_;
+  std::vector<std::uint32_t> free_;
+  std::uint32_t slots_{0};
+  std::vector<Entry> table_;
+  std::size_t mask_{0};
+  int shift_{64};
+  std::size_t count_{0};
+};
+
 // One end bucket of a pool's resting asks, with its cheapest effective price (no key touched to skip it).
 using AskSet = ChunkedSet<AskKey, std::less<AskKey>>;
+
+// Summaries of a set of ask keys that let a walk skip the whole set without reading a key: the earliest
+// run_start(), latest run_end() and longest max_run among them. Exact after inserts; erases leave them
+// wider (still true bounds), until the set empties and they reset.
+struct RunBounds {
+  Seconds min_start{std::numeric_limits<std::int64_t>::max()};
+  Seconds max_end{std::numeric_limits<std::int64_t>::min()};
+  std::int64_t max_run{0};
+  void widen(const AskKey& k) {
+    min_start = std::min(min_start, k.run_start());
+    max_end = std::max(max_end, k.run_end());
+    max_run = std::max<std::int64_t>(max_run, k.max_run);
+  }
+  // False when no key it bounds can hold [ws, we).
+  bool may_fit(Seconds ws, Seconds we) const {
+    return ws >= min_start && we <= max_end && (max_run == kAnyRun || (we - ws).value <= max_run);
+  }
+  bool bounds(const AskKey& k) const {
+    return k.run_start() >= min_start && k.run_end() <= max_end && k.max_run <= max_run;
+  }
+};
 
 struct AskBucket {
   std::int64_t eb{0};  // end_bucket() of its asks' window end
   Price cheapest;
   std::unique_ptr<AskSet> keys;  // never empty; on the heap, so that walks keep pointers while buckets shift
+  RunBounds runs;
 };
 
 // The first bucket of `v` (ascending eb) with eb >= `eb`.
@@ -154,9 +338,9 @@ struct LeaseRef {
 
 struct LivePool {
   Pool p;
-  Steps used;  // open asks' free capacity + GPUs held by leases, over time
+  StepTree used;  // open asks' free capacity + GPUs held by leases, over time
   OrderList asks;  // open asks
-  std::set<LeaseRef> leases;  // not ended
+  ChunkedSet<LeaseRef, std::less<LeaseRef>> leases;  // not ended
   std::size_t ask_pool_slot{0};  // its place in its Book's ask_pools while it has resting asks
   // This pool's resting asks, so a bid walks only the pools it admits: all of them by end_bucket() of their
   // window end (a fixed-window bid skips the buckets that end before its window does; no empty sets), and
@@ -188,10 +372,16 @@ struct BidGroup {
   std::map<std::string, BidSets> by_region;
 };
 
+// The summaries below let a walk pass over a pool without touching it (its LivePool and bucket vector are
+// elsewhere in memory): price, end buckets and run bounds of all its resting asks, and of those in
+// book_spot_asks (spot_cheapest: max when it is empty).
 struct AskPool {
   LivePool* lp{nullptr};
   Price cheapest;                // over all its resting asks
   std::int64_t last_bucket{0};   // the latest end bucket among them
+  RunBounds runs;
+  Price spot_cheapest{std::numeric_limits<std::int64_t>::max()};
+  RunBounds spot_runs;
 };
 
 struct Book {
@@ -297,6 +487,7 @@ struct View {
 struct Touched {
   std::map<std::pair<int, std::int64_t>, Qty> before;  // (side, price) -> quantity before the command
   ConstrainedBids constrained_before;
+  View* view{nullptr};  // its entry in Impl::views (a std::map: stable)
 };
 
 struct Account {
@@ -358,7 +549,7 @@ struct Engine::Impl {
   std::int64_t next_trade{1};
   std::int64_t next_lease{1};
   std::map<MarketId, Book> books;
-  std::unordered_map<OrderId, LiveOrder> orders;  // open orders (terminal ones until the command ends)
+  OrderMap orders;  // open orders (terminal ones until the command ends)
   std::map<PoolId, LivePool> pools;
   std::map<LeaseId, Lease> leases;  // not ended
   std::map<AccountId, Account> accounts;
@@ -388,8 +579,10 @@ struct Engine::Impl {
     return o.is_duration_bid() ? *o.request.duration : o.window_end - o.window_start;
   }
 
-  void account_add(const Order& o, int sign) {
-    Account& a = account(o.account);
+  void account_add(LiveOrder& lo, int sign) {
+    const Order& o = lo.o;
+    if (!lo.acct) lo.acct = &account(o.account);  // std::map: the address is stable
+    Account& a = *lo.acct;
     a.open_orders += sign;
     if (o.is_buy()) {
       a.open_gpus += sign * o.remaining.value;
@@ -522,7 +715,8 @@ struct Engine::Impl {
   // The window conditions of eligible_qty alone, on a book key's copies (no order touched): false means
   // eligible_qty would return 0.
   bool window_fits(const AskKey& a, Seconds ws, Seconds we) const {
-    return ws >= std::max(a.start, now) && we <= a.end && we > ws && we - ws >= a.min_duration;
+    return ws >= std::max(a.run_start(), now) && we <= a.run_end() && we > ws && we - ws >= a.min_duration &&
+           (a.max_run == kAnyRun || (we - ws).value <= a.max_run);
   }
   bool window_fits(const BidKey& b, Seconds a_start, Seconds a_end, Seconds a_min_duration) const {
     const bool fixed = b.duration.value == 0;
@@ -555,7 +749,8 @@ struct Engine::Impl {
     auto it = touched.find(k);
     if (it == touched.end()) {
       it = touched.emplace(k, Touched{}).first;
-      it->second.constrained_before = views[k].constrained;
+      it->second.view = &views[k];
+      it->second.constrained_before = it->second.view->constrained;
     }
     return it->second;
   }
@@ -563,7 +758,7 @@ struct Engine::Impl {
   void view_apply(const Shown& s, int sign) {
     if (!s.shown) return;
     Touched& t = touch(s.key);
-    View& v = views[s.key];
+    View& v = *t.view;
     if (s.constrained) {
       v.constrained.orders += sign;
       v.constrained.gpus += Qty(sign * s.qty.value);
@@ -593,7 +788,7 @@ struct Engine::Impl {
 
   void flush_views() {
     for (auto& [key, t] : touched) {
-      View& v = views[key];
+      View& v = *t.view;
       std::vector<LevelChange> buys;
       std::vector<LevelChange> sells;
       for (const auto& [lk, before] : t.before) {
@@ -710,12 +905,14 @@ struct Engine::Impl {
     std::vector<Head> heads;
     const std::int64_t first_bucket = end_bucket(we);  // asks in earlier buckets end before `we`
     for (const AskPool& ap : b.ask_pools) {
-      if (ap.cheapest > limit) continue;  // book_spot_asks is a subset: priced out too
-      if (!spot && ap.last_bucket < first_bucket) continue;
+      if (spot) {
+        if (ap.spot_cheapest > limit || !ap.spot_runs.may_fit(ws, we)) continue;
+      } else if (ap.cheapest > limit || ap.last_bucket < first_bucket || !ap.runs.may_fit(ws, we)) {
+        continue;
+      }
       const LivePool* lp = ap.lp;
       if (spot) {
         const AskSet& s = lp->book_spot_asks;
-        if (s.empty() || s.begin()->effective > limit) continue;
         if (!pool_satisfies(lp->p, c)) continue;
         Head h{&s, s.begin(), {}, 0};
         if (settle(h)) heads.push_back(h);
@@ -723,7 +920,7 @@ struct Engine::Impl {
       }
       bool admitted = false;
       for (auto it = bucket_from(lp->book_asks, first_bucket); it != lp->book_asks.end(); ++it) {
-        if (it->cheapest > limit) continue;
+        if (it->cheapest > limit || !it->runs.may_fit(ws, we)) continue;
         const AskSet& s = *it->keys;
         if (!admitted) {
           if (!pool_satisfies(lp->p, c)) break;
@@ -804,7 +1001,16 @@ struct Engine::Impl {
         } else {
           bucket->cheapest = bucket->keys->begin()->effective;
         }
-        if (lo.in_spot) lp->book_spot_asks.erase(k);
+        if (lo.in_spot) {
+          lp->book_spot_asks.erase(k);
+          AskPool& ap = b.ask_pools[lp->ask_pool_slot];
+          if (lp->book_spot_asks.empty()) {
+            ap.spot_runs = RunBounds{};
+            ap.spot_cheapest = Price(std::numeric_limits<std::int64_t>::max());
+          } else {
+            ap.spot_cheapest = lp->book_spot_asks.begin()->effective;
+          }
+        }
         if (--lp->book_count == 0) {
           const std::size_t i = lp->ask_pool_slot;
           b.ask_pools[i] = b.ask_pools.back();
@@ -825,17 +1031,54 @@ struct Engine::Impl {
       lo.in_book = false;
     }
     if (lo.counted) {
-      account_add(lo.o, -1);
+      account_add(lo, -1);
       lo.counted = false;
     }
     return was;
+  }
+
+  // Fills an ask key's run summary from the ask's free capacity: the runs of time with at least one lot
+  // free (adjacent pieces joined), their hull and the longest of them. No run: nothing fits.
+  static void summarize_runs(const Order& a, AskKey& k) {
+    const std::int64_t lot = a.request.min_chunk.value;
+    bool any = false;
+    bool in_run = false;
+    Seconds first{};
+    Seconds last{};
+    Seconds run_from{};
+    std::int64_t longest = 0;
+    for (const Step& p : a.free.pieces()) {
+      if (p.gpus < lot) {
+        in_run = false;
+        continue;
+      }
+      if (!in_run || p.from != last) run_from = p.from;
+      if (!any) first = p.from;
+      any = in_run = true;
+      last = p.to;
+      longest = std::max(longest, (p.to - run_from).value);
+    }
+    const auto clamp32 = [](std::int64_t v) {
+      return static_cast<std::int32_t>(std::clamp<std::int64_t>(v, 0, kAnyRun - 1));
+    };
+    if (!any) {  // an empty hull: [start, start) holds no window
+      k.run_lead = 0;
+      k.run_tail = clamp32((k.end - k.start).value);
+      k.max_run = 0;
+      return;
+    }
+    // Clamping lead and tail down keeps the hull a superset (a true bound); a run too long for 32 bits
+    // is kAnyRun (no bound).
+    k.run_lead = clamp32((first - k.start).value);
+    k.run_tail = clamp32((k.end - last).value);
+    k.max_run = longest >= kAnyRun ? kAnyRun : static_cast<std::int32_t>(longest);
   }
 
   // Puts a changed order back (if still open), refreshes its view and timer; ends a terminal one.
   void hook(LiveOrder& lo, bool into_book) {
     Order& o = lo.o;
     if (o.is_open()) {
-      account_add(o, +1);
+      account_add(lo, +1);
       lo.counted = true;
       if (into_book) {
         Book& b = books.at(o.market);
@@ -857,25 +1100,33 @@ struct Engine::Impl {
           }
         } else {
           LivePool& lp = pools.at(o.request.pool);
-          const AskKey k{o.effective_price, o.priority, o.id, &lo, &lp, o.window_start, o.window_end,
-                         o.request.min_duration};
+          AskKey k{o.effective_price, o.priority, o.id, &lo, &lp, o.window_start, o.window_end,
+                   o.request.min_duration};
+          summarize_runs(o, k);
           lo.in_spot = spot_now(o);
           const std::int64_t eb = end_bucket(o.window_end);
           if (lp.book_count++ == 0) {
             lp.ask_pool_slot = b.ask_pools.size();
-            b.ask_pools.push_back(AskPool{&lp, k.effective, eb});
+            b.ask_pools.push_back(AskPool{&lp, k.effective, eb, {}, Price(std::numeric_limits<std::int64_t>::max()), {}});
           } else {
             AskPool& ap = b.ask_pools[lp.ask_pool_slot];
             ap.cheapest = std::min(ap.cheapest, k.effective);
             ap.last_bucket = std::max(ap.last_bucket, eb);
           }
+          AskPool& ap = b.ask_pools[lp.ask_pool_slot];
+          ap.runs.widen(k);
           auto bucket = bucket_from(lp.book_asks, eb);
           if (bucket == lp.book_asks.end() || bucket->eb != eb) {
-            bucket = lp.book_asks.insert(bucket, AskBucket{eb, k.effective, std::make_unique<AskSet>()});
+            bucket = lp.book_asks.insert(bucket, AskBucket{eb, k.effective, std::make_unique<AskSet>(), {}});
           }
           bucket->keys->insert(k);
           bucket->cheapest = std::min(bucket->cheapest, k.effective);
-          if (lo.in_spot) lp.book_spot_asks.insert(k);
+          bucket->runs.widen(k);
+          if (lo.in_spot) {
+            lp.book_spot_asks.insert(k);
+            ap.spot_runs.widen(k);
+            ap.spot_cheapest = std::min(ap.spot_cheapest, k.effective);
+          }
           lo.hooked_pool = &lp;
         }
         lo.in_book = true;
@@ -889,7 +1140,7 @@ struct Engine::Impl {
     if (lo.closed) return;
     lo.closed = true;
     if (o.is_sell()) close_ask(lo);
-    Account& a = account(o.account);
+    Account& a = lo.acct ? *lo.acct : account(o.account);
     a.orders.remove(lo, &LiveOrder::account_slot);
     if (!o.request.client_order_id.empty()) {
       const CidKey k{o.account, o.request.client_order_id};
@@ -2029,7 +2280,7 @@ struct Engine::Impl {
       held[l.pool].add(std::max(l.start, now), std::max(end, now), l.quantity.value);
     }
     for (const auto& [id, lp] : pools) {
-      Steps used = lp.used;
+      Steps used = lp.used.to_steps();
       used.trim_before(now);
       Steps expect = held[id];
       expect.trim_before(now);
@@ -2061,7 +2312,23 @@ struct Engine::Impl {
           n += static_cast<std::int64_t>(keys.size());
           for (const AskKey& k : keys) {
             if (end_bucket(k.end) != bucket.eb) fail("ask in the wrong end bucket: " + std::to_string(k.id.value));
+            if (!bucket.runs.bounds(k) || !ap.runs.bounds(k)) {
+              fail("ask bucket run bounds miss: " + std::to_string(k.id.value));
+            }
+            AskKey fresh = k;
+            summarize_runs(k.lo->o, fresh);
+            if (fresh.run_lead != k.run_lead || fresh.run_tail != k.run_tail || fresh.max_run != k.max_run) {
+              fail("ask key's run summary stale: " + std::to_string(k.id.value));
+            }
           }
+        }
+        for (const AskKey& k : ap.lp->book_spot_asks) {
+          if (!ap.spot_runs.bounds(k)) fail("spot ask run bounds miss: " + std::to_string(k.id.value));
+        }
+        const AskSet& spot = ap.lp->book_spot_asks;
+        if (spot.empty() ? ap.spot_cheapest.value != std::numeric_limits<std::int64_t>::max()
+                         : ap.spot_cheapest != spot.begin()->effective) {
+          fail("spot cheapest of pool " + std::to_string(ap.lp->p.id.value) + " out of step");
         }
         const bool last_ok = !ap.lp->book_asks.empty() && ap.lp->book_asks.back().eb == ap.last_bucket;
         if (ap.lp->ask_pool_slot != i || n == 0 || n != ap.lp->book_count || cheapest != ap.cheapest || !last_ok) {

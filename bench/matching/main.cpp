@@ -105,7 +105,12 @@ double pct(std::vector<std::uint32_t>& ns, double p) {
   return ns[i] / 1000.0;
 }
 
-std::size_t heap_in_use() { return mallinfo2().uordblks; }
+// Heap in use: small blocks (uordblks) and blocks malloc served by mmap (hblkhd, e.g. large vectors and the
+// engine's order slabs); counting only the first would miss memory that grows with the book.
+std::size_t heap_in_use() {
+  const struct mallinfo2 m = mallinfo2();
+  return m.uordblks + m.hblkhd;
+}
 
 double thread_cpu_seconds() {
   timespec ts{};

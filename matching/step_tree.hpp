@@ -1,0 +1,231 @@
+// A step function of time kept as its changes: a pool's commitments (open asks' free capacity + leases).
+//
+// Steps keeps the pieces themselves, so adding over [from, to) rewrites every piece inside it: a pool
+// whose asks arrive one second apart and last a day has thousands of pieces, and each new ask touched them
+// all. Here the function is the running sum of its changes (time -> delta at that instant, zero deltas
+// dropped) in a treap whose nodes also hold their subtree's sum and largest running sum, so that add() is
+// two point updates and max() two splits: O(log n) both. Priorities come from a fixed xorshift sequence,
+// so the shape, like the values, is deterministic (the shape never shows in any result).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "matching/steps.hpp"
+#include "matching/types.hpp"
+
+namespace gpuex::matching {
+
+class StepTree {
+ public:
+  // Adds `delta` over [from, to).
+  void add(Seconds from, Seconds to, std::int64_t delta) {
+    if (from >= to || delta == 0) return;
+    bump(from.value, delta);
+    bump(to.value, -delta);
+  }
+
+  // Largest value over [from, to) (time without a change before it has value 0); 0 for an empty interval.
+  std::int64_t max(Seconds from, Seconds to) const {
+    if (from >= to) return 0;
+    // The value on [from, first change after from) is the sum of the changes at or before `from`; every
+    // change k in (from, to) starts a piece whose value is the sum up to k.
+    // One descent for the sum at or before `from`, one pass over (from, to) via the subtree summaries.
+    std::int64_t run = sum_upto(from.value);
+    std::int64_t best = run;
+    max_between(root_, from.value, to.value, run, best, false, false);
+    return best;
+  }
+
+  // Drops history before `t`: the value from `t` on is unchanged.
+  void trim_before(Seconds t) {
+    int left = -1;
+    int right = -1;
+    split(root_, t.value, left, right);  // left: keys <= t
+    const std::int64_t s = left < 0 ? 0 : nodes_[static_cast<std::size_t>(left)].sum;
+    release(left);
+    if (s != 0) right = merge(make(t.value, s), right);
+    root_ = right;
+  }
+
+  // The function as pieces (for checks and comparisons with a recomputation).
+  Steps to_steps() const {
+    std::vector<std::pair<std::int64_t, std::int64_t>> changes;
+    collect(root_, changes);
+    Steps out;
+    std::int64_t v = 0;
+    for (std::size_t i = 0; i < changes.size(); ++i) {
+      v += changes[i].second;
+      if (i + 1 < changes.size() && v != 0) out.add(Seconds(changes[i].first), Seconds(changes[i + 1].first), v);
+    }
+    return out;
+  }
+
+ private:
+  struct Node {
+    std::int64_t key{0};
+    std::int64_t delta{0};
+    std::int64_t sum{0};     // of the subtree's deltas
+    std::int64_t maxpre{0};  // largest running sum of the subtree's deltas in key order (non-empty prefixes)
+    std::uint32_t prio{0};
+    int l{-1};
+    int r{-1};
+  };
+
+  static constexpr std::int64_t kNone = std::numeric_limits<std::int64_t>::min() / 4;
+
+  Node& n(int i) { return nodes_[static_cast<std::size_t>(i)]; }
+  const Node& n(int i) const { return nodes_[static_cast<std::size_t>(i)]; }
+
+  void pull(int i) {
+    Node& x = n(i);
+    const std::int64_t ls = x.l < 0 ? 0 : n(x.l).sum;
+    const std::int64_t lm = x.l < 0 ? kNone : n(x.l).maxpre;
+    const std::int64_t rm = x.r < 0 ? kNone : n(x.r).maxpre;
+    const std::int64_t rs = x.r < 0 ? 0 : n(x.r).sum;
+    const std::int64_t here = ls + x.delta;
+    x.sum = here + rs;
+    x.maxpre = std::max({lm, here, x.r < 0 ? kNone : here + rm});
+  }
+
+  int make(std::int64_t key, std::int64_t delta) {
+    int i;
+    if (!free_.empty()) {
+      i = free_.back();
+      free_.pop_back();
+    } else {
+      i = static_cast<int>(nodes_.size());
+      nodes_.emplace_back();
+    }
+    seed_ ^= seed_ << 13;
+    seed_ ^= seed_ >> 17;
+    seed_ ^= seed_ << 5;
+    n(i) = Node{key, delta, delta, delta, seed_, -1, -1};
+    return i;
+  }
+
+  void release(int i) {
+    if (i < 0) return;
+    release(n(i).l);
+    release(n(i).r);
+    free_.push_back(i);
+  }
+
+  // left: keys <= key; right: keys > key.
+  void split(int t, std::int64_t key, int& left, int& right) {
+    if (t < 0) {
+      left = right = -1;
+      return;
+    }
+    if (n(t).key <= key) {
+      split(n(t).r, key, n(t).r, right);
+      left = t;
+    } else {
+      split(n(t).l, key, left, n(t).l);
+      right = t;
+    }
+    pull(t);
+  }
+
+  int merge(int a, int b) {
+    if (a < 0) return b;
+    if (b < 0) return a;
+    if (n(a).prio > n(b).prio) {
+      n(a).r = merge(n(a).r, b);
+      pull(a);
+      return a;
+    }
+    n(b).l = merge(a, n(b).l);
+    pull(b);
+    return b;
+  }
+
+  // Adds `d` to the change at `key` (creating or dropping its node).
+  void bump(std::int64_t key, std::int64_t d) {
+    if (bump_existing(root_, key, d)) return;
+    int a = -1;
+    int b = -1;
+    split(root_, key, a, b);
+    root_ = merge(merge(a, make(key, d)), b);
+  }
+
+  // Finds `key` on its search path; adds `d` there and re-pulls the path. A change that becomes 0 is
+  // removed (merging its children in its place). False when `key` has no node.
+  bool bump_existing(int& t, std::int64_t key, std::int64_t d) {
+    if (t < 0) return false;
+    Node& x = n(t);
+    if (key == x.key) {
+      x.delta += d;
+      if (x.delta == 0) {
+        const int gone = t;
+        t = merge(x.l, x.r);
+        free_.push_back(gone);
+      } else {
+        pull(t);
+      }
+      return true;
+    }
+    int& child = key < x.key ? n(t).l : n(t).r;
+    if (!bump_existing(child, key, d)) return false;
+    pull(t);
+    return true;
+  }
+
+  std::int64_t sum_upto(std::int64_t key) const {
+    std::int64_t s = 0;
+    for (int t = root_; t >= 0;) {
+      const Node& x = n(t);
+      if (x.key <= key) {
+        s += (x.l < 0 ? 0 : n(x.l).sum) + x.delta;
+        t = x.r;
+      } else {
+        t = x.l;
+      }
+    }
+    return s;
+  }
+
+  // Over the changes with from < key < to, in key order: `run` is the running sum before the subtree
+  // (of everything earlier in key order); raises `best` to the largest running sum at such a change.
+  // lo_ok / hi_ok: the whole subtree is already known to be above `from` / below `to`.
+  void max_between(int t, std::int64_t from, std::int64_t to, std::int64_t& run, std::int64_t& best, bool lo_ok,
+                   bool hi_ok) const {
+    if (t < 0) return;
+    const Node& x = n(t);
+    if (lo_ok && hi_ok) {
+      best = std::max(best, run + x.maxpre);
+      run += x.sum;
+      return;
+    }
+    if (x.key <= from) {  // x and its left subtree are at or before `from`: already in run
+      max_between(x.r, from, to, run, best, lo_ok, hi_ok);
+      return;
+    }
+    if (x.key >= to) {  // x and its right subtree are at or after `to`
+      max_between(x.l, from, to, run, best, lo_ok, hi_ok);
+      return;
+    }
+    max_between(x.l, from, to, run, best, lo_ok, true);
+    run += x.delta;
+    best = std::max(best, run);
+    max_between(x.r, from, to, run, best, true, hi_ok);
+  }
+
+  static void collect_into(const std::vector<Node>& nodes, int t, std::vector<std::pair<std::int64_t, std::int64_t>>& out) {
+    if (t < 0) return;
+    const Node& x = nodes[static_cast<std::size_t>(t)];
+    collect_into(nodes, x.l, out);
+    out.emplace_back(x.key, x.delta);
+    collect_into(nodes, x.r, out);
+  }
+  void collect(int t, std::vector<std::pair<std::int64_t, std::int64_t>>& out) const { collect_into(nodes_, t, out); }
+
+  std::vector<Node> nodes_;
+  std::vector<int> free_;
+  int root_{-1};
+  std::uint32_t seed_{2463534242u};
+};
+
+}  // namespace gpuex::matching
