@@ -185,6 +185,7 @@ class OrderMap {
     }
   }
 
+  std::size_t size() const { return count_; }
   iterator begin() const { return iterator(this, next_used(0)); }
   iterator end() const { return iterator(this, slots_); }
 
@@ -2383,13 +2384,19 @@ struct Engine::Impl {
     s.next_lease_id = next_lease;
     s.policy = policy;
     for (const auto& [id, lp] : pools) s.pools.push_back(lp.p);
+    // In id order; sorted as pointers so that each order is copied once (the server snapshots books of
+    // 100,000+ orders while commands wait).
+    std::vector<const Order*> open;
+    open.reserve(orders.size());
     for (const auto& [id, lo] : orders) {
-      if (!lo.o.is_open()) continue;
-      s.open_orders.push_back(lo.o);
+      if (lo.o.is_open()) open.push_back(&lo.o);
+    }
+    std::sort(open.begin(), open.end(), [](const Order* a, const Order* b) { return a->id < b->id; });
+    s.open_orders.reserve(open.size());
+    for (const Order* o : open) {
+      s.open_orders.push_back(*o);
       refresh_ask_accounting(s.open_orders.back());  // lapsed/free as of now
     }
-    std::sort(s.open_orders.begin(), s.open_orders.end(),
-              [](const Order& a, const Order& b) { return a.id < b.id; });
     for (const auto& [id, l] : leases) s.leases.push_back(l);
     for (const auto& [id, a] : accounts) {
       if (a.custom) s.limits.emplace_back(id, a.limits);
