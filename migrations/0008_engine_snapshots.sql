@@ -8,6 +8,6 @@ CREATE TABLE engine_snapshots (
   format   integer NOT NULL,               -- of `state`; a gpuexd skips formats it does not know
   digest   text NOT NULL,                  -- the engine's state digest (16 hex digits)
   orders   integer NOT NULL,               -- open orders in it, for operators
-  state    text NOT NULL,                  -- JSON (server/store/snapshots.cpp)
+  state    text COMPRESSION lz4 NOT NULL,  -- JSON (server/store/snapshots.cpp); lz4 is ~5x faster than pglz
   taken_at timestamptz NOT NULL DEFAULT now()
 );

@@ -84,15 +84,16 @@ std::optional<Engine> EngineRunner::restore_snapshot(store::PgConnection& db) {
   auto since = [&started] {
     return std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - started).count();
   };
-  for (const auto& stored : store::load_snapshots(db)) {
-    spdlog::info("recovery: snapshot of seq {} ({} MB) read in {} ms", stored.seq, stored.state.size() >> 20, since());
+  for (const auto& stored : store::list_snapshots(db)) {
     try {
       if (stored.format != store::kSnapshotFormat) {
         throw store::StoreError("its format is " + std::to_string(stored.format) + ", this gpuexd reads " +
                                 std::to_string(store::kSnapshotFormat));
       }
       if (stored.seq > logged) throw store::StoreError("the command log ends before it, at seq " + std::to_string(logged));
-      EngineState state = store::snapshot_from_json(stored.state);
+      const std::string text = store::snapshot_state(db, stored.seq);
+      spdlog::info("recovery: snapshot of seq {} ({} MB) read in {} ms", stored.seq, text.size() >> 20, since());
+      EngineState state = store::snapshot_from_json(text);
       if (state.last_seq != stored.seq) throw store::StoreError("its state is of seq " + std::to_string(state.last_seq));
       const std::uint64_t digest = Engine::digest(state);
       if (fmt::format("{:016x}", digest) != stored.digest) throw store::StoreError("its state does not have its digest");

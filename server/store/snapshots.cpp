@@ -293,14 +293,19 @@ void save_snapshot(PgConnection& db, const EngineState& state, std::uint64_t dig
   }
 }
 
-std::vector<StoredSnapshot> load_snapshots(PgConnection& db) {
-  auto rows = db.exec("SELECT seq, format, digest, state FROM engine_snapshots ORDER BY seq DESC");
+std::vector<StoredSnapshot> list_snapshots(PgConnection& db) {
+  auto rows = db.exec("SELECT seq, format, digest FROM engine_snapshots ORDER BY seq DESC");
   std::vector<StoredSnapshot> out;
   for (int i = 0; i < rows.rows(); ++i) {
-    out.push_back(StoredSnapshot{rows.integer(i, 0), static_cast<int>(rows.integer(i, 1)),
-                                 std::string(rows.text(i, 2)), std::string(rows.text(i, 3))});
+    out.push_back(StoredSnapshot{rows.integer(i, 0), static_cast<int>(rows.integer(i, 1)), std::string(rows.text(i, 2))});
   }
   return out;
+}
+
+std::string snapshot_state(PgConnection& db, Seq seq) {
+  auto rows = db.exec("SELECT state FROM engine_snapshots WHERE seq = $1", {std::to_string(seq)});
+  if (rows.rows() != 1) throw StoreError("engine snapshot of seq " + std::to_string(seq) + " is gone");
+  return std::string(rows.text(0, 0));
 }
 
 }  // namespace gpuex::store

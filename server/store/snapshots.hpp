@@ -22,12 +22,13 @@ struct StoredSnapshot {
   matching::Seq seq = 0;
   int format = 0;
   std::string digest;  // 16 hex digits
-  std::string state;
 };
 
 // Writes a snapshot in its own transaction and drops all but the latest `keep`.
 void save_snapshot(PgConnection& db, const matching::EngineState& state, std::uint64_t digest, int keep = 2);
-// The stored snapshots, newest first.
-std::vector<StoredSnapshot> load_snapshots(PgConnection& db);
+// The stored snapshots, newest first, without their state (fetched one at a time: each can be 100 MB).
+std::vector<StoredSnapshot> list_snapshots(PgConnection& db);
+// The JSON state of the snapshot of `seq`.
+std::string snapshot_state(PgConnection& db, matching::Seq seq);
 
 }  // namespace gpuex::store
