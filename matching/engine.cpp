@@ -2407,6 +2407,7 @@ struct Engine::Impl {
     for (const auto& [k, v] : views) {
       if (v.sequence > 0) s.view_sequences.push_back(ViewSequence{k.market, k.bucket, v.sequence});
     }
+    for (const auto& [k, f] : finished_cids) s.finished.push_back(FinishedOrder{f.order, f.body_hash, f.done_seq});
     return s;
   }
 
@@ -2453,6 +2454,9 @@ struct Engine::Impl {
     }
     for (const auto& [id, l] : leases) {
       if (auto seller = orders.find(l.sell_order); seller != orders.end()) seller->second.sold.push_back(id);
+    }
+    for (const FinishedOrder& f : s.finished) {
+      finished_cids[CidKey{f.order.account, f.order.request.client_order_id}] = Finished{f.order, f.body_hash, f.done_seq};
     }
     touched.clear();
   }

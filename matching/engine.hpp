@@ -105,8 +105,9 @@
 //
 // Restore. The state is fully described by EngineState (pools, open orders, live leases, counters,
 // limits, halts, policy, view sequences); snapshot() and restore() round-trip it, and the digest of a
-// restored engine equals the original's. Client-order-id entries of terminal orders waiting for commit
-// are not state (see committed_through).
+// restored engine equals the original's. The orders that ended but whose client_order_ids the engine
+// still answers (until committed_through) travel with it too, outside the digest, so that a restored
+// engine answers a later repeat of one exactly as the original does.
 #pragma once
 
 #include <cstdint>
@@ -187,6 +188,14 @@ struct ViewSequence {
   bool operator==(const ViewSequence&) const = default;
 };
 
+// An order that ended whose client_order_id the engine still answers repeats of (see committed_through).
+struct FinishedOrder {
+  Order order;
+  std::uint64_t body_hash{0};
+  Seq done_seq{0};  // the command that ended it
+  bool operator==(const FinishedOrder&) const = default;
+};
+
 // Everything recovery needs to rebuild an equal engine.
 struct EngineState {
   Seq last_seq{0};
@@ -200,6 +209,7 @@ struct EngineState {
   std::vector<std::pair<AccountId, Limits>> limits;
   std::vector<MarketId> halted_markets;
   std::vector<ViewSequence> view_sequences;
+  std::vector<FinishedOrder> finished;      // not in the digest: committed_through() forgets them
   bool operator==(const EngineState&) const = default;
 };
 

@@ -198,7 +198,10 @@ void EngineRunner::snapshot_loop() {
     }
     auto started = SteadyClock::now();
     try {
-      if (!db || !db->healthy()) db.emplace(store::PgConnection::connect(options_.dsn, std::chrono::seconds(2)));
+      if (!db || !db->healthy()) {
+        db.emplace(store::PgConnection::connect(options_.dsn, std::chrono::seconds(2)));
+        db->exec_script("SET statement_timeout = '120s'");  // stop() waits for this thread: never forever
+      }
       store::save_snapshot(*db, p.state, Engine::digest(p.state));
       spdlog::info("engine: snapshot of seq {} written in {} ms", p.state.last_seq,
                    std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - started).count());

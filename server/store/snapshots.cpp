@@ -41,6 +41,21 @@ std::optional<Seconds> opt_secs(const json::object& o, std::string_view key) {
   return secs(o, key);
 }
 
+// A 64-bit hash, written as a decimal string: JSON numbers lose 64-bit values.
+std::uint64_t hash_at(const json::object& o, std::string_view key) {
+  const std::string hash = text(o, key);
+  std::size_t used = 0;
+  std::uint64_t value = 0;
+  try {
+    value = std::stoull(hash, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != hash.size() || hash.front() == '-')
+    throw StoreError("engine snapshot: '" + std::string(key) + "' is not a decimal number");
+  return value;
+}
+
 json::object pool_json(const Pool& p) {
   return {{"id", p.id.value},
           {"provider", p.provider.value},
@@ -96,7 +111,7 @@ json::object order_json(const Order& o) {
           {"free_gpu_seconds", o.free_gpu_seconds},
           {"cancelled_gpu_seconds", o.cancelled_gpu_seconds},
           {"free", std::move(free)},
-          {"body_hash", std::to_string(o.body_hash)}};  // a decimal string: JSON numbers lose 64-bit values
+          {"body_hash", std::to_string(o.body_hash)}};
 }
 
 Order read_order(const json::object& j) {
@@ -128,14 +143,7 @@ Order read_order(const json::object& j) {
       throw StoreError("engine snapshot: a piece of an order's free capacity is not [from, to, gpus]");
     o.free.add(Seconds((*a)[0].get_int64()), Seconds((*a)[1].get_int64()), (*a)[2].get_int64());
   }
-  const std::string hash = text(j, "body_hash");
-  std::size_t used = 0;
-  try {
-    o.body_hash = std::stoull(hash, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != hash.size()) throw StoreError("engine snapshot: 'body_hash' is not a decimal number");
+  o.body_hash = hash_at(j, "body_hash");
   return o;
 }
 
@@ -240,6 +248,11 @@ std::string snapshot_json(const EngineState& s) {
       {"halted_markets", array_of(s.halted_markets, [](const MarketId& m) { return json::value(m.value); })},
       {"view_sequences", array_of(s.view_sequences, [](const ViewSequence& v) {
          return json::object{{"market", v.market.value}, {"bucket", v.bucket.yyyymm}, {"sequence", v.sequence}};
+       })},
+      {"finished", array_of(s.finished, [](const FinishedOrder& f) {
+         return json::object{{"order", order_json(f.order)},
+                             {"body_hash", std::to_string(f.body_hash)},
+                             {"done_seq", f.done_seq}};
        })}};
   return json::serialize(o);
 }
@@ -272,6 +285,10 @@ EngineState snapshot_from_json(std::string_view text_in) {
     const auto& j = object(v);
     s.view_sequences.push_back(ViewSequence{MarketId{text(j, "market")}, Bucket{i32(j, "bucket")},
                                             static_cast<std::uint64_t>(i64(j, "sequence"))});
+  }
+  for (const auto& v : array_at(o, "finished", kWhat)) {
+    const auto& j = object(v);
+    s.finished.push_back(FinishedOrder{read_order(object_at(j, "order", kWhat)), hash_at(j, "body_hash"), i64(j, "done_seq")});
   }
   return s;
 }

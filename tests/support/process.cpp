@@ -33,7 +33,8 @@ Process::Process(std::vector<std::string> argv, std::string log_path, std::vecto
 
   // fork + exec rather than posix_spawn, for one thing posix_spawn cannot do: the child asks the
   // kernel to kill it when this process dies. A test killed by ctest's timeout (or by hand) would
-  // otherwise leave its gpuexd running, holding a port and a database of the test cluster.
+  // otherwise leave its gpuexd running, holding a port and a database of the test cluster. (The signal
+  // comes when the *thread* that forked exits: start long-lived children from the test's main thread.)
   int log_fd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   int status_pipe[2] = {-1, -1};  // the child writes errno here if exec fails; closed by a good exec
@@ -45,6 +46,7 @@ Process::Process(std::vector<std::string> argv, std::string log_path, std::vecto
   const pid_t parent = ::getpid();
   pid_ = ::fork();
   if (pid_ == 0) {  // the child: async-signal-safe calls only
+    errno = ESRCH;  // what a parent that died before prctl reads as
     if (::prctl(PR_SET_PDEATHSIG, SIGKILL) == 0 && ::getppid() == parent && ::dup2(null_fd, 0) == 0 &&
         ::dup2(log_fd, 1) == 1 && ::dup2(log_fd, 2) == 2)
       ::execve(args[0], args.data(), envp.data());
