@@ -127,7 +127,8 @@ std::int64_t floor_to(std::int64_t t, std::int64_t step) {
 }
 
 // Σ price × the part of its volume inside a 5 % tail, walking the ladder from one end: a price's
-// volume [c0, c1) counts ×20 up to V (migrations/0006_daily_index_tails.sql does the same in SQL).
+// volume [c0, c1) counts ×20 up to V (the rule DESIGN.md §5 gives; the SQL function that did this before,
+// from migration 0006, was dropped by migration 0009).
 template <class It>
 Int128 tail_x20(It it, It end, Int128 v) {
   Int128 cut = 0, c = 0;
