@@ -20,6 +20,7 @@
 #include "server/analytics/rollups.hpp"
 #include "server/auth.hpp"
 #include "server/book_views.hpp"
+#include "server/dead_mans_switches.hpp"
 #include "server/engine_runner.hpp"
 #include "server/http_server.hpp"
 #include "server/routes.hpp"
@@ -183,6 +184,14 @@ int serve(const ServerConfig& config) {
   }
   writer.start();
   runner.start();
+  // Switches armed when the last run ended belong to connections that are gone: their cancels go first.
+  DeadMansSwitches switches(queries, runner);
+  {
+    auto db = connect_with_wait(config);
+    if (auto n = switches.recover(db, config.db_wait)) {
+      spdlog::info("dead man's switch: cancelled the open orders of {} account(s) armed when the last run ended", n);
+    }
+  }
   Services services{health, queries, metrics, keys, gate, runner, writer, views, hub, markets, config.test_clock};
 
   http::Router router;
@@ -198,7 +207,7 @@ int serve(const ServerConfig& config) {
   add_web_routes(router, services, config.web_root, config.web_vendor);
 
   HttpServer server(ioc, config, router, metrics, tls ? &*tls : nullptr);
-  ws::Context websocket{hub, keys, runner, per_ip, services.markets, config};
+  ws::Context websocket{hub, keys, switches, per_ip, services.markets, config};
   server.set_websocket(&websocket);
   auto bound = server.start();
   write_port_file(config.port_file, bound.port());
@@ -211,9 +220,9 @@ int serve(const ServerConfig& config) {
   net::steady_timer grace(ioc);
   net::steady_timer poll(ioc);
   net::steady_timer partitions(ioc);
-  // Stops early once every connection has closed.
+  // Stops early once every connection has closed and the dead man's switches they fired have committed.
   std::function<void()> stop_when_idle = [&] {
-    if (server.sessions() == 0) return ioc.stop();
+    if (server.sessions() == 0 && switches.pending() == 0) return ioc.stop();
     poll.expires_after(std::chrono::milliseconds(20));
     poll.async_wait([&](boost::system::error_code e) {
       if (!e) stop_when_idle();
@@ -227,6 +236,9 @@ int serve(const ServerConfig& config) {
     grace.expires_after(config.shutdown_grace);
     grace.async_wait([&](boost::system::error_code) {
       if (server.sessions() > 0) spdlog::warn("closing {} connections still open", server.sessions());
+      if (switches.pending() > 0) {
+        spdlog::warn("{} dead man's switch cancels not committed yet: the next start does them", switches.pending());
+      }
       ioc.stop();
     });
     partitions.cancel();
@@ -255,6 +267,7 @@ int serve(const ServerConfig& config) {
   ioc.run();
   for (auto& t : threads) t.join();
 
+  switches.stop();
   runner.stop();  // logs a last tick and waits for its commit
   writer.stop();
   candles.stop();

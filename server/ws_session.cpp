@@ -15,8 +15,9 @@
 #include <boost/json/serialize.hpp>
 #include <spdlog/spdlog.h>
 
-#include <vector>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "server/gate.hpp"
 #include "server/http_server.hpp"
@@ -166,7 +167,7 @@ class WsSession : public http::Session,
     std::string text = beast::buffers_to_string(in_.data());
     in_.consume(in_.size());
     if (!closing()) handle(text, ws_.got_text());
-    read();
+    if (!switch_busy_) read();  // else switch_answered() reads on
   }
 
   void handle(const std::string& text, bool is_text) {
@@ -318,6 +319,8 @@ class WsSession : public http::Session,
     return {{"type", "auth"}, {"account_id", std::to_string(principal_->account_id)}, {"scopes", std::move(scopes)}};
   }
 
+  // Arming or disarming writes to the store first (dead_mans_switches.hpp); this connection reads no
+  // further message until the store answered, so the replies keep the order of the requests.
   void cancel_on_disconnect(const json::object& m) {
     if (!only_fields(m, {"op", "enabled"})) return;
     const json::value* enabled = m.if_contains("enabled");
@@ -326,8 +329,39 @@ class WsSession : public http::Session,
     if (!has_scope(principal_->scopes, Scope::trade) && !has_scope(principal_->scopes, Scope::provide)) {
       return bad("forbidden", "the dead man's switch needs a key with the trade or provide scope");
     }
-    cancel_on_disconnect_ = enabled->as_bool();
-    reply({{"type", "cancel_on_disconnect"}, {"enabled", cancel_on_disconnect_}});
+    bool on = enabled->as_bool();
+    if (on == switch_id_.has_value()) return reply({{"type", "cancel_on_disconnect"}, {"enabled", on}});
+    switch_busy_ = true;
+    auto self = this->shared_from_this();
+    if (on) {
+      return context_.switches.arm(principal_->account_id, [self](std::optional<std::int64_t> id) {
+        net::post(self->ws_.get_executor(), [self, id] {
+          self->switch_id_ = id;
+          self->switch_answered(true, id.has_value());
+        });
+      });
+    }
+    context_.switches.disarm(*switch_id_, [self](bool ok) {
+      net::post(self->ws_.get_executor(), [self, ok] {
+        if (ok) self->switch_id_.reset();
+        self->switch_answered(false, ok);
+      });
+    });
+  }
+
+  // Strand: the store answered a switch request (`done`: it took it).
+  void switch_answered(bool enabled, bool done) {
+    switch_busy_ = false;
+    if (ended_) return fire_dead_mans_switch();  // the connection went meanwhile
+    if (done) {
+      reply({{"type", "cancel_on_disconnect"}, {"enabled", enabled}});
+    } else {
+      reply({{"type", "error"},
+             {"code", "store_unavailable"},
+             {"message", std::string("the dead man's switch was not ") + (enabled ? "armed" : "switched off") +
+                             ": PostgreSQL does not answer"}});
+    }
+    read();
   }
 
   // A bad message is answered; after too many the connection is closed.
@@ -489,24 +523,12 @@ class WsSession : public http::Session,
     close_deadline_.cancel();
     beast::error_code ignored;
     beast::get_lowest_layer(ws_).socket().close(ignored);
-    if (cancel_on_disconnect_ && principal_ && !server_.stopping()) fire_dead_mans_switch();
+    // Also when the server stops: the client loses the connection all the same (API.md).
+    if (!switch_busy_) fire_dead_mans_switch();
   }
 
   void fire_dead_mans_switch() {
-    auto account = principal_->account_id;
-    spdlog::info("ws: dead man's switch: the connection of account {} ended; cancelling its open orders", account);
-    context_.runner.submit(matching::AccountId{account}, matching::CancelAll{std::nullopt}, {},
-                           [account](const EngineRunner::Result& r) {
-                             if (r.outcome != EngineRunner::Outcome::committed) {
-                               spdlog::error("ws: dead man's switch for account {} could not cancel: the store "
-                                             "did not commit",
-                                             account);
-                               return;
-                             }
-                             std::size_t n = 0;
-                             for (const auto& e : *r.events) n += std::holds_alternative<matching::OrderDone>(e);
-                             spdlog::info("ws: dead man's switch cancelled {} orders of account {}", n, account);
-                           });
+    if (switch_id_) context_.switches.fire(principal_->account_id, *std::exchange(switch_id_, std::nullopt));
   }
 
   // ---- time: heartbeats and the idle limit ---------------------------------------------------
@@ -555,7 +577,8 @@ class WsSession : public http::Session,
 
   // Strand only.
   std::optional<Principal> principal_;
-  bool cancel_on_disconnect_ = false;
+  std::optional<std::int64_t> switch_id_;  // the armed dead man's switch
+  bool switch_busy_ = false;               // the store has not answered a switch request yet
   bool ended_ = false;
   bool close_sent_ = false;
   Clock::time_point last_received_ = Clock::now();

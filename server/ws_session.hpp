@@ -14,7 +14,7 @@
 
 #include "server/auth.hpp"
 #include "server/config.hpp"
-#include "server/engine_runner.hpp"
+#include "server/dead_mans_switches.hpp"
 #include "server/http_response.hpp"
 #include "server/http_session.hpp"
 #include "server/rate_limiter.hpp"
@@ -30,7 +30,7 @@ namespace gpuex::ws {
 struct Context {
   Hub& hub;
   KeyStore& keys;
-  EngineRunner& runner;
+  DeadMansSwitches& switches;
   RateLimiter& per_ip;
   const std::map<std::string, matching::MarketSpec>& markets;
   const ServerConfig& config;

@@ -7,6 +7,7 @@
 
 #include "support/cluster.hpp"
 #include "support/http_client.hpp"
+#include "support/ws_client.hpp"
 
 using namespace gpuex::test;
 
@@ -35,11 +36,12 @@ class OwnCluster {
 };
 }  // namespace
 
-TEST_CASE("readyz follows PostgreSQL down and up while gpuexd keeps running, and writes wait for it") {
+TEST_CASE("readyz follows PostgreSQL down and up while gpuexd keeps running, and writes wait for it, and so does a dead man's switch") {
   OwnCluster cluster;
   REQUIRE(run_gpuexd({"migrate", "--dsn", cluster.url()}).exit_code == 0);
   auto buyer = create_account(cluster.url(), "buyer", "trade,read");
   auto ops = create_account(cluster.url(), "ops", "admin");
+  auto trader = create_account(cluster.url(), "trader", "trade,read");  // arms a dead man's switch
   Gpuexd server(cluster.url(), {}, false);
   REQUIRE(wait_for_status(server.port(), "/readyz", 200, std::chrono::seconds(10)));
   const std::string bid = R"({"side": "buy", "market": "H100-SXM-80G", "price": "1.0000", "quantity": 2, "duration": 3600})";
@@ -48,7 +50,16 @@ TEST_CASE("readyz follows PostgreSQL down and up while gpuexd keeps running, and
     REQUIRE(client.request("POST", "/v1/orders", bid, bearer(buyer.api_key)).status == 201);
     // (The admin key is now known to gpuexd: it is checked without the store below.)
     REQUIRE(client.request("GET", "/v1/admin/state-digest", "", bearer(ops.api_key)).status == 200);
+    const std::string low = R"({"side": "buy", "market": "H100-SXM-80G", "price": "0.9000", "quantity": 1, "duration": 3600})";
+    REQUIRE(client.request("POST", "/v1/orders", low, bearer(trader.api_key)).status == 201);
   }
+  auto trader_open = [&](HttpClient& c) {
+    auto r = c.request("GET", "/v1/orders?status=open", "", bearer(trader.api_key));
+    return r.status == 200 ? static_cast<int>(r.json().at("orders").as_array().size()) : -1;
+  };
+  WsClient armed(server.port(), bearer(trader.api_key));
+  armed.send(boost::json::object{{"op", "cancel_on_disconnect"}, {"enabled", true}});
+  REQUIRE(armed.expect("cancel_on_disconnect").at("enabled").as_bool());
 
   REQUIRE(cluster.pg("stop").exit_code == 0);
   CHECK(wait_for_status(server.port(), "/readyz", 503, std::chrono::seconds(10)));
@@ -65,12 +76,21 @@ TEST_CASE("readyz follows PostgreSQL down and up while gpuexd keeps running, and
   CHECK(refused.json().at("error").at("code").as_string() == "store_unavailable");
   auto book = client.get("/v1/markets/H100-SXM-80G/book");
   CHECK(book.status == 200);
-  CHECK(book.json().at("bids") == boost::json::parse(R"([["1.0000", 2]])"));
+  CHECK(book.json().at("bids") == boost::json::parse(R"([["1.0000", 2], ["0.9000", 1]])"));
   // The engine's own state is answered only once it is known to be committed: not while the engine
   // may hold work the store lost (it is rebuilt from the store when the store returns).
   auto digest = client.request("GET", "/v1/admin/state-digest", "", bearer(ops.api_key));
   CHECK(digest.status == 503);
   CHECK(digest.json().at("error").at("code").as_string() == "store_unavailable");
+  // A switch cannot be armed without the store; an armed one whose connection drops now fires when
+  // the store is back (its cancel is retried).
+  {
+    WsClient ws(server.port(), bearer(buyer.api_key));
+    ws.send(boost::json::object{{"op", "cancel_on_disconnect"}, {"enabled", true}});
+    auto error = ws.expect("error", {}, std::chrono::seconds(15));
+    CHECK(error.at("code").as_string() == "store_unavailable");
+  }
+  armed.kill();
 
   REQUIRE(cluster.pg("start").exit_code == 0);
   CHECK(wait_for_status(server.port(), "/readyz", 200, std::chrono::seconds(20)));
@@ -82,6 +102,9 @@ TEST_CASE("readyz follows PostgreSQL down and up while gpuexd keeps running, and
     if (!accepted) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   CHECK(accepted);
+  for (int i = 0; i < 100 && trader_open(client) != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK(trader_open(client) == 0);
+  CHECK(server.log().find("trying again") != std::string::npos);
   auto orders = client.request("GET", "/v1/orders?status=all", "", bearer(buyer.api_key));
   CHECK(orders.json().at("orders").as_array().size() == 2);
   CHECK(client.get("/v1/markets/H100-SXM-80G/book").json().at("bids") == boost::json::parse(R"([["1.0000", 4]])"));

@@ -2,6 +2,7 @@
 #include <boost/json.hpp>
 #include <catch2/catch.hpp>
 
+#include <csignal>
 #include <chrono>
 #include <fstream>
 #include <map>
@@ -32,9 +33,18 @@ struct Exchange : TestExchange {
   CreatedAccount provider = account("provider", "provide,read"), buyer = account("buyer", "trade,read"),
                  buyer2 = account("buyer2", "trade,read"), reader = account("reader", "trade");  // no read scope
 
-  explicit Exchange(std::vector<std::string> args = {}) {
+  std::vector<std::string> args;
+
+  explicit Exchange(std::vector<std::string> extra = {}) : args(std::move(extra)) {
     args.insert(args.end(), {"--key-rate", "100000", "--key-burst", "100000", "--ip-rate", "100000", "--ip-burst", "100000"});
-    start(std::move(args));
+    start(args);
+  }
+
+  // A new gpuexd on the same database (after the last one stopped or was killed).
+  void restart() {
+    http.reset();
+    server.reset();
+    start(args);
   }
 
   unsigned short port() const { return server->port(); }
@@ -350,6 +360,46 @@ TEST_CASE("ws: the dead man's switch cancels all of the account's open orders wh
     std::this_thread::sleep_for(500ms);  // give a wrong cancel the time to happen
     CHECK(x.open_orders(x.buyer) == 1);
   }
+}
+
+TEST_CASE("ws: the dead man's switch outlives gpuexd: a graceful stop fires it, and so does the start after a crash") {
+  Exchange x;
+  for (const char* p : {"1.0000", "1.1000"}) x.bid(x.buyer, p, 2);
+  x.bid(x.buyer2, "1.0500", 1);  // another account's order: never touched
+  WsClient ws = authed(x.port(), x.buyer);
+  ws.send(json::object{{"op", "cancel_on_disconnect"}, {"enabled", true}});
+  REQUIRE(ws.expect("cancel_on_disconnect").at("enabled").as_bool());
+
+  SECTION("a graceful stop cancels before the server exits") {
+    REQUIRE(x.server->stop() == 0);
+    CHECK(x.server->log().find("dead man's switch cancelled 2 orders of account " + x.buyer.account_id) !=
+          std::string::npos);
+    x.restart();
+    CHECK(x.server->log().find("armed when the last run ended") == std::string::npos);  // nothing left over
+    CHECK(x.open_orders(x.buyer) == 0);
+  }
+  SECTION("after kill -9 the next start cancels before it takes traffic") {
+    x.server->process().signal(SIGKILL);
+    x.server->process().wait(10s);
+    x.restart();
+    CHECK(x.server->log().find("account " + x.buyer.account_id + " was armed when the last run ended") !=
+          std::string::npos);
+    CHECK(x.open_orders(x.buyer) == 0);
+    // Done once: the start after that finds nothing to cancel, and the buyer's new orders stay.
+    x.bid(x.buyer, "1.0000", 1);
+    REQUIRE(x.server->stop() == 0);
+    x.restart();
+    CHECK(x.open_orders(x.buyer) == 1);
+  }
+  SECTION("switched off before the crash, it stays off") {
+    ws.send(json::object{{"op", "cancel_on_disconnect"}, {"enabled", false}});
+    REQUIRE_FALSE(ws.expect("cancel_on_disconnect").at("enabled").as_bool());
+    x.server->process().signal(SIGKILL);
+    x.server->process().wait(10s);
+    x.restart();
+    CHECK(x.open_orders(x.buyer) == 2);
+  }
+  CHECK(x.open_orders(x.buyer2) == 1);
 }
 
 TEST_CASE("ws: a connection that falls silent is closed, and its dead man's switch fires") {
