@@ -3,7 +3,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,8 +21,7 @@
 #include <thread>
 
 #include "server/store/connection.hpp"
-
-extern char** environ;
+#include "support/process.hpp"
 
 namespace gpuex::bench {
 
@@ -77,16 +75,9 @@ Server::Server(const std::string& gpuexd, const std::string& dsn, const std::str
   std::vector<std::string> args = {gpuexd, "--log-level", "warn", "serve", "--dsn", dsn, "--listen", "127.0.0.1:0",
                                    "--port-file", port_file};
   args.insert(args.end(), extra.begin(), extra.end());
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  int rc = posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) throw std::runtime_error("cannot start " + gpuexd);
+  std::remove(log_path_.c_str());
+  // A child that dies with us (test::Process): a bench killed or crashed leaves no gpuexd behind.
+  process_ = std::make_unique<test::Process>(std::move(args), log_path_);
   for (int i = 0; i < 600 && port_ == 0; ++i) {
     std::ifstream in(port_file);
     unsigned p = 0;
@@ -103,11 +94,12 @@ Server::Server(const std::string& gpuexd, const std::string& dsn, const std::str
 Server::~Server() { stop(); }
 
 void Server::stop() {
-  if (pid_ <= 0) return;
-  ::kill(pid_, SIGTERM);
-  int status = 0;
-  ::waitpid(pid_, &status, 0);
-  pid_ = 0;
+  if (!process_) return;
+  process_->signal(SIGTERM);
+  if (!process_->wait(std::chrono::seconds(120))) {
+    std::fprintf(stderr, "gpuexd did not stop within 120 s of SIGTERM: killed (see %s)\n", log_path_.c_str());
+  }
+  process_.reset();  // kills it if still running
 }
 
 struct Connection::Impl {

@@ -8,9 +8,14 @@
 #include <boost/json/object.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
+
+namespace gpuex::test {
+class Process;
+}
 
 namespace gpuex::bench {
 
@@ -37,7 +42,7 @@ class Server {
   void stop();  // SIGTERM and wait
 
  private:
-  pid_t pid_ = 0;
+  std::unique_ptr<test::Process> process_;
   unsigned short port_ = 0;
   std::string log_path_;
 };
