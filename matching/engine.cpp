@@ -1022,8 +1022,10 @@ struct Engine::Impl {
     const Qty after = before + Qty(sign * s.qty.value);
     if (after.value == 0) {
       if (lvl != levels.end()) levels.erase(lvl);
+    } else if (lvl != levels.end()) {
+      lvl->second = after;
     } else {
-      levels[s.price] = after;
+      levels.emplace(s.price, after);
     }
   }
 
@@ -1128,15 +1130,31 @@ struct Engine::Impl {
   // one set, fn may erase or re-insert the key it was given (a fill changes only that ask; the heads point
   // at other keys: the head of the set fn changed is re-sought by the key it was at, as ChunkedSet's
   // iterators do not survive a change); pool attributes do not change during a walk.
+  struct AskHead {
+    const AskSet* s{nullptr};
+    AskSet::const_iterator it;
+    AskKey key;  // *it once settled, kept to re-seek after fn changed the set
+    std::uint64_t version{0};
+  };
+  // walk_asks' heap of heads, one vector per nesting depth, reused: a fresh vector per walk was a malloc
+  // per placement (and, reserved, a page-faulting one).
+  mutable std::deque<std::vector<AskHead>> head_stack;  // a deque: a nested walk's emplace_back keeps references
+  mutable std::size_t head_depth{0};
+
   template <class F>
   void walk_asks(const Book& b, const RestOrder& bid, Price limit, const BidConstraints& c, F&& fn) const {
     using It = AskSet::const_iterator;
-    struct Head {
-      const AskSet* s{nullptr};
-      It it;
-      AskKey key;  // *it once settled, kept to re-seek after fn changed the set
-      std::uint64_t version{0};
-    };
+    using Head = AskHead;
+    if (head_depth == head_stack.size()) head_stack.emplace_back();
+    std::vector<Head>& heads = head_stack[head_depth];
+    heads.clear();
+    struct DepthGuard {
+      std::size_t& d;
+      explicit DepthGuard(std::size_t& x) : d(x) { ++d; }
+      ~DepthGuard() { --d; }
+      DepthGuard(const DepthGuard&) = delete;
+      DepthGuard& operator=(const DepthGuard&) = delete;
+    } guard(head_depth);
     const bool spot = bid.is_duration_bid();
     const Seconds ws = bid_start(bid);
     const Seconds we = bid_end(bid);
@@ -1152,8 +1170,6 @@ struct Engine::Impl {
       }
       return false;
     };
-    std::vector<Head> heads;
-    heads.reserve(64);  // ~35 on average in the realistic bench: no regrowth for most walks
     const std::int64_t first_bucket = end_bucket(we);  // asks in earlier buckets end before `we`
     for (const AskPool& ap : b.ask_pools) {
       if (spot) {
