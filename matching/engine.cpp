@@ -98,16 +98,15 @@ struct ViewKey {
   auto operator<=>(const ViewKey&) const = default;
 };
 
-// What one resting order contributes to one book view. `market` is interned (a key of Impl::books).
+// What one resting order contributes to one book view: the view of its market (which never changes) and
+// `bucket`.
 struct Shown {
   bool shown{false};
   bool constrained{false};
   Side side{Side::buy};
   Bucket bucket;
-  const MarketId* market{nullptr};
   Price price;
   Qty qty;
-  ViewKey key() const { return ViewKey{*market, bucket}; }
   bool operator==(const Shown&) const = default;
 };
 
@@ -194,16 +193,16 @@ struct LiveOrder {
   RestOrder o;
   Shown shown;
   Seconds timer{-1};
-  bool in_book{false};
-  bool in_spot{false};  // sell: also in its pool's book_spot_asks
-  int bid_group{-1};    // buy: index of its constraint group in its Book (set when it first rests)
-  bool counted{false};
-  bool closed{false};
   std::vector<LeaseId> sold;  // sell: leases it created (some may have ended)
   LivePool* hooked_pool{nullptr};  // sell in a book: the pool whose book_asks hold it
-  std::size_t account_slot{0};     // its place in its Account's orders
-  std::size_t pool_slot{0};        // sell: its place in its LivePool's asks
   Account* acct{nullptr};   // its account's entry (Impl::accounts is a std::map: stable), once looked up
+  std::uint32_t account_slot{0};   // its place in its Account's orders
+  std::uint32_t pool_slot{0};      // sell: its place in its LivePool's asks
+  int bid_group{-1};    // buy: index of its constraint group in its Book (set when it first rests)
+  bool in_book{false};
+  bool in_spot{false};  // sell: also in its pool's book_spot_asks
+  bool counted{false};
+  bool closed{false};
 };
 
 // Open orders in no particular order, with O(1) insert and erase (each order keeps its slot). Callers
@@ -211,12 +210,12 @@ struct LiveOrder {
 struct OrderList {
   std::vector<LiveOrder*> items;
 
-  void add(LiveOrder& lo, std::size_t LiveOrder::*slot) {
-    lo.*slot = items.size();
+  void add(LiveOrder& lo, std::uint32_t LiveOrder::*slot) {
+    lo.*slot = static_cast<std::uint32_t>(items.size());
     items.push_back(&lo);
   }
-  void remove(LiveOrder& lo, std::size_t LiveOrder::*slot) {
-    const std::size_t i = lo.*slot;
+  void remove(LiveOrder& lo, std::uint32_t LiveOrder::*slot) {
+    const std::uint32_t i = lo.*slot;
     items[i] = items.back();
     items[i]->*slot = i;
     items.pop_back();
@@ -637,6 +636,9 @@ struct Engine::Impl {
   std::map<AccountId, Account> accounts;
   std::map<ViewKey, View> views;
   std::map<ViewKey, Touched> touched;
+  const MarketId* last_market{nullptr};  // touch()'s memory of the last view it returned
+  Bucket last_bucket;
+  Touched* last_touched{nullptr};
   std::vector<Timer> timers;  // a min-heap (std::greater); stale entries are skipped when they fire
   std::map<CidKey, OrderId> open_cids;
   std::map<CidKey, Finished> finished_cids;
@@ -980,7 +982,6 @@ struct Engine::Impl {
     Shown s;
     const RestOrder& o = lo.o;
     if (!lo.in_book || !o.is_open()) return s;
-    s.market = o.market;
     s.bucket = o.bucket;
     s.side = o.request.side;
     if (o.is_buy()) {
@@ -995,19 +996,26 @@ struct Engine::Impl {
     return s;
   }
 
-  Touched& touch(const ViewKey& k) {
+  // The view (market, bucket) as touched by this command; the last one is remembered (most commands touch
+  // one view several times) until flush_views() clears `touched`.
+  Touched& touch(const MarketId* m, Bucket bucket) {
+    if (last_touched && m == last_market && bucket == last_bucket) return *last_touched;
+    const ViewKey k{*m, bucket};
     auto it = touched.find(k);
     if (it == touched.end()) {
       it = touched.emplace(k, Touched{}).first;
       it->second.view = &views[k];
       it->second.constrained_before = it->second.view->constrained;
     }
+    last_market = m;
+    last_bucket = bucket;
+    last_touched = &it->second;
     return it->second;
   }
 
-  void view_apply(const Shown& s, int sign) {
+  void view_apply(const Shown& s, const MarketId* m, int sign) {
     if (!s.shown) return;
-    Touched& t = touch(s.key());
+    Touched& t = touch(m, s.bucket);
     View& v = *t.view;
     if (s.constrained) {
       v.constrained.orders += sign;
@@ -1033,8 +1041,8 @@ struct Engine::Impl {
     lo.o.bucket = order_bucket(lo.o);
     const Shown s = compute_shown(lo);
     if (s == lo.shown) return;
-    view_apply(lo.shown, -1);
-    view_apply(s, +1);
+    view_apply(lo.shown, lo.o.market, -1);
+    view_apply(s, lo.o.market, +1);
     lo.shown = s;
   }
 
@@ -1058,6 +1066,7 @@ struct Engine::Impl {
       emit(std::move(d));
     }
     touched.clear();
+    last_touched = nullptr;
   }
 
   // ---------------------------------------------------------------- timers
@@ -2622,7 +2631,7 @@ struct Engine::Impl {
     for (const auto& [id, lo] : orders) {
       const Shown s = compute_shown(lo);
       if (!s.shown) continue;
-      View& v = fresh[s.key()];
+      View& v = fresh[ViewKey{*lo.o.market, s.bucket}];
       if (s.constrained) {
         v.constrained.orders += 1;
         v.constrained.gpus += s.qty;
@@ -2726,6 +2735,7 @@ struct Engine::Impl {
       finished_cids[CidKey{f.order.account, f.order.request.client_order_id}] = Finished{f.order, f.body_hash, f.done_seq};
     }
     touched.clear();
+    last_touched = nullptr;
   }
 
   std::uint64_t digest() const { return state_digest(snapshot()); }
