@@ -76,12 +76,21 @@ class ChunkedSet {
     auto& ch = chunks_[c];
     const auto it = std::lower_bound(ch.begin(), ch.end(), k, Less{});
     if (it != ch.end() && !Less{}(k, *it)) return;
-    ch.insert(it, k);
+    if (ch.size() == ch.capacity()) {
+      // Grow by doubling but never past kMax + 1 (the size at which a chunk splits): a vector's own
+      // doubling left chunks of 33-64 keys in room for 128, twice the memory of the keys.
+      const auto at = it - ch.begin();
+      ch.reserve(std::min(kMax + 1, std::max<std::size_t>(4, ch.size() * 2)));
+      ch.insert(ch.begin() + at, k);
+    } else {
+      ch.insert(it, k);
+    }
     ++size_;
     if (ch.size() > kMax) {
       const auto mid = ch.begin() + static_cast<std::ptrdiff_t>(ch.size() / 2);
       std::vector<Key> upper(mid, ch.end());
       ch.erase(mid, ch.end());
+      ch.shrink_to_fit();
       chunks_.insert(chunks_.begin() + static_cast<std::ptrdiff_t>(c) + 1, std::move(upper));
     }
   }

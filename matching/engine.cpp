@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <deque>
 #include <memory>
 #include <functional>
 #include <limits>
@@ -97,32 +98,111 @@ struct ViewKey {
   auto operator<=>(const ViewKey&) const = default;
 };
 
-// What one resting order contributes to one book view.
+// What one resting order contributes to one book view: the view of its market (which never changes) and
+// `bucket`.
 struct Shown {
   bool shown{false};
-  ViewKey key;
   bool constrained{false};
   Side side{Side::buy};
+  Bucket bucket;
   Price price;
   Qty qty;
   bool operator==(const Shown&) const = default;
 };
 
+// The compact form of an open order's OrderRequest: the fields the engine reads while the order lives
+// inline; the optional times as values with a presence mask; the constraints interned (shared by every
+// order with equal constraints; null = none); the rarely set client_order_id and a request market that
+// differs from the resolved one in a side object (null when neither is set). Impl::to_order rebuilds the
+// OrderRequest exactly.
+struct RestCold {
+  std::string client_order_id;
+  MarketId request_market;
+};
+
+struct RestRequest {
+  enum : std::uint8_t { kStart = 1, kEnd = 2, kDuration = 4, kExpire = 8 };
+  enum class MarketKind : std::uint8_t { empty, resolved, cold };
+  Side side{Side::buy};
+  TimeInForce time_in_force{TimeInForce::gtc};
+  StpMode stp{StpMode::cancel_newest};
+  bool post_only{false};
+  std::uint8_t has{0};
+  MarketKind market_kind{MarketKind::empty};
+  PoolId pool;
+  Price price;
+  Qty quantity;
+  Seconds min_duration;
+  Qty min_chunk{1};
+  Seconds start_v, end_v, duration_v, expire_v;
+  std::shared_ptr<const BidConstraints> cons;
+  std::shared_ptr<const RestCold> cold;
+
+  static const BidConstraints& no_constraints() {
+    static const BidConstraints none;
+    return none;
+  }
+  const BidConstraints& constraints() const { return cons ? *cons : no_constraints(); }
+  std::optional<Seconds> opt(std::uint8_t bit, Seconds v) const {
+    return (has & bit) ? std::optional<Seconds>(v) : std::nullopt;
+  }
+  std::optional<Seconds> start() const { return opt(kStart, start_v); }
+  std::optional<Seconds> end() const { return opt(kEnd, end_v); }
+  std::optional<Seconds> duration() const { return opt(kDuration, duration_v); }
+  std::optional<Seconds> expire_at() const { return opt(kExpire, expire_v); }
+  bool has_client_order_id() const { return cold && !cold->client_order_id.empty(); }
+};
+
+// An open order as the engine keeps it (Order's fields, the request compact, the market interned);
+// events and queries get the full Order from Impl::to_order.
+struct Book;
+
+struct RestOrder {
+  OrderId id;
+  AccountId account;
+  RestRequest request;
+  const MarketId* market{nullptr};  // a key of Impl::books
+  Book* book{nullptr};              // its value
+  Seconds window_start;
+  Seconds window_end;
+  Price effective_price;
+  std::int32_t green_discount_bps{0};
+  Bucket bucket;
+  OrderStatus status{OrderStatus::open};
+  Reason reason{Reason::none};
+  Seq priority{0};
+  Seconds created_at;
+  Seconds updated_at;
+  Qty filled;
+  Qty remaining;
+  std::int64_t total_gpu_seconds{0};
+  std::int64_t filled_gpu_seconds{0};
+  std::int64_t lapsed_gpu_seconds{0};
+  std::int64_t free_gpu_seconds{0};
+  std::int64_t cancelled_gpu_seconds{0};
+  Steps free;
+  std::uint64_t body_hash{0};
+
+  bool is_buy() const { return request.side == Side::buy; }
+  bool is_sell() const { return request.side == Side::sell; }
+  bool is_duration_bid() const { return is_buy() && (request.has & RestRequest::kDuration); }
+  bool is_open() const { return !is_terminal(status); }
+};
+
 struct LiveOrder {
-  Order o;
+  RestOrder o;
   Shown shown;
   Seconds timer{-1};
-  std::uint64_t body_hash{0};
-  bool in_book{false};
-  bool in_spot{false};  // sell: also in its pool's book_spot_asks
-  int bid_group{-1};    // buy: index of its constraint group in its Book (set when it first rests)
-  bool counted{false};
-  bool closed{false};
   std::vector<LeaseId> sold;  // sell: leases it created (some may have ended)
   LivePool* hooked_pool{nullptr};  // sell in a book: the pool whose book_asks hold it
-  std::size_t account_slot{0};     // its place in its Account's orders
-  std::size_t pool_slot{0};        // sell: its place in its LivePool's asks
   Account* acct{nullptr};   // its account's entry (Impl::accounts is a std::map: stable), once looked up
+  std::uint32_t account_slot{0};   // its place in its Account's orders
+  std::uint32_t pool_slot{0};      // sell: its place in its LivePool's asks
+  int bid_group{-1};    // buy: index of its constraint group in its Book (set when it first rests)
+  bool in_book{false};
+  bool in_spot{false};  // sell: also in its pool's book_spot_asks
+  bool counted{false};
+  bool closed{false};
 };
 
 // Open orders in no particular order, with O(1) insert and erase (each order keeps its slot). Callers
@@ -130,12 +210,12 @@ struct LiveOrder {
 struct OrderList {
   std::vector<LiveOrder*> items;
 
-  void add(LiveOrder& lo, std::size_t LiveOrder::*slot) {
-    lo.*slot = items.size();
+  void add(LiveOrder& lo, std::uint32_t LiveOrder::*slot) {
+    lo.*slot = static_cast<std::uint32_t>(items.size());
     items.push_back(&lo);
   }
-  void remove(LiveOrder& lo, std::size_t LiveOrder::*slot) {
-    const std::size_t i = lo.*slot;
+  void remove(LiveOrder& lo, std::uint32_t LiveOrder::*slot) {
+    const std::uint32_t i = lo.*slot;
     items[i] = items.back();
     items[i]->*slot = i;
     items.pop_back();
@@ -556,17 +636,186 @@ struct Engine::Impl {
   std::map<AccountId, Account> accounts;
   std::map<ViewKey, View> views;
   std::map<ViewKey, Touched> touched;
+  const MarketId* last_market{nullptr};  // touch()'s memory of the last view it returned
+  Bucket last_bucket;
+  Touched* last_touched{nullptr};
   std::vector<Timer> timers;  // a min-heap (std::greater); stale entries are skipped when they fire
   std::map<CidKey, OrderId> open_cids;
   std::map<CidKey, Finished> finished_cids;
   std::vector<OrderId> dead;
   EventSink* sink_{nullptr};
+  mutable std::deque<Order> query_orders;  // Engine::order()'s answers, until the next apply()
 
   explicit Impl(EngineConfig c) : cfg(std::move(c)), policy(cfg.policy) {
     for (const MarketSpec& m : cfg.markets) books[m.id].spec = m;
   }
 
   void emit(Event e) { sink_->push_back(std::move(e)); }
+
+  // ---------------------------------------------------------------- compact orders
+
+  // Constraint sets shared by the open orders that have them (weak entries; expired ones are swept when
+  // the table has doubled since the last sweep). Mutable: quote() builds a transient order too.
+  mutable std::unordered_multimap<std::uint64_t, std::weak_ptr<const BidConstraints>> interned;
+  mutable std::size_t sweep_at{1024};
+
+  static std::uint64_t constraints_hash(const BidConstraints& c) {
+    Fnv1a h;
+    h.i64(static_cast<std::int64_t>(c.tiers.size()));
+    for (Tier t : c.tiers) h.i64(static_cast<std::int64_t>(t));
+    h.i64(static_cast<std::int64_t>(c.regions.size()));
+    for (const std::string& r : c.regions) h.str(r);
+    h.i64(c.nvlink);
+    h.i64(c.min_fabric ? static_cast<std::int64_t>(*c.min_fabric) : -1);
+    h.i64(c.min_fabric_gbps.value_or(-1));
+    h.i64(c.min_sla_pct_x1000.value_or(-1));
+    h.i64(c.green_only);
+    h.i64(c.max_pue_x1000.value_or(-1));
+    h.i64(c.min_renewable_pct_x100.value_or(-1));
+    h.i64(c.max_carbon_g_per_kwh_x100.value_or(-1));
+    h.i64(c.single_pool);
+    h.i64(c.interruptible);
+    return h.value();
+  }
+
+  std::shared_ptr<const BidConstraints> intern(const BidConstraints& c) const {
+    if (c == RestRequest::no_constraints()) return nullptr;
+    const std::uint64_t h = constraints_hash(c);
+    auto [first, last] = interned.equal_range(h);
+    for (auto it = first; it != last; ++it) {
+      if (auto sp = it->second.lock(); sp && *sp == c) return sp;
+    }
+    if (interned.size() >= sweep_at) {
+      std::erase_if(interned, [](const auto& e) { return e.second.expired(); });
+      sweep_at = std::max<std::size_t>(1024, 2 * interned.size());
+    }
+    auto sp = std::make_shared<const BidConstraints>(c);
+    interned.emplace(h, sp);
+    return sp;
+  }
+
+  // The interned market id (a key of `books`, whose nodes never move) and its book. Mutable access from
+  // a const method: quote() builds a transient order that only reads its book.
+  std::pair<const MarketId*, Book*> market_key(const MarketId& m) const {
+    auto it = books.find(m);
+    if (it == books.end()) throw std::out_of_range("unknown market " + m.value);
+    return {&it->first, const_cast<Book*>(&it->second)};
+  }
+
+  RestOrder rest_of(Order&& o) const {
+    RestOrder r;
+    const OrderRequest& q = o.request;
+    RestRequest& rq = r.request;
+    rq.side = q.side;
+    rq.time_in_force = q.time_in_force;
+    rq.stp = q.stp;
+    rq.post_only = q.post_only;
+    rq.pool = q.pool;
+    rq.price = q.price;
+    rq.quantity = q.quantity;
+    rq.min_duration = q.min_duration;
+    rq.min_chunk = q.min_chunk;
+    const auto put = [&](std::uint8_t bit, const std::optional<Seconds>& v, Seconds& out) {
+      if (v) {
+        rq.has |= bit;
+        out = *v;
+      }
+    };
+    put(RestRequest::kStart, q.start, rq.start_v);
+    put(RestRequest::kEnd, q.end, rq.end_v);
+    put(RestRequest::kDuration, q.duration, rq.duration_v);
+    put(RestRequest::kExpire, q.expire_at, rq.expire_v);
+    rq.cons = intern(q.constraints);
+    std::tie(r.market, r.book) = market_key(o.market);
+    using MK = RestRequest::MarketKind;
+    rq.market_kind = q.market.value.empty() ? MK::empty : q.market == o.market ? MK::resolved : MK::cold;
+    if (!q.client_order_id.empty() || rq.market_kind == MK::cold) {
+      auto cold = std::make_shared<RestCold>();
+      cold->client_order_id = q.client_order_id;
+      if (rq.market_kind == MK::cold) cold->request_market = q.market;
+      rq.cold = std::move(cold);
+    }
+    r.id = o.id;
+    r.account = o.account;
+    r.window_start = o.window_start;
+    r.window_end = o.window_end;
+    r.effective_price = o.effective_price;
+    r.green_discount_bps = o.green_discount_bps;
+    r.bucket = o.bucket;
+    r.status = o.status;
+    r.reason = o.reason;
+    r.priority = o.priority;
+    r.created_at = o.created_at;
+    r.updated_at = o.updated_at;
+    r.filled = o.filled;
+    r.remaining = o.remaining;
+    r.total_gpu_seconds = o.total_gpu_seconds;
+    r.filled_gpu_seconds = o.filled_gpu_seconds;
+    r.lapsed_gpu_seconds = o.lapsed_gpu_seconds;
+    r.free_gpu_seconds = o.free_gpu_seconds;
+    r.cancelled_gpu_seconds = o.cancelled_gpu_seconds;
+    r.free = std::move(o.free);
+    r.body_hash = o.body_hash;
+    return r;
+  }
+
+  static Order to_order(const RestOrder& r) {
+    Order o;
+    fill_order(o, r);
+    return o;
+  }
+
+  // Appends an order event built in place (no temporary Order moved through the variant).
+  template <class E>
+  void emit_order(const RestOrder& r) {
+    fill_order(std::get<E>(sink_->emplace_back(std::in_place_type<E>)).order, r);
+  }
+
+  // `o` default-constructed.
+  static void fill_order(Order& o, const RestOrder& r) {
+    const RestRequest& rq = r.request;
+    OrderRequest& q = o.request;
+    q.side = rq.side;
+    if (rq.cold) q.client_order_id = rq.cold->client_order_id;
+    using MK = RestRequest::MarketKind;
+    if (rq.market_kind == MK::resolved) q.market = *r.market;
+    if (rq.market_kind == MK::cold) q.market = rq.cold->request_market;
+    q.pool = rq.pool;
+    q.price = rq.price;
+    q.quantity = rq.quantity;
+    q.start = rq.start();
+    q.end = rq.end();
+    q.duration = rq.duration();
+    if (rq.cons) q.constraints = *rq.cons;
+    q.min_duration = rq.min_duration;
+    q.min_chunk = rq.min_chunk;
+    q.time_in_force = rq.time_in_force;
+    q.expire_at = rq.expire_at();
+    q.post_only = rq.post_only;
+    q.stp = rq.stp;
+    o.id = r.id;
+    o.account = r.account;
+    o.market = *r.market;
+    o.window_start = r.window_start;
+    o.window_end = r.window_end;
+    o.effective_price = r.effective_price;
+    o.green_discount_bps = r.green_discount_bps;
+    o.status = r.status;
+    o.reason = r.reason;
+    o.bucket = r.bucket;
+    o.priority = r.priority;
+    o.created_at = r.created_at;
+    o.updated_at = r.updated_at;
+    o.filled = r.filled;
+    o.remaining = r.remaining;
+    o.total_gpu_seconds = r.total_gpu_seconds;
+    o.filled_gpu_seconds = r.filled_gpu_seconds;
+    o.lapsed_gpu_seconds = r.lapsed_gpu_seconds;
+    o.free_gpu_seconds = r.free_gpu_seconds;
+    o.cancelled_gpu_seconds = r.cancelled_gpu_seconds;
+    o.free = r.free;
+    o.body_hash = r.body_hash;
+  }
 
   // ---------------------------------------------------------------- accounts
 
@@ -576,12 +825,12 @@ struct Engine::Impl {
     return it->second;
   }
 
-  static Seconds bid_seconds(const Order& o) {
-    return o.is_duration_bid() ? *o.request.duration : o.window_end - o.window_start;
+  static Seconds bid_seconds(const RestOrder& o) {
+    return o.is_duration_bid() ? *o.request.duration() : o.window_end - o.window_start;
   }
 
   void account_add(LiveOrder& lo, int sign) {
-    const Order& o = lo.o;
+    const RestOrder& o = lo.o;
     if (!lo.acct) lo.acct = &account(o.account);  // std::map: the address is stable
     Account& a = *lo.acct;
     a.open_orders += sign;
@@ -639,21 +888,21 @@ struct Engine::Impl {
 
   // ---------------------------------------------------------------- order geometry
 
-  Seconds bid_start(const Order& b) const { return b.is_duration_bid() ? now : b.window_start; }
-  Seconds bid_end(const Order& b) const { return b.is_duration_bid() ? now + *b.request.duration : b.window_end; }
-  static Seconds min_piece(const Order& a) { return std::max(a.request.min_duration, Seconds(1)); }
+  Seconds bid_start(const RestOrder& b) const { return b.is_duration_bid() ? now : b.window_start; }
+  Seconds bid_end(const RestOrder& b) const { return b.is_duration_bid() ? now + *b.request.duration() : b.window_end; }
+  static Seconds min_piece(const RestOrder& a) { return std::max(a.request.min_duration, Seconds(1)); }
 
   Bucket trade_bucket(Seconds start) const {
     return start - now <= cfg.spot_horizon ? Bucket::spot() : month_bucket(start);
   }
 
-  Bucket order_bucket(const Order& o) const {
+  Bucket order_bucket(const RestOrder& o) const {
     if (o.is_buy()) return o.is_duration_bid() ? Bucket::spot() : trade_bucket(o.window_start);
     return o.window_start <= now ? Bucket::spot() : month_bucket(o.window_start);
   }
 
   // GPUs an ask offers for at least its minimum piece from its reference instant, down to its lot.
-  Qty ask_view_qty(const Order& a) const {
+  Qty ask_view_qty(const RestOrder& a) const {
     const Seconds ref = std::max(now, a.window_start);
     const Seconds md = min_piece(a);
     if (ref + md > a.window_end) return Qty(0);
@@ -663,7 +912,7 @@ struct Engine::Impl {
   }
 
   // True while a piece of at least min_duration with one lot free remains ahead.
-  bool ask_has_piece(const Order& a) const {
+  bool ask_has_piece(const RestOrder& a) const {
     const Seconds from = std::max(now, a.window_start);
     const Seconds md = min_piece(a);
     const std::int64_t lot = a.request.min_chunk.value;
@@ -686,7 +935,8 @@ struct Engine::Impl {
     return false;
   }
 
-  void refresh_ask_accounting(Order& a) const {
+  template <class O>  // RestOrder or Order
+  void refresh_ask_accounting(O& a) const {
     if (a.is_buy() || !a.is_open()) return;
     const Seconds ref = std::max(now, a.window_start);
     a.lapsed_gpu_seconds = a.free.integral(a.window_start, std::min(ref, a.window_end));
@@ -695,19 +945,19 @@ struct Engine::Impl {
 
   // GPUs bid `b` can take from ask `a` over [ws, we), at most `cap`, in whole lots; 0 if not eligible.
   // Price is not checked here.
-  Qty eligible_qty(const Order& b, Qty cap, const Order& a, Seconds ws, Seconds we) const {
+  Qty eligible_qty(const RestOrder& b, Qty cap, const RestOrder& a, Seconds ws, Seconds we) const {
     return eligible_qty(b, cap, a, pools.at(a.request.pool).p, ws, we, true);
   }
 
   // The same with the ask's pool given (`pool` must be a's); check_pool = false when the caller already
   // knows that the pool satisfies b's constraints.
-  Qty eligible_qty(const Order& b, Qty cap, const Order& a, const Pool& pool, Seconds ws, Seconds we,
+  Qty eligible_qty(const RestOrder& b, Qty cap, const RestOrder& a, const Pool& pool, Seconds ws, Seconds we,
                    bool check_pool) const {
     if (!a.is_open() || !b.is_open() || a.market != b.market) return Qty(0);
     const Seconds a_start = std::max(a.window_start, now);
     if (ws < a_start || we > a.window_end || we <= ws) return Qty(0);
     if (we - ws < a.request.min_duration) return Qty(0);
-    if (check_pool && !pool_satisfies(pool, b.request.constraints)) return Qty(0);
+    if (check_pool && !pool_satisfies(pool, b.request.constraints())) return Qty(0);
     const std::int64_t lot = std::lcm(b.request.min_chunk.value, a.request.min_chunk.value);
     const std::int64_t q = std::min(cap.value, a.free.min(ws, we));
     return Qty(q / lot * lot);
@@ -730,12 +980,12 @@ struct Engine::Impl {
 
   Shown compute_shown(const LiveOrder& lo) const {
     Shown s;
-    const Order& o = lo.o;
+    const RestOrder& o = lo.o;
     if (!lo.in_book || !o.is_open()) return s;
-    s.key = ViewKey{o.market, o.bucket};
+    s.bucket = o.bucket;
     s.side = o.request.side;
     if (o.is_buy()) {
-      s.constrained = o.request.constraints.has_attribute_constraints();
+      s.constrained = o.request.constraints().has_attribute_constraints();
       s.price = o.request.price;
       s.qty = o.remaining;
     } else {
@@ -746,19 +996,26 @@ struct Engine::Impl {
     return s;
   }
 
-  Touched& touch(const ViewKey& k) {
+  // The view (market, bucket) as touched by this command; the last one is remembered (most commands touch
+  // one view several times) until flush_views() clears `touched`.
+  Touched& touch(const MarketId* m, Bucket bucket) {
+    if (last_touched && m == last_market && bucket == last_bucket) return *last_touched;
+    const ViewKey k{*m, bucket};
     auto it = touched.find(k);
     if (it == touched.end()) {
       it = touched.emplace(k, Touched{}).first;
       it->second.view = &views[k];
       it->second.constrained_before = it->second.view->constrained;
     }
+    last_market = m;
+    last_bucket = bucket;
+    last_touched = &it->second;
     return it->second;
   }
 
-  void view_apply(const Shown& s, int sign) {
+  void view_apply(const Shown& s, const MarketId* m, int sign) {
     if (!s.shown) return;
-    Touched& t = touch(s.key);
+    Touched& t = touch(m, s.bucket);
     View& v = *t.view;
     if (s.constrained) {
       v.constrained.orders += sign;
@@ -773,8 +1030,10 @@ struct Engine::Impl {
     const Qty after = before + Qty(sign * s.qty.value);
     if (after.value == 0) {
       if (lvl != levels.end()) levels.erase(lvl);
+    } else if (lvl != levels.end()) {
+      lvl->second = after;
     } else {
-      levels[s.price] = after;
+      levels.emplace(s.price, after);
     }
   }
 
@@ -782,8 +1041,8 @@ struct Engine::Impl {
     lo.o.bucket = order_bucket(lo.o);
     const Shown s = compute_shown(lo);
     if (s == lo.shown) return;
-    view_apply(lo.shown, -1);
-    view_apply(s, +1);
+    view_apply(lo.shown, lo.o.market, -1);
+    view_apply(s, lo.o.market, +1);
     lo.shown = s;
   }
 
@@ -807,16 +1066,17 @@ struct Engine::Impl {
       emit(std::move(d));
     }
     touched.clear();
+    last_touched = nullptr;
   }
 
   // ---------------------------------------------------------------- timers
 
-  Seconds next_order_time(const Order& o) const {
+  Seconds next_order_time(const RestOrder& o) const {
     Seconds best = kForever;
     auto consider = [&](Seconds t) {
       if (t > now && t < best) best = t;
     };
-    if (o.request.time_in_force == TimeInForce::gtd && o.request.expire_at) consider(*o.request.expire_at);
+    if (o.request.time_in_force == TimeInForce::gtd && o.request.expire_at()) consider(*o.request.expire_at());
     if (o.is_buy()) {
       if (!o.is_duration_bid()) {
         consider(o.window_start + Seconds(1));
@@ -867,7 +1127,7 @@ struct Engine::Impl {
 
   // An ask a duration bid could use now: its window started and it has GPUs free at this instant. The
   // ask's timers fire at its start and at every step of its free capacity, so this stays current.
-  bool spot_now(const Order& a) const { return a.window_start <= now && a.free.at(now) > 0; }
+  bool spot_now(const RestOrder& a) const { return a.window_start <= now && a.free.at(now) > 0; }
 
   // Visits, in ask priority order, the resting asks of `b` a bid could use (a duration bid: those in
   // book_spot_asks) with effective <= limit whose pool satisfies `c`
@@ -879,15 +1139,31 @@ struct Engine::Impl {
   // one set, fn may erase or re-insert the key it was given (a fill changes only that ask; the heads point
   // at other keys: the head of the set fn changed is re-sought by the key it was at, as ChunkedSet's
   // iterators do not survive a change); pool attributes do not change during a walk.
+  struct AskHead {
+    const AskSet* s{nullptr};
+    AskSet::const_iterator it;
+    AskKey key;  // *it once settled, kept to re-seek after fn changed the set
+    std::uint64_t version{0};
+  };
+  // walk_asks' heap of heads, one vector per nesting depth, reused: a fresh vector per walk was a malloc
+  // per placement (and, reserved, a page-faulting one).
+  mutable std::deque<std::vector<AskHead>> head_stack;  // a deque: a nested walk's emplace_back keeps references
+  mutable std::size_t head_depth{0};
+
   template <class F>
-  void walk_asks(const Book& b, const Order& bid, Price limit, const BidConstraints& c, F&& fn) const {
+  void walk_asks(const Book& b, const RestOrder& bid, Price limit, const BidConstraints& c, F&& fn) const {
     using It = AskSet::const_iterator;
-    struct Head {
-      const AskSet* s{nullptr};
-      It it;
-      AskKey key;  // *it once settled, kept to re-seek after fn changed the set
-      std::uint64_t version{0};
-    };
+    using Head = AskHead;
+    if (head_depth == head_stack.size()) head_stack.emplace_back();
+    std::vector<Head>& heads = head_stack[head_depth];
+    heads.clear();
+    struct DepthGuard {
+      std::size_t& d;
+      explicit DepthGuard(std::size_t& x) : d(x) { ++d; }
+      ~DepthGuard() { --d; }
+      DepthGuard(const DepthGuard&) = delete;
+      DepthGuard& operator=(const DepthGuard&) = delete;
+    } guard(head_depth);
     const bool spot = bid.is_duration_bid();
     const Seconds ws = bid_start(bid);
     const Seconds we = bid_end(bid);
@@ -903,7 +1179,6 @@ struct Engine::Impl {
       }
       return false;
     };
-    std::vector<Head> heads;
     const std::int64_t first_bucket = end_bucket(we);  // asks in earlier buckets end before `we`
     for (const AskPool& ap : b.ask_pools) {
       if (spot) {
@@ -977,13 +1252,13 @@ struct Engine::Impl {
   bool unhook(LiveOrder& lo) {
     const bool was = lo.in_book;
     if (lo.in_book) {
-      Book& b = books.at(lo.o.market);
+      Book& b = (*lo.o.book);
       if (lo.o.is_buy()) {
         const BidKey k{lo.o.request.price, lo.o.priority, lo.o.id};
         const bool dur = lo.o.is_duration_bid();
         BidGroup& g = b.bid_groups[static_cast<std::size_t>(lo.bid_group)];
         --g.resting;
-        const std::vector<std::string>& regions = lo.o.request.constraints.regions;
+        const std::vector<std::string>& regions = lo.o.request.constraints().regions;
         if (regions.empty()) {
           (dur ? g.any.duration : g.any.fixed).erase(k);
         } else {
@@ -1040,7 +1315,7 @@ struct Engine::Impl {
 
   // Fills an ask key's run summary from the ask's free capacity: the runs of time with at least one lot
   // free (adjacent pieces joined), their hull and the longest of them. No run: nothing fits.
-  static void summarize_runs(const Order& a, AskKey& k) {
+  static void summarize_runs(const RestOrder& a, AskKey& k) {
     const std::int64_t lot = a.request.min_chunk.value;
     bool any = false;
     bool in_run = false;
@@ -1077,20 +1352,20 @@ struct Engine::Impl {
 
   // Puts a changed order back (if still open), refreshes its view and timer; ends a terminal one.
   void hook(LiveOrder& lo, bool into_book) {
-    Order& o = lo.o;
+    RestOrder& o = lo.o;
     if (o.is_open()) {
       account_add(lo, +1);
       lo.counted = true;
       if (into_book) {
-        Book& b = books.at(o.market);
+        Book& b = (*o.book);
         if (o.is_buy()) {
           const bool dur = o.is_duration_bid();
           const BidKey k{o.request.price, o.priority, o.id, &lo, o.window_start, o.window_end,
-                         dur ? *o.request.duration : Seconds(0)};
-          if (lo.bid_group < 0) lo.bid_group = group_of(b, o.request.constraints);
+                         dur ? *o.request.duration() : Seconds(0)};
+          if (lo.bid_group < 0) lo.bid_group = group_of(b, o.request.constraints());
           BidGroup& g = b.bid_groups[static_cast<std::size_t>(lo.bid_group)];
           ++g.resting;
-          const std::vector<std::string>& regions = o.request.constraints.regions;
+          const std::vector<std::string>& regions = o.request.constraints().regions;
           if (regions.empty()) {
             (dur ? g.any.duration : g.any.fixed).insert(k);
           } else {
@@ -1143,17 +1418,17 @@ struct Engine::Impl {
     if (o.is_sell()) close_ask(lo);
     Account& a = lo.acct ? *lo.acct : account(o.account);
     a.orders.remove(lo, &LiveOrder::account_slot);
-    if (!o.request.client_order_id.empty()) {
-      const CidKey k{o.account, o.request.client_order_id};
+    if (o.request.has_client_order_id()) {
+      const CidKey k{o.account, o.request.cold->client_order_id};
       open_cids.erase(k);
-      finished_cids[k] = Finished{o, lo.body_hash, seq};
+      finished_cids[k] = Finished{to_order(o), o.body_hash, seq};
     }
     dead.push_back(o.id);
   }
 
   // An ask ended: its free capacity ahead leaves the pool and is reported as cancelled GPU-seconds.
   void close_ask(LiveOrder& lo) {
-    Order& a = lo.o;
+    RestOrder& a = lo.o;
     LivePool& lp = pools.at(a.request.pool);
     const Seconds from = std::max(now, a.window_start);
     const std::int64_t past = a.free.integral(a.window_start, std::min(from, a.window_end));
@@ -1181,20 +1456,20 @@ struct Engine::Impl {
     lo.o.reason = reason;
     lo.o.updated_at = now;
     hook(lo, false);
-    if (announce) emit(OrderDone{lo.o});
+    if (announce) emit_order<OrderDone>(lo.o);
   }
 
   void announce_state(const LiveOrder& lo) {
     if (lo.o.is_open()) {
-      emit(OrderUpdated{lo.o});
+      emit_order<OrderUpdated>(lo.o);
     } else {
-      emit(OrderDone{lo.o});
+      emit_order<OrderDone>(lo.o);
     }
   }
 
   // ---------------------------------------------------------------- leases
 
-  Lease& new_lease(const LivePool& lp, const Order& bid, OrderId sell_order, const Order* ask, Qty qty,
+  Lease& new_lease(const LivePool& lp, const RestOrder& bid, OrderId sell_order, const RestOrder* ask, Qty qty,
                    Seconds start, Seconds end, Price price, Price list_price, TradeId trade) {
     Lease l;
     l.id = LeaseId(next_lease++);
@@ -1237,7 +1512,7 @@ struct Engine::Impl {
 
   // ---------------------------------------------------------------- fills
 
-  Trade base_trade(const LivePool& lp, const Order& bid, Qty qty, Seconds ws, Seconds we, Price price,
+  Trade base_trade(const LivePool& lp, const RestOrder& bid, Qty qty, Seconds ws, Seconds we, Price price,
                    Side taker) {
     Trade t;
     t.id = TradeId(next_trade++);
@@ -1260,7 +1535,7 @@ struct Engine::Impl {
     return t;
   }
 
-  void set_fill_status(Order& o) {
+  void set_fill_status(RestOrder& o) {
     if (o.is_buy()) {
       o.status = o.remaining.value == 0 ? OrderStatus::filled : OrderStatus::partially_filled;
     } else {
@@ -1295,22 +1570,22 @@ struct Engine::Impl {
     announce_state(taker == Side::buy ? ask : bid);
   }
 
-  std::vector<PreemptCandidate> preempt_candidates(const Order& bid) const {
+  std::vector<PreemptCandidate> preempt_candidates(const RestOrder& bid) const {
     std::vector<PreemptCandidate> found;
-    const BidConstraints& c = bid.request.constraints;
+    const BidConstraints& c = bid.request.constraints();
     if (!c.interruptible || c.single_pool || bid.request.post_only) return found;
     const Seconds notice_end = now + cfg.preempt_notice;
     Seconds ws;
     Seconds we;
     if (bid.is_duration_bid()) {
       ws = notice_end;
-      we = notice_end + *bid.request.duration;
+      we = notice_end + *bid.request.duration();
     } else {
       if (bid.window_start < notice_end) return found;
       ws = bid.window_start;
       we = bid.window_end;
     }
-    const Book& book = books.at(bid.market);
+    const Book& book = (*bid.book);
     const Price tk = book.spec.tick;
     for (PoolId pid : book.spot_pools) {
       const LivePool& lp = pools.at(pid);
@@ -1425,12 +1700,12 @@ struct Engine::Impl {
 
   // ---------------------------------------------------------------- incoming bid
 
-  bool bid_would_take(const Order& bid) const {
-    const Book& book = books.at(bid.market);
+  bool bid_would_take(const RestOrder& bid) const {
+    const Book& book = (*bid.book);
     const Seconds ws = bid_start(bid);
     const Seconds we = bid_end(bid);
     bool found = false;
-    walk_asks(book, bid, bid.request.price, bid.request.constraints, [&](const AskKey& k) {
+    walk_asks(book, bid, bid.request.price, bid.request.constraints(), [&](const AskKey& k) {
       found = eligible_qty(bid, bid.remaining, k.lo->o, k.pool->p, ws, we, false).value > 0;
       return !found;
     });
@@ -1439,8 +1714,8 @@ struct Engine::Impl {
 
   // Matches an incoming bid (out of the book). Emits trades; leaves the bid's own announcement to the caller.
   void match_bid(LiveOrder& bid, bool at_placement) {
-    Book& book = books.at(bid.o.market);
-    const BidConstraints& c = bid.o.request.constraints;
+    Book& book = (*bid.o.book);
+    const BidConstraints& c = bid.o.request.constraints();
     const bool aon = bid.o.request.time_in_force == TimeInForce::fok || c.single_pool;
     const Seconds ws = bid_start(bid.o);
     const Seconds we = bid_end(bid.o);
@@ -1491,14 +1766,14 @@ struct Engine::Impl {
 
   // The all-or-none walk without changing anything. False if it cannot cover the bid (own = met own order).
   bool plan_bid(const LiveOrder& bid, Seconds ws, Seconds we, std::vector<PlannedFill>& plan, bool& own) const {
-    const Book& book = books.at(bid.o.market);
+    const Book& book = (*bid.o.book);
     const Qty need = bid.o.remaining;
-    const bool single = bid.o.request.constraints.single_pool;
+    const bool single = bid.o.request.constraints().single_pool;
     std::map<PoolId, std::pair<Qty, std::vector<PlannedFill>>> per_pool;
     Qty total;
     std::optional<bool> result;  // set when the walk decided
-    walk_asks(book, bid.o, bid.o.request.price, bid.o.request.constraints, [&](const AskKey& k) {
-      const Order& ask = k.lo->o;
+    walk_asks(book, bid.o, bid.o.request.price, bid.o.request.constraints(), [&](const AskKey& k) {
+      const RestOrder& ask = k.lo->o;
       Qty cap = need - total;
       if (single) cap = need - per_pool[ask.request.pool].first;
       const Qty q = eligible_qty(bid.o, cap, ask, k.pool->p, ws, we, false);
@@ -1543,29 +1818,29 @@ struct Engine::Impl {
 
   // ---------------------------------------------------------------- incoming ask
 
-  bool ask_would_take(const Order& ask) const {
-    const Book& book = books.at(ask.market);
+  bool ask_would_take(const RestOrder& ask) const {
+    const Book& book = (*ask.book);
     const Pool& pool = pools.at(ask.request.pool).p;
     BidWalk walk;
     bids_for(book, pool, ask.effective_price, spot_now(ask), walk);
     while (const auto k = walk.next()) {
       if (k->price < ask.effective_price) break;
       if (!window_fits(*k, ask.window_start, ask.window_end, ask.request.min_duration)) continue;
-      const Order& bid = k->lo->o;
+      const RestOrder& bid = k->lo->o;
       if (eligible_qty(bid, bid.remaining, ask, pool, bid_start(bid), bid_end(bid), false).value > 0) return true;
     }
     return false;
   }
 
   void match_ask(LiveOrder& ask, bool at_placement) {
-    Book& book = books.at(ask.o.market);
+    Book& book = (*ask.o.book);
     const Pool& pool = pools.at(ask.o.request.pool).p;
     const Seconds a_start = ask.o.window_start;
     const Seconds a_end = ask.o.window_end;
     const Seconds a_min = ask.o.request.min_duration;
     if (ask.o.request.time_in_force == TimeInForce::fok) {
       // All-or-none: the walk must leave no sellable piece.
-      Order trial = ask.o;
+      RestOrder trial = ask.o;
       std::vector<PlannedFill> plan;
       bool complete = !ask_has_piece(trial);
       BidWalk walk;
@@ -1573,7 +1848,7 @@ struct Engine::Impl {
       while (const auto k = walk.next()) {
         if (complete || k->price < ask.o.effective_price) break;
         if (!window_fits(*k, a_start, a_end, a_min)) continue;
-        const Order& bid = k->lo->o;
+        const RestOrder& bid = k->lo->o;
         const Seconds ws = bid_start(bid);
         const Seconds we = bid_end(bid);
         const Qty q = eligible_qty(bid, bid.remaining, trial, pool, ws, we, false);
@@ -1622,7 +1897,7 @@ struct Engine::Impl {
     for (OrderId id : ids) {
       auto it = orders.find(id);
       if (it == orders.end() || !it->second.o.is_open() || !it->second.o.is_sell()) continue;
-      const Order& o = it->second.o;
+      const RestOrder& o = it->second.o;
       keys.push_back(AskKey{o.effective_price, o.priority, o.id});
     }
     std::sort(keys.begin(), keys.end());
@@ -1631,7 +1906,7 @@ struct Engine::Impl {
       auto it = orders.find(k.id);
       if (it == orders.end()) continue;
       LiveOrder& ask = it->second;
-      if (!ask.o.is_open() || books.at(ask.o.market).halted) continue;
+      if (!ask.o.is_open() || (*ask.o.book).halted) continue;
       if (!ask_would_take(ask.o)) continue;
       if (ask.o.request.post_only) {
         finish_order(ask, OrderStatus::cancelled, Reason::would_take, true);
@@ -1665,7 +1940,7 @@ struct Engine::Impl {
       lo.o.green_discount_bps = lp.p.green_discount_bps;
       lo.o.updated_at = now;
       hook(lo, in);
-      emit(OrderUpdated{lo.o});
+      emit_order<OrderUpdated>(lo.o);
       changed.push_back(id);
     }
     return changed;
@@ -1703,8 +1978,8 @@ struct Engine::Impl {
     for (OrderId id : due_orders) {
       LiveOrder& lo = orders.at(id);
       if (!lo.o.is_open()) continue;
-      const OrderRequest& r = lo.o.request;
-      bool expire = r.time_in_force == TimeInForce::gtd && r.expire_at && *r.expire_at <= now;
+      const RestRequest& r = lo.o.request;
+      bool expire = r.time_in_force == TimeInForce::gtd && r.expire_at() && *r.expire_at() <= now;
       if (lo.o.is_buy() && !lo.o.is_duration_bid() && lo.o.window_start < now) expire = true;
       if (lo.o.is_sell() && lo.o.window_end <= now) expire = true;
       if (expire) finish_order(lo, OrderStatus::expired, Reason::expired, true);
@@ -1808,7 +2083,8 @@ struct Engine::Impl {
     if (a.open_orders + 1 > a.limits.max_open_orders) return Reason::exposure_limit;
     if (r.side == Side::buy) {
       if (a.open_gpus + r.quantity.value > a.limits.max_open_gpus.value) return Reason::exposure_limit;
-      const Int128 n = a.notional_x3600 + cost_x3600(r.price, r.quantity, bid_seconds(o));
+      const Seconds secs = r.duration ? *r.duration : o.window_end - o.window_start;
+      const Int128 n = a.notional_x3600 + cost_x3600(r.price, r.quantity, secs);
       if (n > static_cast<Int128>(a.limits.max_open_notional) * 3600) return Reason::exposure_limit;
     } else {
       const LivePool& lp = pools.at(r.pool);
@@ -1826,10 +2102,10 @@ struct Engine::Impl {
       const CidKey k{cmd.account, r.client_order_id};
       if (auto it = open_cids.find(k); it != open_cids.end()) {
         const LiveOrder& lo = orders.at(it->second);
-        if (lo.body_hash == h) {
-          Order current = lo.o;
+        if (lo.o.body_hash == h) {
+          RestOrder current = lo.o;
           refresh_ask_accounting(current);
-          emit(OrderDuplicate{std::move(current)});
+          emit(OrderDuplicate{to_order(current)});
         } else {
           reject_command(Reason::idempotency_conflict, lo.o.id.value);
         }
@@ -1874,13 +2150,12 @@ struct Engine::Impl {
       lp.used.trim_before(now);
     }
     LiveOrder& lo = orders.emplace(o.id, LiveOrder{}).first->second;
-    lo.o = std::move(o);
-    lo.body_hash = h;
+    lo.o = rest_of(std::move(o));
     if (lo.o.is_sell()) pools.at(r.pool).asks.add(lo, &LiveOrder::pool_slot);
     account(cmd.account).orders.add(lo, &LiveOrder::account_slot);
     if (!r.client_order_id.empty()) open_cids[CidKey{cmd.account, r.client_order_id}] = lo.o.id;
     hook(lo, false);
-    emit(OrderAccepted{lo.o});
+    emit_order<OrderAccepted>(lo.o);
     if (r.time_in_force == TimeInForce::gtd && *r.expire_at <= now) {
       finish_order(lo, OrderStatus::expired, Reason::expired, true);
       return;
@@ -1901,9 +2176,9 @@ struct Engine::Impl {
     if (lo.o.is_open()) {
       unhook(lo);
       hook(lo, true);
-      if (filled_some) emit(OrderUpdated{lo.o});
+      if (filled_some) emit_order<OrderUpdated>(lo.o);
     } else {
-      emit(OrderDone{lo.o});
+      emit_order<OrderDone>(lo.o);
     }
   }
 
@@ -1925,7 +2200,7 @@ struct Engine::Impl {
     const std::vector<OrderId> ids = ait->second.orders.ids();
     for (OrderId id : ids) {
       LiveOrder& lo = orders.at(id);
-      if (c.market && lo.o.market != *c.market) continue;
+      if (c.market && *lo.o.market != *c.market) continue;
       finish_order(lo, OrderStatus::cancelled, Reason::none, true);
     }
   }
@@ -1934,8 +2209,8 @@ struct Engine::Impl {
     LiveOrder* p = own_open_order(cmd, c.order);
     if (!p) return reject_command(Reason::not_found, c.order.value);
     LiveOrder& lo = *p;
-    Order& o = lo.o;
-    const Book& book = books.at(o.market);
+    RestOrder& o = lo.o;
+    const Book& book = (*o.book);
     if (book.halted) return reject_command(Reason::market_halted, o.id.value);
     const Qty q = c.quantity.value_or(o.request.quantity);
     const Price price = c.price.value_or(o.request.price);
@@ -1961,7 +2236,7 @@ struct Engine::Impl {
     }
     const bool new_price = price != o.request.price;
     if (new_price && o.request.post_only) {
-      Order trial = o;
+      RestOrder trial = o;
       trial.request.price = price;
       trial.request.quantity = q;
       if (trial.is_buy()) {
@@ -1996,7 +2271,7 @@ struct Engine::Impl {
       return;
     }
     hook(lo, false);
-    emit(OrderUpdated{o});
+    emit_order<OrderUpdated>(o);
     const std::int64_t before = o.is_buy() ? o.filled.value : o.filled_gpu_seconds;
     if (o.is_buy()) {
       match_bid(lo, false);
@@ -2007,9 +2282,9 @@ struct Engine::Impl {
     if (o.is_open()) {
       unhook(lo);
       hook(lo, true);
-      if (after != before) emit(OrderUpdated{o});
+      if (after != before) emit_order<OrderUpdated>(o);
     } else {
-      emit(OrderDone{o});
+      emit_order<OrderDone>(o);
     }
   }
 
@@ -2140,6 +2415,7 @@ struct Engine::Impl {
 
   void apply(const Command& cmd, EventSink& sink) {
     sink_ = &sink;
+    if (!query_orders.empty()) query_orders.clear();
     seq = cmd.seq;
     advance(cmd.now);
     std::visit([&](const auto& body) { on(cmd, body); }, cmd.body);
@@ -2161,17 +2437,18 @@ struct Engine::Impl {
     if (book->second.halted || r.post_only) return out;
     if (r.time_in_force == TimeInForce::gtd && r.expire_at && *r.expire_at <= now) return out;
     if (r.start.has_value() == r.duration.has_value()) return out;
-    Order bid;
-    bid.id = OrderId(std::numeric_limits<std::int64_t>::max());
-    bid.account = account_id;
-    bid.request = r;
-    bid.market = r.market;
-    bid.remaining = r.quantity;
+    Order full;
+    full.id = OrderId(std::numeric_limits<std::int64_t>::max());
+    full.account = account_id;
+    full.request = r;
+    full.market = r.market;
+    full.remaining = r.quantity;
     if (r.start) {
       if (!r.end || *r.end <= *r.start || *r.start < now) return out;
-      bid.window_start = *r.start;
-      bid.window_end = *r.end;
+      full.window_start = *r.start;
+      full.window_end = *r.end;
     }
+    const RestOrder bid = rest_of(std::move(full));
     const Seconds ws = bid_start(bid);
     const Seconds we = bid_end(bid);
     const bool aon = r.time_in_force == TimeInForce::fok || r.constraints.single_pool;
@@ -2180,7 +2457,7 @@ struct Engine::Impl {
     std::optional<std::vector<QuoteFill>> single_fills;  // set when one pool covered the quantity
     walk_asks(book->second, bid, r.price, r.constraints, [&](const AskKey& k) {
       if (total == r.quantity) return false;
-      const Order& ask = k.lo->o;
+      const RestOrder& ask = k.lo->o;
       const PoolId pool = ask.request.pool;
       const Qty cap = r.constraints.single_pool ? r.quantity - per_pool[pool].first : r.quantity - total;
       const Qty q = eligible_qty(bid, cap, ask, k.pool->p, ws, we, false);
@@ -2226,33 +2503,33 @@ struct Engine::Impl {
     };
     std::map<PoolId, Steps> held;
     for (const auto& [id, lo] : orders) {
-      const Order& o = lo.o;
+      const RestOrder& o = lo.o;
       if (!o.is_open()) continue;
       if (o.is_buy()) {
-        if (o.filled + o.remaining != o.request.quantity) fail("bid filled+remaining: " + to_string(o));
+        if (o.filled + o.remaining != o.request.quantity) fail("bid filled+remaining: " + to_string(to_order(o)));
       } else {
-        Order c = o;
+        RestOrder c = o;
         refresh_ask_accounting(c);
         if (c.filled_gpu_seconds + c.lapsed_gpu_seconds + c.free_gpu_seconds + c.cancelled_gpu_seconds !=
             c.total_gpu_seconds) {
-          fail("ask accounting: " + to_string(c));
+          fail("ask accounting: " + to_string(to_order(c)));
         }
         for (const Step& p : o.free.pieces()) {
-          if (p.gpus < 0) fail("negative free: " + to_string(o));
+          if (p.gpus < 0) fail("negative free: " + to_string(to_order(o)));
           held[o.request.pool].add(std::max(p.from, now), std::max(p.to, now), p.gpus);
         }
       }
-      const Book& b = books.at(o.market);
+      const Book& b = (*o.book);
       bool in = lo.in_book;
       if (in && o.is_buy()) {
         const BidKey bk{o.request.price, o.priority, o.id};
         const BidGroup& g = b.bid_groups.at(static_cast<std::size_t>(lo.bid_group));
-        BidConstraints rep = o.request.constraints;
+        BidConstraints rep = o.request.constraints();
         rep.regions.clear();
-        if (!(g.rep == rep)) fail("bid in the wrong constraint group: " + to_string(o));
+        if (!(g.rep == rep)) fail("bid in the wrong constraint group: " + to_string(to_order(o)));
         std::vector<const BidSets*> homes;
-        if (o.request.constraints.regions.empty()) homes.push_back(&g.any);
-        for (const std::string& r : o.request.constraints.regions) {
+        if (o.request.constraints().regions.empty()) homes.push_back(&g.any);
+        for (const std::string& r : o.request.constraints().regions) {
           auto it = g.by_region.find(r);
           if (it == g.by_region.end()) {
             in = false;
@@ -2271,9 +2548,9 @@ struct Engine::Impl {
           in = bucket != lo.hooked_pool->book_asks.end() && bucket->eb == eb && bucket->keys->count(ak) == 1;
         }
       }
-      if (!in) fail("open order not in book: " + to_string(o));
+      if (!in) fail("open order not in book: " + to_string(to_order(o)));
       if (in && o.is_sell() && (lo.hooked_pool->book_spot_asks.count(ak) == 1) != spot_now(o)) {
-        fail("spot index stale: " + to_string(o));
+        fail("spot index stale: " + to_string(to_order(o)));
       }
     }
     for (const auto& [id, l] : leases) {
@@ -2289,12 +2566,12 @@ struct Engine::Impl {
       if (expect.max(now, kForever) > lp.p.gpus().value) fail("pool oversold: " + to_string(lp.p));
     }
     // Every pair of resting orders, brute force (no index involved).
-    std::map<MarketId, std::vector<const Order*>> open_bids;
-    std::map<MarketId, std::vector<const Order*>> open_asks;
+    std::map<MarketId, std::vector<const RestOrder*>> open_bids;
+    std::map<MarketId, std::vector<const RestOrder*>> open_asks;
     std::int64_t in_groups = 0;
     for (const auto& [id, lo] : orders) {
       if (!lo.o.is_open() || !lo.in_book) continue;
-      (lo.o.is_buy() ? open_bids : open_asks)[lo.o.market].push_back(&lo.o);
+      (lo.o.is_buy() ? open_bids : open_asks)[*lo.o.market].push_back(&lo.o);
     }
     for (const auto& [m, b] : books) {
       for (const BidGroup& g : b.bid_groups) in_groups += g.resting;
@@ -2337,8 +2614,8 @@ struct Engine::Impl {
         }
       }
       if (b.halted) continue;
-      for (const Order* bid : open_bids[m]) {
-        for (const Order* ask : open_asks[m]) {
+      for (const RestOrder* bid : open_bids[m]) {
+        for (const RestOrder* ask : open_asks[m]) {
           if (ask->effective_price > bid->request.price) continue;
           if (eligible_qty(*bid, bid->remaining, *ask, bid_start(*bid), bid_end(*bid)).value > 0) {
             fail("crossed: bid " + std::to_string(bid->id.value) + " ask " + std::to_string(ask->id.value));
@@ -2354,7 +2631,7 @@ struct Engine::Impl {
     for (const auto& [id, lo] : orders) {
       const Shown s = compute_shown(lo);
       if (!s.shown) continue;
-      View& v = fresh[s.key];
+      View& v = fresh[ViewKey{*lo.o.market, s.bucket}];
       if (s.constrained) {
         v.constrained.orders += 1;
         v.constrained.gpus += s.qty;
@@ -2386,15 +2663,15 @@ struct Engine::Impl {
     for (const auto& [id, lp] : pools) s.pools.push_back(lp.p);
     // In id order; sorted as pointers so that each order is copied once (the server snapshots books of
     // 100,000+ orders while commands wait).
-    std::vector<const Order*> open;
+    std::vector<const RestOrder*> open;
     open.reserve(orders.size());
     for (const auto& [id, lo] : orders) {
       if (lo.o.is_open()) open.push_back(&lo.o);
     }
-    std::sort(open.begin(), open.end(), [](const Order* a, const Order* b) { return a->id < b->id; });
+    std::sort(open.begin(), open.end(), [](const RestOrder* a, const RestOrder* b) { return a->id < b->id; });
     s.open_orders.reserve(open.size());
-    for (const Order* o : open) {
-      s.open_orders.push_back(*o);
+    for (const RestOrder* o : open) {
+      s.open_orders.push_back(to_order(*o));
       refresh_ask_accounting(s.open_orders.back());  // lapsed/free as of now
     }
     for (const auto& [id, l] : leases) s.leases.push_back(l);
@@ -2441,8 +2718,7 @@ struct Engine::Impl {
     }
     for (const Order& o : s.open_orders) {
       LiveOrder& lo = orders.emplace(o.id, LiveOrder{}).first->second;
-      lo.o = o;
-      lo.body_hash = o.body_hash;
+      lo.o = rest_of(Order(o));
       account(o.account).orders.add(lo, &LiveOrder::account_slot);
       if (!o.request.client_order_id.empty()) open_cids[CidKey{o.account, o.request.client_order_id}] = o.id;
       if (o.is_sell()) {
@@ -2459,6 +2735,7 @@ struct Engine::Impl {
       finished_cids[CidKey{f.order.account, f.order.request.client_order_id}] = Finished{f.order, f.body_hash, f.done_seq};
     }
     touched.clear();
+    last_touched = nullptr;
   }
 
   std::uint64_t digest() const { return state_digest(snapshot()); }
@@ -2520,7 +2797,10 @@ Depth Engine::depth(const MarketId& market, Bucket bucket, int levels) const {
 
 const Order* Engine::order(OrderId id) const {
   auto it = impl_->orders.find(id);
-  return it == impl_->orders.end() || !it->second.o.is_open() ? nullptr : &it->second.o;
+  if (it == impl_->orders.end() || !it->second.o.is_open()) return nullptr;
+  Order& o = impl_->query_orders.emplace_back();
+  Impl::fill_order(o, it->second.o);
+  return &o;
 }
 
 std::vector<Order> Engine::open_orders(AccountId account, const std::optional<MarketId>& market) const {
@@ -2528,9 +2808,9 @@ std::vector<Order> Engine::open_orders(AccountId account, const std::optional<Ma
   auto it = impl_->accounts.find(account);
   if (it == impl_->accounts.end()) return out;
   for (OrderId id : it->second.orders.ids()) {
-    const Order& o = impl_->orders.at(id).o;
-    if (market && o.market != *market) continue;
-    out.push_back(o);
+    const RestOrder& o = impl_->orders.at(id).o;
+    if (market && *o.market != *market) continue;
+    out.push_back(Impl::to_order(o));
     impl_->refresh_ask_accounting(out.back());
   }
   return out;

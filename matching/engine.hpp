@@ -229,7 +229,8 @@ class Engine {
   Depth depth(const MarketId& market, Bucket bucket, int levels) const;
   // Open orders only; terminal ones live in the store. A sell's lapsed/free GPU-seconds here are as of
   // its last event; open_orders() and snapshot() bring them to now(). Pointers are valid until the next
-  // apply().
+  // apply(). The engine keeps open orders in a compact form: order() builds the Order it points to (in a
+  // cache the next apply() clears), so it is not safe to call from two threads at once.
   const Order* order(OrderId id) const;
   std::vector<Order> open_orders(AccountId account, const std::optional<MarketId>& market = {}) const;
   const Lease* lease(LeaseId id) const;  // leases that have not ended
