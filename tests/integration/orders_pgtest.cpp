@@ -399,7 +399,7 @@ TEST_CASE("an Idempotency-Key makes a POST happen once, across a restart too") {
   CHECK(m.get(m.provider, "/v1/pools").json().at("pools").as_array().size() == 2);
 }
 
-TEST_CASE("pg: binary array parameters round-trip every element type the writer sends", "[pg][store]") {
+TEST_CASE("binary array parameters round-trip every element type the writer sends") {
   using gpuex::store::BinaryArray;
   using T = BinaryArray::Type;
   TestDatabase tdb;
