@@ -32,13 +32,24 @@ constexpr Statement kInsertOrders{"insert_orders", R"sql(
 INSERT INTO orders (id, account_id, client_order_id, body_sha256, side, market, status, doc, created_at, updated_at)
 SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bytea[], $5::text[], $6::text[], $7::text[],
                      $8::json[], $9::bigint[], $10::bigint[]))sql"};
-// Not prepared: a generic plan made while `orders` was small (a fresh database) joins by a sequential
-// scan and keeps doing so as the table grows, until an ANALYZE; planned each time, the join follows
-// the table's real size (an index lookup per row) for ~0.1 ms of planning per transaction.
-constexpr const char* kUpdateOrders = R"sql(
+// Prepared: its plan is one index lookup per row whatever the size of `orders` when it was planned, as
+// the writer's session plans without sequential scans, hash joins or merge joins (kPlanByKey). Left
+// to the planner, a generic plan made while `orders` was small (a fresh database) joined by a
+// sequential scan and kept doing so as the table grew (4.8 ms per UPDATE of ~10 rows); planned
+// afresh in every transaction instead (79edd66), parsing and planning it took ~6.5 % of the writer
+// backend's samples.
+constexpr Statement kUpdateOrders{"update_orders", R"sql(
 UPDATE orders o SET status = u.status, doc = u.doc, updated_at = u.updated_at
 FROM unnest($1::bigint[], $2::text[], $3::json[], $4::bigint[]) AS u (id, status, doc, updated_at)
-WHERE o.id = u.id)sql";
+WHERE o.id = u.id)sql"};
+// Every statement the writer runs, and every foreign-key check they fire, touches a few rows by key,
+// so its session never scans a whole table or hashes one. A plan is made when a statement is first
+// used and again whenever its table's statistics change: the orders' foreign-key checks on
+// `accounts` were planned as a sequential scan of the whole table (cheaper by the planner's costs
+// for a table of two pages) once autovacuum had analysed it, and reading ~130 accounts per order row
+// took the checks from ~11 % to ~20 % of the writer backend's samples, depending on whether the
+// analysis came before the writer's first transaction (a source of the runs' spread).
+constexpr const char* kPlanByKey = "SET enable_seqscan = off; SET enable_hashjoin = off; SET enable_mergejoin = off";
 constexpr Statement kUpsertPools{"upsert_pools", R"sql(
 INSERT INTO pools (id, provider_id, market, retired, doc)
 SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::boolean[], $5::jsonb[])
@@ -60,8 +71,8 @@ constexpr Statement kSetHalted{"set_halted", "UPDATE markets SET halted = $2 WHE
 constexpr Statement kInsertIdempotency{"insert_idempotency", R"sql(
 INSERT INTO idempotency_keys (account_id, key, request_sha256, status, body) VALUES ($1, $2, $3::bytea, $4, $5)
 ON CONFLICT DO NOTHING)sql"};
-constexpr Statement kStatements[] = {kInsertCommands, kInsertOrders, kUpsertPools,     kUpsertLeases,
-                                     kInsertTrades,   kSetHalted,    kInsertIdempotency};
+constexpr Statement kStatements[] = {kInsertCommands, kInsertOrders, kUpdateOrders, kUpsertPools,
+                                     kUpsertLeases,   kInsertTrades, kSetHalted,    kInsertIdempotency};
 
 std::string num(std::int64_t v) { return std::to_string(v); }
 std::string boolean(bool b) { return b ? "true" : "false"; }
@@ -238,6 +249,7 @@ void Writer::complete() {
 }
 
 void Writer::prepare(PgConnection& conn, const std::vector<TransactionPart*>& parts) {
+  conn.exec_script(kPlanByKey);
   for (const auto& statement : kStatements) conn.prepare(statement);
   for (auto* part : parts) part->prepare(conn);
 }
