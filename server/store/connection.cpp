@@ -2,6 +2,8 @@
 #include "server/store/connection.hpp"
 
 #include <charconv>
+#include <climits>
+#include <cstdint>
 
 namespace gpuex::store {
 
@@ -93,6 +95,64 @@ void ArrayParam::add(std::string_view text) {
   text_ += '"';
 }
 
+BinaryArray::BinaryArray(Type type) : type_(type), data_(20, '\0') {}
+
+void BinaryArray::put32(std::uint32_t v) {
+  char b[4] = {static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8), static_cast<char>(v)};
+  data_.append(b, 4);
+}
+
+void BinaryArray::put64(std::uint64_t v) {
+  put32(static_cast<std::uint32_t>(v >> 32));
+  put32(static_cast<std::uint32_t>(v));
+}
+
+void BinaryArray::add_integer(std::int64_t v) {
+  ++count_;
+  if (type_ == Type::int8) {
+    put32(8), put64(static_cast<std::uint64_t>(v));
+  } else if (type_ == Type::int4) {
+    if (v < INT32_MIN || v > INT32_MAX) throw StoreError("BinaryArray: " + std::to_string(v) + " does not fit an integer");
+    put32(4), put32(static_cast<std::uint32_t>(static_cast<std::int32_t>(v)));
+  } else {
+    throw StoreError("BinaryArray: an integer added to an array of another type");
+  }
+}
+
+void BinaryArray::add(bool v) {
+  if (type_ != Type::boolean) throw StoreError("BinaryArray: a boolean added to an array of another type");
+  ++count_;
+  put32(1);
+  data_ += v ? '\1' : '\0';
+}
+
+void BinaryArray::add(std::string_view bytes) {
+  if (type_ != Type::text && type_ != Type::json && type_ != Type::jsonb && type_ != Type::bytea) {
+    throw StoreError("BinaryArray: text added to an array of another type");
+  }
+  const bool jsonb = type_ == Type::jsonb;
+  if (bytes.size() + jsonb > INT32_MAX) throw StoreError("BinaryArray: an element over 2 GB");
+  ++count_;
+  put32(static_cast<std::uint32_t>(bytes.size() + jsonb));
+  if (jsonb) data_ += '\1';  // jsonb_recv's format version
+  data_.append(bytes);
+}
+
+void BinaryArray::add_null() {
+  ++count_;
+  has_null_ = true;
+  put32(0xFFFFFFFFu);  // length -1
+}
+
+const std::string& BinaryArray::bytes() {
+  // ndim, has-null flag, element type, then the one dimension's length and lower bound.
+  std::uint32_t header[5] = {1, has_null_ ? 1u : 0u, static_cast<std::uint32_t>(type_), count_, 1};
+  for (int i = 0; i < 5; ++i) {
+    for (int b = 0; b < 4; ++b) data_[static_cast<std::size_t>(i * 4 + b)] = static_cast<char>(header[i] >> (24 - 8 * b));
+  }
+  return data_;
+}
+
 Pipeline::Pipeline(PgConnection& conn) : conn_(conn) {
   if (PQenterPipelineMode(conn_.raw()) != 1) throw StoreError("cannot enter pipeline mode: " + std::string(PQerrorMessage(conn_.raw())));
 }
@@ -120,6 +180,30 @@ void Pipeline::send(const Statement& prepared, const std::vector<Param>& params)
   if (PQsendQueryPrepared(conn_.raw(), prepared.name, static_cast<int>(values.size()), values.data(), nullptr, nullptr,
                           0) != 1) {
     throw StoreError("cannot send statement " + std::string(prepared.name) + ": " + PQerrorMessage(conn_.raw()));
+  }
+  sent();
+}
+
+void Pipeline::send(const char* sql, const std::vector<BinaryArray*>& arrays) { send_binary(sql, false, arrays); }
+
+void Pipeline::send(const Statement& prepared, const std::vector<BinaryArray*>& arrays) {
+  send_binary(prepared.name, true, arrays);
+}
+
+void Pipeline::send_binary(const char* name_or_sql, bool prepared, const std::vector<BinaryArray*>& arrays) {
+  std::vector<const char*> values;
+  std::vector<int> lengths, formats(arrays.size(), 1);
+  values.reserve(arrays.size()), lengths.reserve(arrays.size());
+  for (auto* a : arrays) {
+    const std::string& b = a->bytes();
+    values.push_back(b.data()), lengths.push_back(static_cast<int>(b.size()));
+  }
+  const int n = static_cast<int>(arrays.size());
+  int ok = prepared ? PQsendQueryPrepared(conn_.raw(), name_or_sql, n, values.data(), lengths.data(), formats.data(), 0)
+                    : PQsendQueryParams(conn_.raw(), name_or_sql, n, nullptr, values.data(), lengths.data(), formats.data(), 0);
+  if (ok != 1) {
+    throw StoreError("cannot send a statement" + (prepared ? " " + std::string(name_or_sql) : std::string()) + ": " +
+                     PQerrorMessage(conn_.raw()));
   }
   sent();
 }

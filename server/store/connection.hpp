@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <concepts>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -65,6 +66,37 @@ class ArrayParam {
   std::string text_;
 };
 
+// A one-dimensional array parameter in PostgreSQL's binary format (array_recv), for the writer's
+// unnest statements: the server copies each element as it is instead of parsing an array literal
+// ("{...}", quoted and backslash-escaped) and then each element's text (int8in, ...). The element
+// type must be the one the statement casts the parameter to ($1::bigint[] takes int8).
+class BinaryArray {
+ public:
+  enum class Type : std::uint32_t { boolean = 16, bytea = 17, int8 = 20, int4 = 23, text = 25, json = 114, jsonb = 3802 };
+  explicit BinaryArray(Type type);
+
+  template <std::integral T>
+    requires(!std::same_as<T, bool>)
+  void add(T v) {
+    add_integer(static_cast<std::int64_t>(v));
+  }
+  void add(bool v);
+  // text, json, jsonb (its version byte is added) or bytea (raw bytes).
+  void add(std::string_view bytes);
+  void add_null();
+  // The parameter's bytes: the header then the elements.
+  const std::string& bytes();
+
+ private:
+  void add_integer(std::int64_t v);
+  void put32(std::uint32_t v);
+  void put64(std::uint64_t v);
+  Type type_;
+  std::uint32_t count_ = 0;
+  bool has_null_ = false;
+  std::string data_;  // header (20 bytes, filled in by bytes()) then elements
+};
+
 // A named statement, prepared once per connection (PgConnection::prepare) and then sent by name.
 struct Statement {
   const char* name;
@@ -104,10 +136,14 @@ class Pipeline {
 
   void send(const char* sql, const std::vector<Param>& params = {});
   void send(const Statement& prepared, const std::vector<Param>& params);
+  // Every parameter a binary array (BinaryArray::bytes()).
+  void send(const char* sql, const std::vector<BinaryArray*>& arrays);
+  void send(const Statement& prepared, const std::vector<BinaryArray*>& arrays);
   void sync();
 
  private:
   void sent();
+  void send_binary(const char* name_or_sql, bool prepared, const std::vector<BinaryArray*>& arrays);
 
   PgConnection& conn_;
   int pending_ = 0;  // statements sent since the last sync

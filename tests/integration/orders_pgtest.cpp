@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <limits>
 #include <random>
 #include <regex>
 #include <thread>
@@ -396,4 +397,59 @@ TEST_CASE("an Idempotency-Key makes a POST happen once, across a restart too") {
   // Without a key, the same body is a new pool.
   CHECK(m.http->request("POST", "/v1/pools", body, bearer(m.provider.api_key)).status == 201);
   CHECK(m.get(m.provider, "/v1/pools").json().at("pools").as_array().size() == 2);
+}
+
+TEST_CASE("binary array parameters round-trip every element type the writer sends") {
+  using gpuex::store::BinaryArray;
+  using T = BinaryArray::Type;
+  TestDatabase tdb;
+  auto db = gpuex::store::PgConnection::connect(tdb.dsn());
+  db.exec_script(
+      "CREATE TABLE t (n int, i8 bigint, i4 integer, b boolean, tx text, js json, jb jsonb, by bytea)");
+  BinaryArray n(T::int4), i8(T::int8), i4(T::int4), b(T::boolean), tx(T::text), js(T::json), jb(T::jsonb), by(T::bytea);
+  // Row 1: extremes and characters an array literal would have to quote or escape.
+  n.add(1), i8.add(std::numeric_limits<std::int64_t>::min()), i4.add(std::numeric_limits<std::int32_t>::max());
+  b.add(true), tx.add(std::string_view("a \"quoted\", {braced} back\\slash NULL \xc3\xa9")), js.add(std::string_view("{\"k\": [1, \"x\\\"y\"]}"));
+  jb.add(std::string_view("{\"b\": 2, \"a\": 1}")), by.add(std::string_view("\x00\x01\xff", 3));
+  // Row 2: NULLs wherever a column allows them, and the other extremes.
+  n.add(2), i8.add(std::numeric_limits<std::int64_t>::max()), i4.add(std::numeric_limits<std::int32_t>::min());
+  b.add(false), tx.add_null(), js.add_null(), jb.add_null(), by.add_null();
+  // Row 3: empty strings and small negatives.
+  n.add(3), i8.add(-1), i4.add(-2), b.add(false), tx.add(std::string_view("")), js.add(std::string_view("[]"));
+  jb.add(std::string_view("null")), by.add(std::string_view(""));
+  {
+    gpuex::store::Pipeline pipe(db);
+    pipe.send("BEGIN");
+    pipe.send("INSERT INTO t SELECT * FROM unnest($1::integer[], $2::bigint[], $3::integer[], $4::boolean[], $5::text[], "
+              "$6::json[], $7::jsonb[], $8::bytea[])",
+              {&n, &i8, &i4, &b, &tx, &js, &jb, &by});
+    // An empty array is zero rows, not an error.
+    BinaryArray empty(T::int8);
+    pipe.send("INSERT INTO t (n) SELECT * FROM unnest($1::bigint[])", {&empty});
+    pipe.send("COMMIT");
+    pipe.sync();
+  }
+  auto r = db.exec(
+      "SELECT n, i8::text, i4::text, b::text, coalesce(tx, '<null>'), coalesce(js::text, '<null>'), "
+      "coalesce(jb::text, '<null>'), coalesce(encode(by, 'hex'), '<null>') FROM t ORDER BY n");
+  REQUIRE(r.rows() == 3);
+  const std::vector<std::vector<std::string>> expected = {
+      {"1", "-9223372036854775808", "2147483647", "true", "a \"quoted\", {braced} back\\slash NULL \xc3\xa9",
+       "{\"k\": [1, \"x\\\"y\"]}", "{\"a\": 1, \"b\": 2}", "0001ff"},
+      {"2", "9223372036854775807", "-2147483648", "false", "<null>", "<null>", "<null>", "<null>"},
+      {"3", "-1", "-2", "false", "", "[]", "null", ""},
+  };
+  for (int row = 0; row < 3; ++row) {
+    for (int col = 0; col < 8; ++col) CHECK(std::string(r.text(row, col)) == expected[static_cast<std::size_t>(row)][static_cast<std::size_t>(col)]);
+  }
+  // A value that does not fit the element type is refused before anything is sent.
+  BinaryArray small(T::int4);
+  CHECK_THROWS_AS(small.add(std::int64_t{1} << 31), gpuex::store::StoreError);
+  CHECK_THROWS_AS(small.add(std::string_view("text")), gpuex::store::StoreError);
+  // Invalid JSON is refused by the server, as it was in the text format.
+  BinaryArray bad(T::json);
+  bad.add(std::string_view("{not json"));
+  gpuex::store::Pipeline pipe(db);
+  pipe.send("INSERT INTO t (js) SELECT * FROM unnest($1::json[])", {&bad});
+  CHECK_THROWS_AS(pipe.sync(), gpuex::store::StoreError);
 }
