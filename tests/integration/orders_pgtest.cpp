@@ -239,6 +239,33 @@ TEST_CASE("amend lowers quantity, cancel ends the order, and other accounts see 
   CHECK(all.size() == 1);
 }
 
+TEST_CASE("a change to an order whose row is missing fails its batch instead of being skipped") {
+  Market m;
+  auto a = m.post(m.buyer, "/v1/orders", spot_bid("1.5000", 6));
+  auto b = m.post(m.buyer, "/v1/orders", spot_bid("1.4000", 2));
+  REQUIRE(a.status == 201);
+  REQUIRE(b.status == 201);
+  std::string a_id(a.json().at("order").at("id").as_string()), b_id(b.json().at("order").at("id").as_string());
+  // The store loses a's row behind the server's back (an operator's mistake, a bad restore).
+  auto db = gpuex::store::PgConnection::connect(m.db.dsn());
+  db.exec("DELETE FROM orders WHERE id = $1::bigint", {a_id});
+
+  auto refused = m.http->request("DELETE", "/v1/orders/" + a_id, "", bearer(m.buyer.api_key));
+  CHECK(refused.status == 503);
+  CHECK(code(refused) == "store_unavailable");
+  CHECK_THAT(m.server->log(), Catch::Contains("the UPDATE of changed orders touched 0 rows, not 1"));
+  // The batch committed nothing: no command logged for the cancel, so the engine rebuilt from the store
+  // still has a open; writes resume for everything else.
+  bool cancelled = false;
+  for (int i = 0; i < 100 && !cancelled; ++i) {
+    cancelled = m.http->request("DELETE", "/v1/orders/" + b_id, "", bearer(m.buyer.api_key)).status == 200;
+    if (!cancelled) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  CHECK(cancelled);
+  CHECK(m.book().at("bids") == json::parse(R"([["1.5000", 6]])"));
+  CHECK(m.server->process().running());
+}
+
 TEST_CASE("a post_only order that would take is rejected with would_take, as a 201 order") {
   Market m;
   m.ask(m.pool("DE"), "2.0000", 8);
