@@ -437,15 +437,9 @@ std::int64_t end_bucket(Seconds t) { return t.value / kEndBucket; }
 
 using BidSet = ChunkedSet<BidKey, BidOrder>;
 
-// Fixed-window bids rest in sets by the bucket of their window's end (bid_end_bucket), so that an ask walks
-// only the bids that can end inside its window: a bid fits an ask only if max(ask start, now) < bid end <=
-// ask end. The sets are never removed (a walk holds pointers to them); empty ones are skipped.
-constexpr std::int64_t kBidEndBucket = 30 * 86'400;
-std::int64_t bid_end_bucket(Seconds t) { return t.value / kBidEndBucket; }
-
 // Resting bids of one kind: fixed-window and duration (spot) bids, each in (price desc, priority) order.
 struct BidSets {
-  std::map<std::int64_t, BidSet> fixed;  // by bid_end_bucket() of the bid's window end
+  BidSet fixed;
   BidSet duration;
 };
 
@@ -1241,24 +1235,14 @@ struct Engine::Impl {
   // Sets up `walk` over the resting bids of `b` that `pool` satisfies (the groups it satisfies, their
   // bids without regions or naming the pool's region) priced at `floor` or more; duration bids only if
   // `with_duration`. Every key the walk returns then passes pool_satisfies(pool, its constraints).
-  // Fixed-window bids only from the end buckets a bid fitting [a_start, a_end) can be in (window_fits needs
-  // max(a_start, now) <= bid start < bid end <= a_end).
-  void bids_for(const Book& b, const Pool& pool, Price floor, bool with_duration, Seconds a_start, Seconds a_end,
-                BidWalk& walk) const {
-    const std::int64_t lo = bid_end_bucket(std::max(a_start, now));
-    const std::int64_t hi = bid_end_bucket(a_end);
-    const auto add_fixed = [&](const BidSets& sets) {
-      for (auto it = sets.fixed.lower_bound(lo); it != sets.fixed.end() && it->first <= hi; ++it) {
-        walk.add(it->second, false, floor);
-      }
-    };
+  void bids_for(const Book& b, const Pool& pool, Price floor, bool with_duration, BidWalk& walk) const {
     for (const BidGroup& g : b.bid_groups) {
       if (g.resting == 0 || !pool_satisfies(pool, g.rep)) continue;
-      add_fixed(g.any);
+      walk.add(g.any.fixed, false, floor);
       if (with_duration) walk.add(g.any.duration, true, floor);
       auto r = g.by_region.find(pool.spec.region);
       if (r == g.by_region.end()) continue;
-      add_fixed(r->second);
+      walk.add(r->second.fixed, false, floor);
       if (with_duration) walk.add(r->second.duration, true, floor);
     }
     walk.start();
@@ -1275,13 +1259,12 @@ struct Engine::Impl {
         BidGroup& g = b.bid_groups[static_cast<std::size_t>(lo.bid_group)];
         --g.resting;
         const std::vector<std::string>& regions = lo.o.request.constraints().regions;
-        const std::int64_t eb = bid_end_bucket(lo.o.window_end);
         if (regions.empty()) {
-          (dur ? g.any.duration : g.any.fixed.at(eb)).erase(k);
+          (dur ? g.any.duration : g.any.fixed).erase(k);
         } else {
           for (const std::string& r : regions) {
             BidSets& sets = g.by_region.at(r);
-            (dur ? sets.duration : sets.fixed.at(eb)).erase(k);
+            (dur ? sets.duration : sets.fixed).erase(k);
           }
         }
       } else {
@@ -1383,13 +1366,12 @@ struct Engine::Impl {
           BidGroup& g = b.bid_groups[static_cast<std::size_t>(lo.bid_group)];
           ++g.resting;
           const std::vector<std::string>& regions = o.request.constraints().regions;
-          const std::int64_t eb = bid_end_bucket(o.window_end);
           if (regions.empty()) {
-            (dur ? g.any.duration : g.any.fixed[eb]).insert(k);
+            (dur ? g.any.duration : g.any.fixed).insert(k);
           } else {
             for (const std::string& r : regions) {
               BidSets& sets = g.by_region[r];
-              (dur ? sets.duration : sets.fixed[eb]).insert(k);
+              (dur ? sets.duration : sets.fixed).insert(k);
             }
           }
         } else {
@@ -1840,7 +1822,7 @@ struct Engine::Impl {
     const Book& book = (*ask.book);
     const Pool& pool = pools.at(ask.request.pool).p;
     BidWalk walk;
-    bids_for(book, pool, ask.effective_price, spot_now(ask), ask.window_start, ask.window_end, walk);
+    bids_for(book, pool, ask.effective_price, spot_now(ask), walk);
     while (const auto k = walk.next()) {
       if (k->price < ask.effective_price) break;
       if (!window_fits(*k, ask.window_start, ask.window_end, ask.request.min_duration)) continue;
@@ -1862,7 +1844,7 @@ struct Engine::Impl {
       std::vector<PlannedFill> plan;
       bool complete = !ask_has_piece(trial);
       BidWalk walk;
-      bids_for(book, pool, ask.o.effective_price, spot_now(ask.o), a_start, a_end, walk);
+      bids_for(book, pool, ask.o.effective_price, spot_now(ask.o), walk);
       while (const auto k = walk.next()) {
         if (complete || k->price < ask.o.effective_price) break;
         if (!window_fits(*k, a_start, a_end, a_min)) continue;
@@ -1890,7 +1872,7 @@ struct Engine::Impl {
     }
     // Duration bids need GPUs free now; once the ask has none at this instant, none of them can use it.
     BidWalk walk;
-    bids_for(book, pool, ask.o.effective_price, spot_now(ask.o), a_start, a_end, walk);
+    bids_for(book, pool, ask.o.effective_price, spot_now(ask.o), walk);
     while (ask.o.is_open()) {
       const auto k = walk.next();
       if (!k || k->price < ask.o.effective_price) break;
@@ -2555,14 +2537,7 @@ struct Engine::Impl {
             homes.push_back(&it->second);
           }
         }
-        for (const BidSets* h : homes) {
-          if (o.is_duration_bid()) {
-            in = in && h->duration.count(bk) == 1;
-          } else {
-            auto f = h->fixed.find(bid_end_bucket(o.window_end));
-            in = in && f != h->fixed.end() && f->second.count(bk) == 1;
-          }
-        }
+        for (const BidSets* h : homes) in = in && (o.is_duration_bid() ? h->duration : h->fixed).count(bk) == 1;
       }
       const AskKey ak{o.effective_price, o.priority, o.id};
       if (in && o.is_sell()) {
@@ -2599,21 +2574,7 @@ struct Engine::Impl {
       (lo.o.is_buy() ? open_bids : open_asks)[*lo.o.market].push_back(&lo.o);
     }
     for (const auto& [m, b] : books) {
-      for (const BidGroup& g : b.bid_groups) {
-        in_groups += g.resting;
-        // Every fixed-window bid rests in the set of its end bucket (the ask walk relies on it).
-        const auto check_fixed = [&](const BidSets& sets) {
-          for (const auto& [eb, set] : sets.fixed) {
-            for (const BidKey& k : set) {
-              if (k.duration.value != 0 || bid_end_bucket(k.end) != eb) {
-                fail("bid in the wrong end bucket: " + std::to_string(k.id.value));
-              }
-            }
-          }
-        };
-        check_fixed(g.any);
-        for (const auto& [r, sets] : g.by_region) check_fixed(sets);
-      }
+      for (const BidGroup& g : b.bid_groups) in_groups += g.resting;
       for (std::size_t i = 0; i < b.ask_pools.size(); ++i) {
         const AskPool& ap = b.ask_pools[i];
         Price cheapest(std::numeric_limits<std::int64_t>::max());
