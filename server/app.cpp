@@ -171,7 +171,7 @@ int serve(const ServerConfig& config) {
   hub.set_candle_feed([&candles](ws::CandleRequest r) { candles.request(std::move(r)); });
   EngineRunner runner(engine_config, writer,
                       {config.dsn, config.tick_interval, 2048, [&hub](const matching::Engine& e) { hub.reset(e); },
-                       config.snapshot_every});
+                       config.snapshot_every, config.snapshot_retry});
   runner_ptr = &runner;
   if (config.test_clock) spdlog::warn("test clock on: POST /v1/admin/clock can move server time (never in production)");
   {

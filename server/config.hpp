@@ -29,6 +29,7 @@ struct ServerConfig {
   std::chrono::milliseconds tick_interval{1000};  // how often time is applied to the books
   bool test_clock = false;                  // POST /v1/admin/clock may move server time forward
   std::int64_t snapshot_every = 1'000'000;   // commands between engine snapshots (0: none)
+  std::chrono::milliseconds snapshot_retry{10'000};  // a snapshot the store refused is tried again after this
 
   // HTTP limits.
   std::size_t body_limit = 64 * 1024;

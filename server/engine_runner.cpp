@@ -21,6 +21,7 @@ constexpr const char* kSelectCommands =
 // arrives later is answered from the store, whose check must therefore have started after that commit;
 // orders.cpp refuses a check older than half this (see kMaxCheckAge there).
 constexpr auto kRememberEndedIds = std::chrono::seconds(10);
+constexpr int kSnapshotAttempts = 3;  // writes of one snapshot before it is given up for the next one
 }  // namespace
 
 EngineRunner::EngineRunner(EngineConfig config, store::Writer& writer, Options options)
@@ -207,8 +208,18 @@ void EngineRunner::snapshot_loop() {
                    std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - started).count());
     } catch (const std::exception& e) {
       db.reset();
-      spdlog::warn("engine: snapshot of seq {} not written ({}); recovery replays from the one before", p.state.last_seq,
-                   e.what());
+      const matching::Seq seq = p.state.last_seq;
+      std::unique_lock lock(committed_mutex_);
+      // Tried again later unless stopping, superseded by a newer one, or its commands were rebuilt away.
+      const bool again = ++p.attempts < kSnapshotAttempts && !snapshot_stop_ && !pending_snapshot_ &&
+                         p.generation == generation_;
+      spdlog::warn("engine: snapshot of seq {} not written ({}); {}", seq, e.what(),
+                   again ? fmt::format("trying again in {} ms", options_.snapshot_retry.count())
+                         : std::string("recovery replays from the one before"));
+      if (again) {
+        pending_snapshot_ = std::move(p);
+        snapshot_wake_.wait_for(lock, options_.snapshot_retry, [this] { return snapshot_stop_; });
+      }
     }
   }
 }

@@ -35,6 +35,9 @@ class EngineRunner {
     // written to the store by its own thread once that command has committed; recovery restores the
     // latest one and replays only the commands after it.
     std::int64_t snapshot_every = 0;
+    // A snapshot the store did not take (PostgreSQL away, a statement timeout) is tried again after this,
+    // kSnapshotAttempts times in all, unless a newer one is taken meanwhile.
+    std::chrono::milliseconds snapshot_retry{10'000};
   };
 
   EngineRunner(matching::EngineConfig config, store::Writer& writer, Options options);
@@ -176,6 +179,7 @@ class EngineRunner {
   struct PendingSnapshot {
     matching::EngineState state;
     std::uint64_t generation = 0;
+    int attempts = 0;  // writes tried and failed
   };
   matching::Seq snapshot_seq_ = 0;                    // engine thread: last snapshot taken or restored
   std::optional<PendingSnapshot> pending_snapshot_;   // guarded by committed_mutex_

@@ -58,6 +58,10 @@ int main(int argc, char** argv) {
                     "Commands between engine snapshots (0: none); a restart replays only the commands after the last")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1'000'000'000}))
       ->capture_default_str();
+  serve->add_option("--snapshot-retry-ms", config.snapshot_retry,
+                    "A snapshot the store did not take is tried again after this (twice at most)")
+      ->check(CLI::Range(10, 3'600'000))
+      ->capture_default_str();
   serve->add_flag("--test-clock", config.test_clock, "Tests only: POST /v1/admin/clock moves server time forward");
   serve->add_option("--shutdown-grace-s", config.shutdown_grace, "In-flight requests get this long on SIGTERM")
       ->capture_default_str();

@@ -390,6 +390,37 @@ TEST_CASE("a restart restores the latest snapshot and replays only the commands 
   CHECK(recovered_at(log).second == stopped_again);
 }
 
+TEST_CASE("a snapshot the store refused is written on a later try, and a restart restores it") {
+  Market m({"--snapshot-every", "25", "--snapshot-retry-ms", "200"});
+  // The store refuses the first snapshot once (a sequence, so the refusal is not rolled back with it).
+  auto db = gpuex::store::PgConnection::connect(m.db.dsn());
+  db.exec_script(R"sql(
+    CREATE SEQUENCE snapshot_inserts;
+    CREATE FUNCTION refuse_first_snapshot() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      IF nextval('snapshot_inserts') = 1 THEN RAISE EXCEPTION 'refused for the test'; END IF;
+      RETURN NEW;
+    END $$;
+    CREATE TRIGGER refuse_first_snapshot BEFORE INSERT ON engine_snapshots
+      FOR EACH ROW EXECUTE FUNCTION refuse_first_snapshot();)sql");
+  random_load(m, 20261201, 30);
+  std::smatch refused;
+  std::string log;
+  for (int i = 0; i < 100; ++i) {
+    log = m.server->log();
+    if (log.find(" written in ") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  REQUIRE(std::regex_search(log, refused, std::regex("snapshot of seq (\\d+) not written \\([\\s\\S]*refused for the test[\\s\\S]*\\); "
+                                                     "trying again in 200 ms")));
+  CHECK_THAT(log, Catch::Contains("snapshot of seq " + refused[1].str() + " written in "));
+  REQUIRE(m.server->stop() == 0);
+  const auto stopped = stopped_at(m.server->log());
+  Gpuexd again(m.db.dsn(), {}, false);
+  CHECK(recovered_at(again.log()) == stopped);
+  CHECK_THAT(again.log(), !Catch::Contains("no snapshot, "));  // the retried one, or a later one
+}
+
 TEST_CASE("an Idempotency-Key makes a POST happen once, across a restart too") {
   Market m;
   const std::string body = R"({"market": "H100-SXM-80G", "region": "FR", "tier": "instance", "gpus_per_node": 4,
