@@ -174,6 +174,7 @@ int serve(const ServerConfig& config) {
                        config.snapshot_every, config.snapshot_retry});
   runner_ptr = &runner;
   if (config.test_clock) spdlog::warn("test clock on: POST /v1/admin/clock can move server time (never in production)");
+  DeadMansSwitches switches(queries, runner);
   {
     auto db = connect_with_wait(config);
     auto r = runner.recover(db);
@@ -181,13 +182,9 @@ int serve(const ServerConfig& config) {
                  "{} leases; at seq {}, state digest {:016x}",
                  r.took.count(), r.snapshot_seq ? fmt::format("snapshot of seq {}", r.snapshot_seq) : "no snapshot",
                  r.commands, r.pools, r.open_orders, r.leases, r.last_seq, r.digest);
-  }
-  writer.start();
-  runner.start();
-  // Switches armed when the last run ended belong to connections that are gone: their cancels go first.
-  DeadMansSwitches switches(queries, runner);
-  {
-    auto db = connect_with_wait(config);
+    writer.start();
+    runner.start();
+    // Switches armed when the last run ended belong to connections that are gone: their cancels go first.
     if (auto n = switches.recover(db, config.db_wait)) {
       spdlog::info("dead man's switch: cancelled the open orders of {} account(s) armed when the last run ended", n);
     }

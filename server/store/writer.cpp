@@ -116,8 +116,11 @@ struct Rows {
 
 }  // namespace
 
+Sha256 request_digest(const OrderRequest& request) { return sha256(json::serialize(wire::order_request_body(request))); }
+
 std::string request_sha256(const OrderRequest& request) {
-  return sha256_bytea(json::serialize(wire::order_request_body(request)));
+  const Sha256 digest = request_digest(request);
+  return "\\x" + to_hex(digest.data(), digest.size());
 }
 
 Writer::Writer(std::string dsn, FailureListener on_failure, std::size_t max_batches_per_transaction)
@@ -300,7 +303,7 @@ std::size_t Writer::write(Pipeline& pipe, const std::vector<Batch>& batches, con
       if (o->request.client_order_id.empty()) {
         cid.add_null(), hash.add_null();
       } else {
-        const Sha256 digest = sha256(json::serialize(wire::order_request_body(o->request)));
+        const Sha256 digest = request_digest(o->request);
         cid.add(o->request.client_order_id);
         hash.add(std::string_view(reinterpret_cast<const char*>(digest.data()), digest.size()));
       }

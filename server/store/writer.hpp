@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "matching/command.hpp"
+#include "server/sha256.hpp"
 #include "matching/event.hpp"
 
 namespace gpuex::store {
@@ -37,8 +38,9 @@ struct LoggedCommand {
 };
 using Batch = std::vector<LoggedCommand>;
 
-// The stored hash of an order's request ("\\x..." for a bytea parameter): a repeat of a
-// client_order_id with the same hash is the same order.
+// The stored hash of an order's request: a repeat of a client_order_id with the same hash is the same
+// order. As raw bytes (the writer's binary parameters) and as "\\x..." (a text bytea parameter).
+Sha256 request_digest(const matching::OrderRequest& request);
 std::string request_sha256(const matching::OrderRequest& request);
 
 class PgConnection;
