@@ -11,15 +11,6 @@
 #include <thread>
 
 namespace gpuex {
-namespace {
-
-std::string id_array(const std::vector<std::int64_t>& ids) {
-  std::string out = "{";
-  for (auto id : ids) out += (out.size() > 1 ? "," : "") + std::to_string(id);
-  return out + "}";
-}
-
-}  // namespace
 
 DeadMansSwitches::DeadMansSwitches(store::QueryPool& queries, EngineRunner& runner,
                                    std::chrono::milliseconds retry_every)
@@ -65,12 +56,15 @@ void DeadMansSwitches::fire(std::int64_t account, std::int64_t id) {
 }
 
 void DeadMansSwitches::cancel(std::int64_t account, std::vector<std::int64_t> ids) {
+  // The cancel-all deletes the switches' rows in its own transaction: done and disarmed together.
   runner_.submit(matching::AccountId{account}, matching::CancelAll{std::nullopt}, {},
                  [this, account, ids](const EngineRunner::Result& r) {
                    if (r.outcome == EngineRunner::Outcome::committed) {
                      std::size_t n = 0;
                      for (const auto& e : *r.events) n += std::holds_alternative<matching::OrderDone>(e);
-                     return finish(account, ids, n);
+                     spdlog::info("ws: dead man's switch cancelled {} orders of account {}", n, account);
+                     --pending_;
+                     return;
                    }
                    if (stopped_) {
                      spdlog::error("ws: dead man's switch of account {}: the store did not commit its cancel and the "
@@ -90,23 +84,8 @@ void DeadMansSwitches::cancel(std::int64_t account, std::vector<std::int64_t> id
                      }
                      cancel(account, ids);
                    });
-                 });
-}
-
-void DeadMansSwitches::finish(std::int64_t account, std::vector<std::int64_t> ids, std::size_t cancelled) {
-  spdlog::info("ws: dead man's switch cancelled {} orders of account {}", cancelled, account);
-  queries_.submit(
-      [this, ids](store::PgConnection& db) {
-        db.exec("DELETE FROM dead_mans_switches WHERE id = ANY($1::bigint[])", {id_array(ids)});
-        --pending_;
-      },
-      [this, account](const std::string& why) {
-        // Left in the table, the switch fires again at the next start: a second cancel-all of the
-        // account, never a lost one.
-        spdlog::warn("ws: dead man's switch of account {}: its row stays ({}); the next start cancels again", account,
-                     why);
-        --pending_;
-      });
+                 },
+                 std::nullopt, ids);
 }
 
 std::size_t DeadMansSwitches::recover(store::PgConnection& db, std::chrono::milliseconds wait) {

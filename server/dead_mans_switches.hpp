@@ -1,7 +1,7 @@
 // The dead man's switch of API.md (`cancel_on_disconnect`), made durable. An armed connection has a row
 // in `dead_mans_switches` (migration 0010) written before the client hears "enabled"; when the
 // connection ends — the client leaves, the TCP connection drops, it falls silent, or the server stops —
-// the account's open orders are cancelled and the row is deleted after that commit. A cancel the store
+// the account's open orders are cancelled and the row is deleted in that same transaction. A cancel the store
 // does not take is retried every second while the server runs; what is left when the process ends
 // (a crash, or a stop while PostgreSQL was away) is done by the next start before it takes traffic.
 #pragma once
@@ -34,7 +34,8 @@ class DeadMansSwitches {
   void arm(std::int64_t account, std::function<void(std::optional<std::int64_t>)> done);
   // Deletes switch `id`; `done(false)` when the store did not take it (the switch is then still on).
   void disarm(std::int64_t id, std::function<void(bool)> done);
-  // The connection that armed switch `id` ended: cancels every open order of `account`, then deletes it.
+  // The connection that armed switch `id` ended: cancels every open order of `account` and deletes the
+  // switch, in one transaction.
   void fire(std::int64_t account, std::int64_t id);
 
   // At start, with the engine running and before traffic: fires the switches the last run left and
@@ -48,7 +49,6 @@ class DeadMansSwitches {
 
  private:
   void cancel(std::int64_t account, std::vector<std::int64_t> ids);
-  void finish(std::int64_t account, std::vector<std::int64_t> ids, std::size_t cancelled);
 
   store::QueryPool& queries_;
   EngineRunner& runner_;

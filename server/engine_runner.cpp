@@ -244,10 +244,11 @@ void EngineRunner::stop() {
 }
 
 void EngineRunner::submit(AccountId account, CommandBody body, Admit admit, Done done,
-                          std::optional<Idempotency> idempotency) {
+                          std::optional<Idempotency> idempotency, std::vector<std::int64_t> fired_switches) {
   {
     std::lock_guard lock(mutex_);
-    jobs_.push_back(Submit{account, std::move(body), std::move(admit), std::move(done), std::move(idempotency)});
+    jobs_.push_back(Submit{account, std::move(body), std::move(admit), std::move(done), std::move(idempotency),
+                           std::move(fired_switches)});
   }
   wake_.notify_one();
 }
@@ -261,7 +262,7 @@ void EngineRunner::read(std::function<void(const Engine&)> fn) {
 }
 
 void EngineRunner::apply(AccountId account, CommandBody body, Done done, store::Batch& batch,
-                         std::optional<Idempotency> idempotency) {
+                         std::optional<Idempotency> idempotency, std::vector<std::int64_t> fired_switches) {
   const bool is_tick = std::holds_alternative<Tick>(body);
   // A time that never goes backwards: the later of the clock and the previous stamp.
   last_now_ = std::max(last_now_, server_time());
@@ -290,7 +291,8 @@ void EngineRunner::apply(AccountId account, CommandBody body, Done done, store::
     }
     if (done) done(Result{committed ? Outcome::committed : Outcome::store_unavailable, committed, seq, std::nullopt});
   };
-  batch.push_back(store::LoggedCommand{std::move(cmd), std::move(events), std::move(record), std::move(on_done)});
+  batch.push_back(store::LoggedCommand{std::move(cmd), std::move(events), std::move(record), std::move(fired_switches),
+                                      std::move(on_done)});
 }
 
 bool EngineRunner::admit_key(Submit& s) {
@@ -410,7 +412,8 @@ void EngineRunner::run() {
         if (s.done) s.done(Result{Outcome::refused, nullptr, 0, std::nullopt});
         continue;
       }
-      apply(s.account, std::move(s.body), std::move(s.done), batch, std::move(s.idempotency));
+      apply(s.account, std::move(s.body), std::move(s.done), batch, std::move(s.idempotency),
+            std::move(s.fired_switches));
     }
     if (SteadyClock::now() >= next_tick) {
       next_tick = SteadyClock::now() + options_.tick_interval;

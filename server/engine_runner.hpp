@@ -16,6 +16,7 @@
 #include <mutex>
 #include <thread>
 #include <variant>
+#include <vector>
 
 #include "matching/engine.hpp"
 #include "server/store/connection.hpp"
@@ -93,9 +94,10 @@ class EngineRunner {
 
   // On the engine thread: `admit` (may be empty) runs first with read-only access; if it returns
   // false, `done(refused)`. Otherwise the command is sequenced, applied and logged, and `done` hears
-  // the events after commit, or store_unavailable if the batch did not commit.
+  // the events after commit, or store_unavailable if the batch did not commit. `fired_switches`: the
+  // dead man's switches the command carries out, deleted in its transaction.
   void submit(matching::AccountId account, matching::CommandBody body, Admit admit, Done done,
-              std::optional<Idempotency> idempotency = std::nullopt);
+              std::optional<Idempotency> idempotency = std::nullopt, std::vector<std::int64_t> fired_switches = {});
   // Runs `fn` on the engine thread with read-only access to the live engine.
   void read(std::function<void(const matching::Engine&)> fn);
   // The same for an answer that must show committed state only: `fn` reads the live engine and returns
@@ -121,6 +123,7 @@ class EngineRunner {
     Admit admit;
     Done done;
     std::optional<Idempotency> idempotency;
+    std::vector<std::int64_t> fired_switches;
   };
   // Idempotency-Keys in flight or committed in the last seconds (older ones the store answers).
   struct KeyEntry {
@@ -137,7 +140,7 @@ class EngineRunner {
 
   void run();
   void apply(matching::AccountId account, matching::CommandBody body, Done done, store::Batch& batch,
-             std::optional<Idempotency> idempotency = std::nullopt);
+             std::optional<Idempotency> idempotency = std::nullopt, std::vector<std::int64_t> fired_switches = {});
   void rebuild();
   void forget_committed_ids();
   // The engine of the newest stored snapshot that reads back, fits the command log and has its digest.

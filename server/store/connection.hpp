@@ -84,6 +84,7 @@ class BinaryArray {
   // text, json, jsonb (its version byte is added) or bytea (raw bytes).
   void add(std::string_view bytes);
   void add_null();
+  std::uint32_t size() const { return count_; }
   // The parameter's bytes: the header then the elements.
   const std::string& bytes();
 

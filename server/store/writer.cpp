@@ -76,8 +76,9 @@ constexpr Statement kSetHalted{"set_halted", "UPDATE markets SET halted = $2 WHE
 constexpr Statement kInsertIdempotency{"insert_idempotency", R"sql(
 INSERT INTO idempotency_keys (account_id, key, request_sha256, status, body) VALUES ($1, $2, $3::bytea, $4, $5)
 ON CONFLICT DO NOTHING)sql"};
-constexpr Statement kStatements[] = {kInsertCommands, kInsertOrders, kUpdateOrders, kUpsertPools,
-                                     kUpsertLeases,   kInsertTrades, kSetHalted,    kInsertIdempotency};
+constexpr Statement kDeleteSwitches{"delete_switches", "DELETE FROM dead_mans_switches WHERE id = ANY($1::bigint[])"};
+constexpr Statement kStatements[] = {kInsertCommands, kInsertOrders, kUpdateOrders,      kUpsertPools,   kUpsertLeases,
+                                     kInsertTrades,   kSetHalted,    kInsertIdempotency, kDeleteSwitches};
 
 std::string num(std::int64_t v) { return std::to_string(v); }
 std::string boolean(bool b) { return b ? "true" : "false"; }
@@ -268,6 +269,7 @@ std::size_t Writer::write(Pipeline& pipe, const std::vector<Batch>& batches, con
   BinaryArray c_seq(T::int8), c_at(T::int8), c_account(T::int8), c_kind(T::text), c_body(T::json);
   std::size_t written = 0;
   std::vector<const IdempotencyRecord*> keys;
+  BinaryArray fired(T::int8);
   for (const auto& batch : batches) {
     for (const auto& logged : batch) {
       const auto& cmd = logged.command;
@@ -276,6 +278,7 @@ std::size_t Writer::write(Pipeline& pipe, const std::vector<Batch>& batches, con
       ++written;
       for (const auto& e : logged.events) rows.add(e);
       if (logged.idempotency) keys.push_back(&*logged.idempotency);
+      for (auto id : logged.fired_switches) fired.add(id);
     }
   }
   if (written == 0) return 0;
@@ -356,6 +359,10 @@ std::size_t Writer::write(Pipeline& pipe, const std::vector<Batch>& batches, con
     pipe.send(kInsertIdempotency, {num(idem->account_id), idem->key, idem->request_sha256, num(idem->status), idem->body});
   }
   written += keys.size();
+  if (fired.size() > 0) {
+    pipe.send(kDeleteSwitches, {&fired});
+    written += fired.size();
+  }
   for (auto* part : parts) written += part->write(pipe, batches);
   return written;
 }

@@ -32,6 +32,9 @@ struct LoggedCommand {
   matching::Command command;
   matching::EventSink events;
   std::optional<IdempotencyRecord> idempotency;
+  // Rows of `dead_mans_switches` this command carries out (its cancel-all): deleted in its transaction,
+  // so a switch is never both done and still armed for the next start.
+  std::vector<std::int64_t> fired_switches;
   // Called once on the writer's completion thread: with the events after COMMIT, or with nullptr
   // when the batch holding this command did not commit (the command never happened).
   std::function<void(const matching::EventSink*)> done;

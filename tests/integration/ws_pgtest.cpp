@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "server/rfc3339.hpp"
+#include "server/store/connection.hpp"
 #include "support/cluster.hpp"
 #include "support/http_client.hpp"
 #include "support/ws_client.hpp"
@@ -400,6 +401,50 @@ TEST_CASE("ws: the dead man's switch outlives gpuexd: a graceful stop fires it, 
     CHECK(x.open_orders(x.buyer) == 2);
   }
   CHECK(x.open_orders(x.buyer2) == 1);
+}
+
+TEST_CASE("ws: a dead man's switch's cancel and the deletion of its row commit together or not at all") {
+  Exchange x;
+  for (const char* p : {"1.0000", "1.1000"}) x.bid(x.buyer, p, 2);
+  auto db = gpuex::store::PgConnection::connect(x.db.dsn());
+  auto armed = [&db] { return db.exec("SELECT count(*) FROM dead_mans_switches").integer(0, 0); };
+  // The store refuses to delete switches until the trigger is dropped.
+  db.exec_script(R"sql(
+    CREATE FUNCTION refuse_switch_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN RAISE EXCEPTION 'switch deletes refused for the test'; END $$;
+    CREATE TRIGGER refuse_switch_delete BEFORE DELETE ON dead_mans_switches
+      FOR EACH ROW EXECUTE FUNCTION refuse_switch_delete();)sql");
+  {
+    WsClient ws = authed(x.port(), x.buyer);
+    ws.send(json::object{{"op", "cancel_on_disconnect"}, {"enabled", true}});
+    REQUIRE(ws.expect("cancel_on_disconnect").at("enabled").as_bool());
+    REQUIRE(armed() == 1);
+    ws.kill();
+  }
+  // The cancel-all's transaction failed with the deletion: no order was cancelled, the switch is armed.
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (x.server->log().find("switch deletes refused for the test") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(50ms);
+  }
+  REQUIRE(x.server->log().find("switch deletes refused for the test") != std::string::npos);
+  CHECK(x.open_orders(x.buyer) == 2);
+  CHECK(armed() == 1);
+
+  // Once the store takes the deletion, the retried cancel commits with it.
+  db.exec_script("DROP TRIGGER refuse_switch_delete ON dead_mans_switches;");
+  deadline = std::chrono::steady_clock::now() + 15s;
+  while ((x.open_orders(x.buyer) > 0 || armed() > 0) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(50ms);
+  }
+  CHECK(x.open_orders(x.buyer) == 0);
+  CHECK(armed() == 0);
+  // Nothing is left for the next start to cancel: the buyer's new order survives a restart.
+  x.bid(x.buyer, "1.0000", 1);
+  REQUIRE(x.server->stop() == 0);
+  x.restart();
+  CHECK(x.server->log().find("armed when the last run ended") == std::string::npos);
+  CHECK(x.open_orders(x.buyer) == 1);
 }
 
 TEST_CASE("ws: a connection that falls silent is closed, and its dead man's switch fires") {
