@@ -92,9 +92,12 @@ std::optional<Engine> EngineRunner::restore_snapshot(store::PgConnection& db) {
                                 std::to_string(store::kSnapshotFormat));
       }
       if (stored.seq > logged) throw store::StoreError("the command log ends before it, at seq " + std::to_string(logged));
-      const std::string text = store::snapshot_state(db, stored.seq);
-      spdlog::info("recovery: snapshot of seq {} ({} MB) read in {} ms", stored.seq, text.size() >> 20, since());
-      EngineState state = store::snapshot_from_json(text);
+      EngineState state = [&] {  // the 100 MB row is freed once parsed
+        const store::PgResult row = store::snapshot_state(db, stored.seq);
+        const std::string_view text = row.text(0, 0);
+        spdlog::info("recovery: snapshot of seq {} ({} MB) read in {} ms", stored.seq, text.size() >> 20, since());
+        return store::snapshot_from_json(text);
+      }();
       if (state.last_seq != stored.seq) throw store::StoreError("its state is of seq " + std::to_string(state.last_seq));
       const std::uint64_t digest = Engine::digest(state);
       if (fmt::format("{:016x}", digest) != stored.digest) throw store::StoreError("its state does not have its digest");

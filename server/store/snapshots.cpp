@@ -319,10 +319,10 @@ std::vector<StoredSnapshot> list_snapshots(PgConnection& db) {
   return out;
 }
 
-std::string snapshot_state(PgConnection& db, Seq seq) {
+PgResult snapshot_state(PgConnection& db, Seq seq) {
   auto rows = db.exec("SELECT state FROM engine_snapshots WHERE seq = $1", {std::to_string(seq)});
   if (rows.rows() != 1) throw StoreError("engine snapshot of seq " + std::to_string(seq) + " is gone");
-  return std::string(rows.text(0, 0));
+  return rows;
 }
 
 }  // namespace gpuex::store

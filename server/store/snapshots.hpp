@@ -28,7 +28,8 @@ struct StoredSnapshot {
 void save_snapshot(PgConnection& db, const matching::EngineState& state, std::uint64_t digest, int keep = 2);
 // The stored snapshots, newest first, without their state (fetched one at a time: each can be 100 MB).
 std::vector<StoredSnapshot> list_snapshots(PgConnection& db);
-// The JSON state of the snapshot of `seq`.
-std::string snapshot_state(PgConnection& db, matching::Seq seq);
+// The one-row result whose column 0 is the JSON state of the snapshot of `seq` (read it in place: it can
+// be 100 MB).
+PgResult snapshot_state(PgConnection& db, matching::Seq seq);
 
 }  // namespace gpuex::store
