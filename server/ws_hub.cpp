@@ -164,6 +164,8 @@ void Hub::subscribe(const Channel& channel, const std::shared_ptr<Subscriber>& s
     }
     ++stats_.messages;
     ++stats_.deliveries;
+  } else {
+    subscriber->joined(it->first, l.seq);
   }
   l.subscribers.push_back(subscriber);
   wake_all(lock);

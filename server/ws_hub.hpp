@@ -68,6 +68,9 @@ class Subscriber {
   virtual ~Subscriber() = default;
   // `key` is channel.key(), computed once for all subscribers.
   virtual bool deliver(const Channel& channel, const std::string& key, std::uint64_t seq, const Message& message) = 0;
+  // The channel's current seq as the subscriber joins a channel without a first message (trades and the
+  // private ones): its heartbeats repeat it until the next message, which carries seq + 1.
+  virtual void joined(const std::string& key, std::uint64_t seq) = 0;
   virtual void wake() = 0;
 };
 

@@ -76,6 +76,12 @@ class WsSession : public http::Session,
     return enqueue_locked(message, false);
   }
 
+  void joined(const std::string& key, std::uint64_t seq) override {
+    std::lock_guard lock(mutex_);
+    auto it = subscriptions_.find(key);
+    if (it != subscriptions_.end()) it->second.last_seq = seq;
+  }
+
   void wake() override { start_writing(); }
 
  private:

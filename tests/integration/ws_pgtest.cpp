@@ -297,6 +297,42 @@ TEST_CASE("ws: a book channel's snapshot plus deltas equals the REST book under 
   }
 }
 
+TEST_CASE("ws: a channel joined after it has messages heartbeats its current seq, and the next message follows it") {
+  Exchange x({"--ws-heartbeat-ms", "200"});
+  auto pool = x.pool();
+  WsClient early = authed(x.port(), x.buyer);
+  subscribe(early, {kTrades, "fills"});
+  x.ask(pool, "2.0000", 3);
+  x.bid(x.buyer, "2.0000", 1);
+  x.bid(x.buyer, "2.0000", 1);  // two trades: each channel is at seq 2
+  // The seqs of the messages of `types` each channel sends `ws`, until `count` arrived on both.
+  auto seqs = [](WsClient& ws, std::set<std::string> types, std::size_t count) {
+    std::map<std::string, std::vector<std::int64_t>> out;
+    auto deadline = std::chrono::steady_clock::now() + 10s;
+    while ((out[kTrades].size() < count || out["fills"].size() < count) && std::chrono::steady_clock::now() < deadline) {
+      auto m = ws.next(1s);
+      if (m && types.count(str(m->at("type")))) out[str(m->at("channel"))].push_back(m->at("seq").as_int64());
+    }
+    return out;
+  };
+  const std::vector<std::int64_t> one_two{1, 2};
+  auto first = seqs(early, {"trade", "fill"}, 2);
+  CHECK(first[kTrades] == one_two);
+  CHECK(first["fills"] == one_two);
+
+  // A second connection of the same account joins both (the private one is shared by the account's
+  // connections): its heartbeats carry seq 2, not 0, and the next trade arrives as 3 — no gap to see.
+  WsClient late = authed(x.port(), x.buyer);
+  subscribe(late, {kTrades, "fills"});
+  auto beats = seqs(late, {"heartbeat"}, 1);
+  CHECK(beats[kTrades].at(0) == 2);
+  CHECK(beats["fills"].at(0) == 2);
+  x.bid(x.buyer, "2.0000", 1);
+  auto next = seqs(late, {"trade", "fill"}, 1);
+  CHECK(next[kTrades].at(0) == 3);
+  CHECK(next["fills"].at(0) == 3);
+}
+
 TEST_CASE("ws: a consumer that never reads is disconnected while another subscriber keeps receiving every delta") {
   Exchange x({"--ws-queue", "64"});
   auto pool = x.pool();
@@ -640,6 +676,15 @@ TEST_CASE("ws: every message sent and received matches schema/ws.json") {
   CHECK_FALSE(market.expect("trade", kTrades).at("trade").at("preemption").as_bool());  // the buyer's
   CHECK(market.expect("trade", kTrades).at("trade").at("preemption").as_bool());        // buyer2's
   CHECK(market.expect("candle", kCandles).at("candle").at("trades").as_int64() >= 1);
+  // A partial fill: buyer2's firm bid for 12 meets the 8 GPUs of a new pool (the spot pool is all leased,
+  // and a firm bid never preempts); the rest rests, and the order message says so.
+  subscribe(buyer2, {"orders"});
+  x.ask(x.pool("bare_metal", 1), "3.0000", 8);
+  auto partial = x.bid(x.buyer2, "3.0000", 12);
+  CHECK(partial.at("order").at("status").as_string() == "partially_filled");
+  // Its order messages: accepted (open), then updated by the fill.
+  CHECK(buyer2.expect("order", "orders").at("order").at("status").as_string() == "open");
+  CHECK(buyer2.expect("order", "orders").at("order").at("status").as_string() == "partially_filled");
   market.send(json::object{{"op", "unsubscribe"}, {"channels", json::array{kTrades}}});
   market.expect("unsubscribed");
   // Drain what else arrived (for a second: heartbeats never stop), so it is checked too.
