@@ -82,21 +82,22 @@ void add_quote_routes(http::Router& router, Services& services) {
     if (market == services.markets.end()) return respond(not_found("market", "market"));
     const Price tick = market->second.tick;
 
-    // Only the engine thread may look at the books.
-    services.runner.read([respond, request = std::move(request), usage, tick](const Engine& engine) {
+    // Only the engine thread may look at the books, and a quote shows committed state only (DESIGN.md §2:
+    // what anyone saw is never lost in a crash): it is answered once what the engine had applied committed.
+    answer_committed(services, [request = std::move(request), usage, tick](const Engine& engine) -> http::Response {
       // The rules a placement checks before matching, in its order (engine.hpp), so a quote that could
       // never be placed says why instead of quoting nothing.
       if (engine.halted(request.market)) {
-        return respond(rule_broken(to_string(Reason::market_halted)));
+        return rule_broken(to_string(Reason::market_halted));
       }
       if (request.price.value % tick.value != 0) {
-        return respond(rule_broken(to_string(Reason::off_tick), "price must be a multiple of the tick " + format_price(tick.value)));
+        return rule_broken(to_string(Reason::off_tick), "price must be a multiple of the tick " + format_price(tick.value));
       }
       if (request.quantity.value % request.min_chunk.value != 0) {
-        return respond(rule_broken(to_string(Reason::quantity_not_multiple_of_chunk)));
+        return rule_broken(to_string(Reason::quantity_not_multiple_of_chunk));
       }
       if (request.start && *request.start < engine.now()) {
-        return respond(rule_broken(to_string(Reason::window_in_past)));
+        return rule_broken(to_string(Reason::window_in_past));
       }
       const Seconds now = engine.now();
       json::array fills;
@@ -118,15 +119,15 @@ void add_quote_routes(http::Router& router, Services& services) {
             {"all_in_usd_per_gpu_hour", format_price(all_in_micros(f.price, pool->spec, usage))},
         });
       }
-      respond(http::json_response(http::Status::ok,
+      return http::json_response(http::Status::ok,
                                   {{"market", request.market.value},
                                    {"as_of", wire::time_string(now)},
                                    {"quantity", request.quantity.value},
                                    {"filled_quantity", filled},
                                    {"egress_gb_per_gpu_hour", format_fixed(usage.egress_gb_x1000, 3, 0)},
                                    {"storage_gb", format_fixed(usage.storage_gb_x1000, 3, 0)},
-                                   {"fills", std::move(fills)}}));
-    });
+                                   {"fills", std::move(fills)}});
+    }, std::move(respond));
   }));
 }
 
