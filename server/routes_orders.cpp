@@ -86,6 +86,15 @@ http::Response engine_reject(std::string_view reason, std::string_view order_id)
 }
 
 // The answer to an order that already exists (a repeat): its stored state, or its engine reject again.
+// The `market` query parameter of a list or a cancel-all: absent, or a market this exchange lists (an
+// unknown one, or bytes that are no market name at all, is a 404 before anything reads the store).
+std::variant<store::Param, http::Response> market_filter(const Services& services, const http::RequestContext& ctx) {
+  auto m = query_param(ctx, "market");
+  if (!m) return store::Param{};
+  if (!services.markets.count(*m)) return not_found("market", "market");
+  return store::Param{std::move(*m)};
+}
+
 http::Response existing_order(json::value order, json::array fills) {
   const auto& o = order.as_object();
   if (o.at("status").as_string() == "rejected" && o.contains("reject_reason") &&
@@ -199,10 +208,11 @@ void add_order_routes(http::Router& router, Services& services) {
     if (status != "open" && status != "all") {
       return respond(http::error_response(http::Status::bad_request, "invalid_field", "status must be open or all", "status"));
     }
-    store::Param market;
-    if (auto m = query_param(ctx, "market")) market = *m;
+    auto market = market_filter(services, ctx);
+    if (auto* err = std::get_if<http::Response>(&market)) return respond(std::move(*err));
     services.queries.submit(
-        [respond, account = ctx.principal->account_id, p = std::get<Page>(page), status, market](store::PgConnection& db) {
+        [respond, account = ctx.principal->account_id, p = std::get<Page>(page), status,
+         market = std::get<store::Param>(market)](store::PgConnection& db) {
           auto rows = db.exec(kListOrders, {std::to_string(account), std::to_string(p.before), market, status,
                                             std::to_string(p.limit + 1)});
           respond(http::json_response(http::Status::ok, page_json(rows, p, "orders")));
@@ -283,10 +293,9 @@ void add_order_routes(http::Router& router, Services& services) {
   router.add(verb::delete_, "/v1/orders", services.gate.scoped(trade_or_provide, [&services](http::RequestContext& ctx,
                                                                                             http::Respond respond) {
     CancelAll all;
-    if (auto m = query_param(ctx, "market")) {
-      if (!services.markets.count(*m)) return respond(not_found("market", "market"));
-      all.market = MarketId{*m};
-    }
+    auto market = market_filter(services, ctx);
+    if (auto* err = std::get_if<http::Response>(&market)) return respond(std::move(*err));
+    if (const auto& m = std::get<store::Param>(market)) all.market = MarketId{*m};
     run_command(
         services, AccountId(ctx.principal->account_id), all, nullptr,
         [](const EventSink& events, Seq) {
@@ -302,8 +311,9 @@ void add_order_routes(http::Router& router, Services& services) {
   router.add(verb::get, "/v1/fills", services.gate.scoped(read, [&services](http::RequestContext& ctx, http::Respond respond) {
     auto page = read_page(ctx);
     if (auto* err = std::get_if<http::Response>(&page)) return respond(std::move(*err));
-    store::Param market;
-    if (auto m = query_param(ctx, "market")) market = *m;
+    auto market_or_error = market_filter(services, ctx);
+    if (auto* err = std::get_if<http::Response>(&market_or_error)) return respond(std::move(*err));
+    const store::Param market = std::get<store::Param>(market_or_error);
     std::int64_t since = 0;
     if (auto s = query_param(ctx, "since")) {
       auto t = parse_rfc3339(*s);

@@ -96,6 +96,8 @@ TEST_CASE("a table of malformed and hostile requests gets the expected status an
       {"limit not a number", "GET", "/v1/orders?limit=ten", "", "buyer", 400, "invalid_field"},
       {"bad cursor", "GET", "/v1/orders?cursor=%27%3B", "", "buyer", 400, "invalid_field"},
       {"bad status filter", "GET", "/v1/orders?status=deleted", "", "buyer", 400, "invalid_field"},
+      {"bytes that are not UTF-8 as a market filter", "GET", "/v1/orders?market=%FF%FE", "", "buyer", 404, "not_found"},
+      {"unknown market filter of fills", "GET", "/v1/fills?market=Z80", "", "buyer", 404, "not_found"},
       {"bad bucket", "GET", "/v1/markets/H100-SXM-80G/book?bucket=2027-13", "", "none", 400, "invalid_field"},
       {"bad depth", "GET", "/v1/markets/H100-SXM-80G/book?depth=-5", "", "none", 400, "invalid_field"},
       {"book of an unknown market", "GET", "/v1/markets/NOPE/book", "", "none", 404, "not_found"},
