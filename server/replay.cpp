@@ -220,7 +220,7 @@ class Replay {
     for (const char* x : scopes) s.emplace_back(x);
     auto v = must(bhttp::verb::post, "/v1/accounts", json::object{{"name", name}, {"scopes", s}}, o_.admin_key, 201,
                   "creating an account");
-    return std::string(v.at("api_key").at("api_key").as_string());
+    return std::string(v.at("api_key").as_string());
   }
 
   // False when an earlier run's accounts were reused (nothing new was made).

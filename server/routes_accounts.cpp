@@ -115,10 +115,14 @@ void add_account_routes(http::Router& router, Services& services) {
       auto [id, key] = insert_account(db, name, scopes);
       spdlog::info("admin: account {} created account {} ({}) with key {} [{}]", by, id, name, key.id,
                    scopes_to_string(scopes));
+      // API.md: `api_key` is the key itself (shown once); `key` is its record without the secret.
+      auto record = key_json(key, id, scopes);
+      record.erase("api_key");
       boost::json::object answer{{"account", {{"id", std::to_string(id)}, {"name", name}}},
-                                 {"api_key", key_json(key, id, scopes)}};
+                                 {"api_key", key.key},
+                                 {"key", std::move(record)}};
       auto repeat = answer;
-      repeat["api_key"].as_object()["api_key"] = nullptr;
+      repeat["api_key"] = nullptr;
       return Written{http::json_response(http::Status::created, answer), std::move(repeat)};
     }, std::move(respond));
   }));

@@ -66,8 +66,11 @@ constexpr const char* kFindKey =
 constexpr const char* kInsertKey =
     "INSERT INTO idempotency_keys (account_id, key, request_sha256, status, body) VALUES ($1, $2, $3::bytea, $4, $5)";
 
+// A repeat gets the first answer (API.md: "returns the original (200) and creates nothing"): what was
+// created then (201) is 200 now; any other status as it was.
 http::Response replay(const EngineRunner::Answer& answer) {
-  http::Response res{static_cast<http::Status>(answer.status), 11};
+  const auto status = answer.status == 201 ? http::Status::ok : static_cast<http::Status>(answer.status);
+  http::Response res{status, 11};
   res.set(http::bhttp::field::content_type, "application/json");
   res.set("Idempotent-Replayed", "true");
   res.body() = answer.body;

@@ -33,9 +33,11 @@ TEST_CASE("admin keys create accounts and keys, and scopes are enforced") {
   REQUIRE(created.status == 201);
   auto body = created.json();
   std::string acme_id(body.at("account").at("id").as_string());
-  std::string acme_key(body.at("api_key").at("api_key").as_string());
+  std::string acme_key(body.at("api_key").as_string());
   CHECK(body.at("account").at("name").as_string() == "acme");
-  CHECK(body.at("api_key").at("scopes") == boost::json::parse(R"(["read","trade"])"));
+  CHECK(body.at("key").at("scopes") == boost::json::parse(R"(["read","trade"])"));
+  CHECK(body.at("key").at("account_id") == body.at("account").at("id"));
+  CHECK_FALSE(body.at("key").as_object().contains("api_key"));  // the secret once, as api_key
   CHECK(created.headers.count("ratelimit-limit") == 1);
   CHECK(created.headers.count("ratelimit-remaining") == 1);
 
@@ -194,14 +196,15 @@ TEST_CASE("an Idempotency-Key makes account and key creation happen once, and ne
   REQUIRE(first.status == 201);
   CHECK(first.headers.count("idempotent-replayed") == 0);
   std::string acme_id(first.json().at("account").at("id").as_string());
-  std::string secret(first.json().at("api_key").at("api_key").as_string());
+  std::string secret(first.json().at("api_key").as_string());
 
+  // A repeat returns the original (API.md: 200) and creates nothing.
   auto again = client.request("POST", "/v1/accounts", body, with_key("create-acme-1"));
-  REQUIRE(again.status == 201);
+  REQUIRE(again.status == 200);
   CHECK(again.headers["idempotent-replayed"] == "true");
   CHECK(again.json().at("account").at("id").as_string() == acme_id);
-  CHECK(again.json().at("api_key").at("id") == first.json().at("api_key").at("id"));
-  CHECK(again.json().at("api_key").at("api_key").is_null());  // shown once
+  CHECK(again.json().at("key").at("id") == first.json().at("key").at("id"));
+  CHECK(again.json().at("api_key").is_null());  // shown once
   CHECK(count("accounts") == accounts_before + 1);
   // The secret is nowhere in the database, the kept answer included.
   CHECK(conn.exec("SELECT count(*) FROM idempotency_keys WHERE body LIKE '%' || $1 || '%'", {secret}).integer(0, 0) == 0);
@@ -216,26 +219,28 @@ TEST_CASE("an Idempotency-Key makes account and key creation happen once, and ne
   auto issued = client.request("POST", keys, R"({"scopes": ["read"]})", with_key("acme-read-key"));
   REQUIRE(issued.status == 201);
   auto reissued = client.request("POST", keys, R"({"scopes": ["read"]})", with_key("acme-read-key"));
-  CHECK(reissued.status == 201);
+  CHECK(reissued.status == 200);
   CHECK(reissued.json().at("id") == issued.json().at("id"));
   CHECK(reissued.json().at("api_key").is_null());
   CHECK(conn.exec("SELECT count(*) FROM api_keys WHERE account_id = $1", {acme_id}).integer(0, 0) == 2);
   CHECK(client.request("POST", "/v1/accounts/999999/keys", R"({"scopes": ["read"]})", with_key("unknown")).status == 404);
   CHECK(client.request("POST", keys, R"({"scopes": ["read"]})", with_key("unknown")).status == 201);
 
-  // Concurrent repeats of one key: one account.
+  // Concurrent repeats of one key: one account, created once (201) and returned to the others (200).
   const auto before = count("accounts");
   std::vector<std::thread> threads;
-  std::atomic<int> created{0};
+  std::atomic<int> created{0}, returned{0};
   for (int i = 0; i < 4; ++i) {
     threads.emplace_back([&] {
       HttpClient c(server.port());
       auto r = c.request("POST", "/v1/accounts", R"({"name": "racer", "scopes": ["read"]})", with_key("race"));
       if (r.status == 201) ++created;
+      if (r.status == 200) ++returned;
     });
   }
   for (auto& t : threads) t.join();
-  CHECK(created == 4);
+  CHECK(created == 1);
+  CHECK(returned == 3);
   CHECK(count("accounts") == before + 1);
 
   CHECK(client.request("POST", "/v1/accounts", body, with_key("bad key with spaces")).status == 400);
