@@ -206,6 +206,7 @@ int serve(const ServerConfig& config) {
   HttpServer server(ioc, config, router, metrics, tls ? &*tls : nullptr);
   ws::Context websocket{hub, keys, switches, per_ip, services.markets, config};
   server.set_websocket(&websocket);
+  server.set_ip_limiter(&per_ip);
   auto bound = server.start();
   write_port_file(config.port_file, bound.port());
   spdlog::info("gpuexd {} listening on {}://{}:{}, database {}, {} markets", GPUEX_VERSION,

@@ -50,8 +50,11 @@ http::Handler Gate::open(http::Handler handler) {
 
 http::Handler Gate::scoped(Scopes any_of, http::Handler handler) {
   return [this, any_of, handler = std::move(handler)](http::RequestContext& ctx, http::Respond respond) {
+    // A request without a valid key counts against its IP's limit (no key's limit is known): guessing
+    // keys is throttled like public data.
     auto token = bearer_token(ctx.request);
     if (!token) {
+      if (!admit(per_ip_, ctx.remote_address, respond)) return;
       return respond(http::error_response(http::Status::unauthorized, "unauthenticated",
                                           "send your API key as 'Authorization: Bearer <key>'"));
     }
@@ -62,14 +65,15 @@ http::Handler Gate::scoped(Scopes any_of, http::Handler handler) {
                                             "the key cannot be checked: PostgreSQL does not answer"));
       }
       if (outcome != KeyStore::Outcome::ok) {
+        if (!admit(per_ip_, ctx.remote_address, respond)) return;
         return respond(http::error_response(http::Status::unauthorized, "unauthenticated",
                                             "unknown or revoked API key"));
       }
+      if (!admit(per_key_, principal.key_id, respond)) return;
       if ((principal.scopes & any_of) == 0) {
         return respond(http::error_response(http::Status::forbidden, "forbidden",
                                             "this key lacks the scope: " + scopes_to_string(any_of)));
       }
-      if (!admit(per_key_, principal.key_id, respond)) return;
       ctx.principal = std::move(principal);
       handler(ctx, std::move(respond));
     });

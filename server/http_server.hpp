@@ -14,6 +14,7 @@
 #include "server/config.hpp"
 #include "server/http_session.hpp"
 #include "server/metrics.hpp"
+#include "server/rate_limiter.hpp"
 #include "server/router.hpp"
 
 namespace gpuex {
@@ -47,6 +48,10 @@ class HttpServer {
   // Where upgrades to /v1/ws go; without it /v1/ws is an unknown route.
   void set_websocket(ws::Context* context) { websocket_ = context; }
   ws::Context* websocket() const { return websocket_; }
+  // The per-IP limiter whose state answers carry in RateLimit-* when no limit was charged for them
+  // (API.md: the headers are on every response).
+  void set_ip_limiter(const RateLimiter* limiter) { ip_limiter_ = limiter; }
+  const RateLimiter* ip_limiter() const { return ip_limiter_; }
 
  private:
   void accept();
@@ -59,6 +64,7 @@ class HttpServer {
   Metrics& metrics_;
   boost::asio::ssl::context* tls_;
   ws::Context* websocket_ = nullptr;
+  const RateLimiter* ip_limiter_ = nullptr;
   boost::asio::ip::tcp::acceptor acceptor_;
   std::atomic<bool> stopping_{false};
 

@@ -20,6 +20,8 @@ class RateLimiter {
   };
   Decision take(const std::string& key);
   Decision take(const std::string& key, std::chrono::steady_clock::time_point now);
+  // The decision take() would make, without taking (for the headers of answers no limit applies to).
+  Decision peek(const std::string& key) const;
 
  private:
   struct Bucket {
@@ -27,10 +29,12 @@ class RateLimiter {
     std::chrono::steady_clock::time_point last;
   };
   void forget_idle(std::chrono::steady_clock::time_point now);
+  double refilled(const Bucket& b, std::chrono::steady_clock::time_point now) const;  // tokens at `now`
+  Decision decide(bool allowed, double tokens) const;
 
   double rate_;
   double burst_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::unordered_map<std::string, Bucket> buckets_;
 };
 

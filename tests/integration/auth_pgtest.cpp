@@ -174,8 +174,54 @@ TEST_CASE("rate limits answer 429 with Retry-After and publish their headers") {
   CHECK(client.get("/v1/markets").headers["ratelimit-remaining"] == "1");
   CHECK(client.get("/v1/markets").status == 200);
   CHECK(client.get("/v1/markets").status == 429);
-  // Health and metrics are for operators and load balancers: never limited.
-  for (int i = 0; i < 5; ++i) CHECK(client.get("/healthz").status == 200);
+  // Health and metrics are for operators and load balancers: never limited, yet every answer publishes
+  // the caller's limit (API.md), here the IP's, which the public reads above used up.
+  for (int i = 0; i < 5; ++i) {
+    auto health = client.get("/healthz");
+    CHECK(health.status == 200);
+    CHECK(health.headers["ratelimit-limit"] == "2");
+    CHECK(health.headers["ratelimit-remaining"] == "0");
+  }
+  auto unknown_route = client.get("/v1/nothing-here");
+  CHECK(unknown_route.status == 404);
+  CHECK(unknown_route.headers["ratelimit-limit"] == "2");
+}
+
+TEST_CASE("requests without a valid key count against their IP's limit, and their answers carry its headers") {
+  TestDatabase db;
+  REQUIRE(run_gpuexd({"migrate", "--dsn", db.dsn()}).exit_code == 0);
+  auto ops = create_account(db.dsn(), "ops", "admin");
+  auto reader = create_account(db.dsn(), "reader", "read");
+  Gpuexd server(db.dsn(), {"--ip-rate", "0.5", "--ip-burst", "3", "--key-rate", "0.01", "--key-burst", "10"}, false);
+  HttpClient client(server.port());
+
+  // Guessing keys: well-formed but unknown, garbage, or none at all — 401 while the IP has tokens, then 429.
+  const std::string guessed = ops.api_key.substr(0, ops.api_key.size() - 1) + (ops.api_key.back() == '0' ? "1" : "0");
+  std::vector<unsigned> statuses;
+  std::vector<std::string> remaining;
+  for (const auto& auth : {std::string("Bearer ") + guessed, std::string("Bearer nonsense"), std::string()}) {
+    std::vector<std::pair<std::string, std::string>> headers;
+    if (!auth.empty()) headers.emplace_back("Authorization", auth);
+    auto r = client.request("GET", "/v1/orders", "", headers);
+    statuses.push_back(r.status);
+    remaining.push_back(r.headers["ratelimit-remaining"]);
+  }
+  CHECK(statuses == std::vector<unsigned>{401, 401, 401});
+  CHECK(remaining == std::vector<std::string>{"2", "1", "0"});
+  auto refused = client.request("GET", "/v1/orders", "", bearer(guessed));
+  CHECK(refused.status == 429);
+  CHECK(error_code(refused) == "rate_limited");
+  CHECK(refused.headers.count("retry-after") == 1);
+
+  // A valid key is limited by its own bucket, not by the IP's.
+  auto mine = client.request("GET", "/v1/orders", "", bearer(reader.api_key));
+  CHECK(mine.status == 200);
+  CHECK(mine.headers["ratelimit-limit"] == "10");
+  CHECK(mine.headers["ratelimit-remaining"] == "9");
+  // A key without the scope is 403, and the request counts against the key.
+  auto forbidden = client.request("POST", "/v1/accounts", R"({"name": "x", "scopes": ["read"]})", bearer(reader.api_key));
+  CHECK(forbidden.status == 403);
+  CHECK(forbidden.headers["ratelimit-remaining"] == "8");
 }
 
 TEST_CASE("an Idempotency-Key makes account and key creation happen once, and never shows a secret twice") {
