@@ -294,7 +294,7 @@ const scenarios = {
 
     const other = await api('POST', '/v1/accounts', key('admin'), { name: 'second buyer', scopes: ['trade'] });
     check(other.status === 201, `second buyer: ${JSON.stringify(other.json)}`);
-    const bid = await api('POST', '/v1/orders', other.json.api_key.api_key, { side: 'buy', market: 'H100-SXM-80G',
+    const bid = await api('POST', '/v1/orders', other.json.api_key, { side: 'buy', market: 'H100-SXM-80G',
       price: '2.0000', quantity: 8, duration: 3600, interruptible: true, time_in_force: 'ioc' });
     check(bid.status === 201 && bid.json.order.filled_quantity === 8, `the preempting bid: ${JSON.stringify(bid.json)}`);
     check(bid.json.fills[0].price === '1.0001', `the preempting trade is at the lease's price + 1 tick: ${JSON.stringify(bid.json.fills)}`);
