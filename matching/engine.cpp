@@ -419,7 +419,6 @@ struct LeaseRef {
 
 struct LivePool {
   Pool p;
-  std::uint32_t region{0};  // p.spec.region interned (Impl::region_ids)
   StepTree used;  // open asks' free capacity + GPUs held by leases, over time
   OrderList asks;  // open asks
   ChunkedSet<LeaseRef, std::less<LeaseRef>> leases;  // not ended
@@ -454,24 +453,6 @@ struct BidGroup {
   std::map<std::string, BidSets> by_region;
 };
 
-// A pool's attributes that constraints other than the energy ones judge (fixed once the pool exists: only
-// its node count changes), copied into AskPool so that a walk passes over pools a bid's constraints exclude
-// without touching them.
-struct PoolAttrs {
-  std::uint32_t region{0};  // interned
-  Tier tier{Tier::bare_metal};
-  Fabric fabric{Fabric::ethernet};
-  bool nvlink{false};
-  std::int32_t fabric_gbps{0};
-  std::int32_t sla_pct_x1000{0};
-  bool operator==(const PoolAttrs&) const = default;
-};
-
-PoolAttrs attrs_of(const LivePool& lp) {
-  const PoolSpec& s = lp.p.spec;
-  return PoolAttrs{lp.region, s.tier, s.fabric, s.nvlink, s.fabric_gbps, s.sla_pct_x1000};
-}
-
 // The summaries below let a walk pass over a pool without touching it (its LivePool and bucket vector are
 // elsewhere in memory): price, end buckets and run bounds of all its resting asks, and of those in
 // book_spot_asks (spot_cheapest: max when it is empty).
@@ -482,7 +463,6 @@ struct AskPool {
   RunBounds runs;
   Price spot_cheapest{std::numeric_limits<std::int64_t>::max()};
   RunBounds spot_runs;
-  PoolAttrs attrs;
 };
 
 struct Book {
@@ -652,7 +632,6 @@ struct Engine::Impl {
   std::map<MarketId, Book> books;
   OrderMap orders;  // open orders (terminal ones until the command ends)
   std::map<PoolId, LivePool> pools;
-  std::unordered_map<std::string, std::uint32_t> region_ids;  // every pool's region, interned (never removed)
   std::map<LeaseId, Lease> leases;  // not ended
   std::map<AccountId, Account> accounts;
   std::map<ViewKey, View> views;
@@ -881,27 +860,6 @@ struct Engine::Impl {
     lp.p.green_tier = tier;
     lp.p.green_discount_bps = bps;
     return changed;
-  }
-
-  std::uint32_t intern_region(const std::string& r) {
-    return region_ids.try_emplace(r, static_cast<std::uint32_t>(region_ids.size())).first->second;
-  }
-
-  // The part of pool_satisfies that PoolAttrs hold (all but the energy constraints): false only where
-  // pool_satisfies is false. `regions` are c.regions interned (those no pool has left out); `any_region`
-  // when c names more regions than the caller interned (no region check then).
-  static bool attrs_admit(const PoolAttrs& a, const BidConstraints& c, const std::uint32_t* regions,
-                          std::size_t n_regions, bool any_region) {
-    if (a.tier == Tier::spot && !c.interruptible) return false;
-    if (!c.tiers.empty() && !contains_tier(c.tiers, a.tier)) return false;
-    if (!c.regions.empty() && !any_region && std::find(regions, regions + n_regions, a.region) == regions + n_regions) {
-      return false;
-    }
-    if (c.nvlink && !a.nvlink) return false;
-    if (c.min_fabric && a.fabric < *c.min_fabric) return false;
-    if (c.min_fabric_gbps && a.fabric_gbps < *c.min_fabric_gbps) return false;
-    if (c.min_sla_pct_x1000 && a.sla_pct_x1000 < *c.min_sla_pct_x1000) return false;
-    return true;
   }
 
   bool pool_satisfies(const Pool& p, const BidConstraints& c) const {
@@ -1175,44 +1133,22 @@ struct Engine::Impl {
   // book_spot_asks) with effective <= limit whose pool satisfies `c`
   // and whose window can hold the bid's (window_fits; a bid's window does not change during a walk): the
   // others eligible_qty would reject. A k-way merge over the admitted pools' book_asks buckets that end
-  // late enough / book_spot_asks, each head already moved past keys that do not fit.
-  //
-  // The merge opens pools and sets lazily: a pool enters the heap unopened, under a bound key (its cheapest
-  // price, the lowest priority and id), and is opened (its constraints judged, its buckets read) only when
-  // that bound is the heap's least; a set likewise enters under its cheapest price and is read only then. A
-  // bound is never above the keys it stands for, so keys come out in the same order as from a merge that
-  // opened everything first, but a bid that fills from the cheapest few asks never touches the pools and
-  // buckets priced above them (each a cache miss or three).
-  //
-  // A walk never leaves an opened head on a set that fn could empty (fn changes only the key it was given,
-  // and a head whose set had no other fitting key was dropped before fn ran), so erasing emptied buckets is
-  // safe; unopened pools and sets hold no key fn was given, so fn does not change them. fn(key) returns false
-  // to stop. Like a walk of the one set, fn may erase or re-insert the key it was given (a fill changes only
-  // that ask; the heads point at other keys: the head of the set fn changed is re-sought by the key it was
-  // at, as ChunkedSet's iterators do not survive a change); pool attributes do not change during a walk.
-  // Unopened pools are held by their LivePool (Impl::pools is a std::map: stable), not their AskPool, as fn
-  // may reorder Book::ask_pools.
+  // late enough / book_spot_asks, each head already moved past keys that do not fit. A walk never leaves a
+  // head on a set that fn could empty (fn changes only the key it was given, and a head whose set had no
+  // other fitting key was dropped before fn ran), so erasing emptied buckets is safe. fn(key) returns false to stop. Like a walk of the
+  // one set, fn may erase or re-insert the key it was given (a fill changes only that ask; the heads point
+  // at other keys: the head of the set fn changed is re-sought by the key it was at, as ChunkedSet's
+  // iterators do not survive a change); pool attributes do not change during a walk.
   struct AskHead {
-    enum State : std::uint8_t { kPool, kSet, kOpen };
     const AskSet* s{nullptr};
     AskSet::const_iterator it;
-    AskKey key;  // *it once settled, kept to re-seek after fn changed the set; a bound before
+    AskKey key;  // *it once settled, kept to re-seek after fn changed the set
     std::uint64_t version{0};
-    const LivePool* lp{nullptr};  // kPool
-    State state{kOpen};
   };
   // walk_asks' heap of heads, one vector per nesting depth, reused: a fresh vector per walk was a malloc
   // per placement (and, reserved, a page-faulting one).
   mutable std::deque<std::vector<AskHead>> head_stack;  // a deque: a nested walk's emplace_back keeps references
   mutable std::size_t head_depth{0};
-
-  static AskKey bound_key(Price cheapest) {
-    AskKey k;
-    k.effective = cheapest;
-    k.priority = std::numeric_limits<Seq>::min();
-    k.id = OrderId(std::numeric_limits<std::int64_t>::min());
-    return k;
-  }
 
   template <class F>
   void walk_asks(const Book& b, const RestOrder& bid, Price limit, const BidConstraints& c, F&& fn) const {
@@ -1243,77 +1179,47 @@ struct Engine::Impl {
       }
       return false;
     };
-    const auto later = [](const Head& x, const Head& y) { return y.key < x.key; };  // min-heap on key
-    const auto push = [&](const Head& h) {
-      heads.push_back(h);
-      std::push_heap(heads.begin(), heads.end(), later);
-    };
-    const auto set_head = [&](const AskSet& s, Price cheapest) {
-      Head h;
-      h.s = &s;
-      h.key = bound_key(cheapest);
-      h.state = Head::kSet;
-      return h;
-    };
     const std::int64_t first_bucket = end_bucket(we);  // asks in earlier buckets end before `we`
-    constexpr std::size_t kRegions = 8;
-    std::uint32_t regions[kRegions];
-    std::size_t n_regions = 0;
-    const bool any_region = c.regions.size() > kRegions;
-    if (!any_region) {
-      for (const std::string& r : c.regions) {
-        if (auto it = region_ids.find(r); it != region_ids.end()) regions[n_regions++] = it->second;
-      }
-    }
     for (const AskPool& ap : b.ask_pools) {
       if (spot) {
         if (ap.spot_cheapest > limit || !ap.spot_runs.may_fit(ws, we)) continue;
       } else if (ap.cheapest > limit || ap.last_bucket < first_bucket || !ap.runs.may_fit(ws, we)) {
         continue;
       }
-      if (!attrs_admit(ap.attrs, c, regions, n_regions, any_region)) continue;
-      Head h;
-      h.lp = ap.lp;
-      h.key = bound_key(spot ? ap.spot_cheapest : ap.cheapest);
-      h.state = Head::kPool;
-      heads.push_back(h);
+      const LivePool* lp = ap.lp;
+      if (spot) {
+        const AskSet& s = lp->book_spot_asks;
+        if (!pool_satisfies(lp->p, c)) continue;
+        Head h{&s, s.begin(), {}, 0};
+        if (settle(h)) heads.push_back(h);
+        continue;
+      }
+      bool admitted = false;
+      for (auto it = bucket_from(lp->book_asks, first_bucket); it != lp->book_asks.end(); ++it) {
+        if (it->cheapest > limit || !it->runs.may_fit(ws, we)) continue;
+        const AskSet& s = *it->keys;
+        if (!admitted) {
+          if (!pool_satisfies(lp->p, c)) break;
+          admitted = true;
+        }
+        Head h{&s, s.begin(), {}, 0};
+        if (settle(h)) heads.push_back(h);
+      }
     }
+    const auto later = [](const Head& x, const Head& y) { return y.key < x.key; };  // min-heap on key
     std::make_heap(heads.begin(), heads.end(), later);
     while (!heads.empty()) {
       std::pop_heap(heads.begin(), heads.end(), later);
       Head h = heads.back();
       heads.pop_back();
-      if (h.state == Head::kPool) {
-        const LivePool* lp = h.lp;
-        if (spot) {
-          const AskSet& set = lp->book_spot_asks;
-          if (!set.empty() && pool_satisfies(lp->p, c)) push(set_head(set, set.begin()->effective));
-          continue;
-        }
-        bool admitted = false;
-        for (auto it = bucket_from(lp->book_asks, first_bucket); it != lp->book_asks.end(); ++it) {
-          if (it->cheapest > limit || !it->runs.may_fit(ws, we)) continue;
-          if (!admitted) {
-            if (!pool_satisfies(lp->p, c)) break;
-            admitted = true;
-          }
-          push(set_head(*it->keys, it->cheapest));
-        }
-        continue;
-      }
-      if (h.state == Head::kSet) {
-        h.it = h.s->begin();
-        h.state = Head::kOpen;
-        if (settle(h)) push(h);
-        continue;
-      }
       const AskKey k = h.key;
       ++h.it;
       const bool more = settle(h);
       if (!fn(k)) return;
       if (more) {
         if (h.version != h.s->version()) h.it = h.s->lower_bound(h.key);  // fn changed this set
-        push(h);
+        heads.push_back(h);
+        std::push_heap(heads.begin(), heads.end(), later);
       }
     }
   }
@@ -1477,8 +1383,7 @@ struct Engine::Impl {
           const std::int64_t eb = end_bucket(o.window_end);
           if (lp.book_count++ == 0) {
             lp.ask_pool_slot = b.ask_pools.size();
-            b.ask_pools.push_back(
-                AskPool{&lp, k.effective, eb, {}, Price(std::numeric_limits<std::int64_t>::max()), {}, attrs_of(lp)});
+            b.ask_pools.push_back(AskPool{&lp, k.effective, eb, {}, Price(std::numeric_limits<std::int64_t>::max()), {}});
           } else {
             AskPool& ap = b.ask_pools[lp.ask_pool_slot];
             ap.cheapest = std::min(ap.cheapest, k.effective);
@@ -2392,7 +2297,6 @@ struct Engine::Impl {
     lp.p.id = PoolId(cmd.seq);
     lp.p.provider = cmd.account;
     lp.p.spec = s;
-    lp.region = intern_region(s.region);
     lp.p.created_at = now;
     lp.p.updated_at = now;
     classify(lp);
@@ -2705,9 +2609,6 @@ struct Engine::Impl {
           fail("spot cheapest of pool " + std::to_string(ap.lp->p.id.value) + " out of step");
         }
         const bool last_ok = !ap.lp->book_asks.empty() && ap.lp->book_asks.back().eb == ap.last_bucket;
-        if (!(ap.attrs == attrs_of(*ap.lp)) || region_ids.at(ap.lp->p.spec.region) != ap.lp->region) {
-          fail("ask pool attributes of pool " + std::to_string(ap.lp->p.id.value) + " out of step");
-        }
         if (ap.lp->ask_pool_slot != i || n == 0 || n != ap.lp->book_count || cheapest != ap.cheapest || !last_ok) {
           fail("ask pool index of pool " + std::to_string(ap.lp->p.id.value) + " out of step");
         }
@@ -2803,7 +2704,6 @@ struct Engine::Impl {
     for (const Pool& p : s.pools) {
       LivePool& lp = pools[p.id];
       lp.p = p;
-      lp.region = intern_region(p.spec.region);
       if (p.spec.tier == Tier::spot && !p.retired) books.at(p.spec.market).spot_pools.insert(p.id);
       schedule_pool(lp);
     }
