@@ -52,11 +52,6 @@ struct AskKey {
   std::int32_t run_lead{0};
   std::int32_t run_tail{0};
   std::int32_t max_run{kAnyRun};
-  // The longest hole between two of those runs, [start + hole_from, start + hole_to) (no lot free there;
-  // empty when from == to): a window that meets it cannot be filled. With two runs the key's test is exact,
-  // and a fill that took all of a stretch in the middle of an ask leaves exactly that.
-  std::int32_t hole_from{0};
-  std::int32_t hole_to{0};
   Seconds run_start() const { return start + Seconds(run_lead); }
   Seconds run_end() const { return end - Seconds(run_tail); }
   bool operator==(const AskKey& o) const {
@@ -972,8 +967,7 @@ struct Engine::Impl {
   // eligible_qty would return 0.
   bool window_fits(const AskKey& a, Seconds ws, Seconds we) const {
     return ws >= std::max(a.run_start(), now) && we <= a.run_end() && we > ws && we - ws >= a.min_duration &&
-           (a.max_run == kAnyRun || (we - ws).value <= a.max_run) &&
-           (we <= a.start + Seconds(a.hole_from) || ws >= a.start + Seconds(a.hole_to));
+           (a.max_run == kAnyRun || (we - ws).value <= a.max_run);
   }
   bool window_fits(const BidKey& b, Seconds a_start, Seconds a_end, Seconds a_min_duration) const {
     const bool fixed = b.duration.value == 0;
@@ -1329,20 +1323,12 @@ struct Engine::Impl {
     Seconds last{};
     Seconds run_from{};
     std::int64_t longest = 0;
-    Seconds hole_from{};
-    Seconds hole_to{};
     for (const Step& p : a.free.pieces()) {
       if (p.gpus < lot) {
         in_run = false;
         continue;
       }
-      if (!in_run || p.from != last) {
-        run_from = p.from;
-        if (any && p.from - last > hole_to - hole_from) {  // the hole since the previous run ended
-          hole_from = last;
-          hole_to = p.from;
-        }
-      }
+      if (!in_run || p.from != last) run_from = p.from;
       if (!any) first = p.from;
       any = in_run = true;
       last = p.to;
@@ -1355,7 +1341,6 @@ struct Engine::Impl {
       k.run_lead = 0;
       k.run_tail = clamp32((k.end - k.start).value);
       k.max_run = 0;
-      k.hole_from = k.hole_to = 0;
       return;
     }
     // Clamping lead and tail down keeps the hull a superset (a true bound); a run too long for 32 bits
@@ -1363,12 +1348,6 @@ struct Engine::Impl {
     k.run_lead = clamp32((first - k.start).value);
     k.run_tail = clamp32((k.end - last).value);
     k.max_run = longest >= kAnyRun ? kAnyRun : static_cast<std::int32_t>(longest);
-    // A hole whose offsets do not fit in 32 bits is left out (empty: no bound).
-    const std::int64_t hf = (hole_from - k.start).value;
-    const std::int64_t ht = (hole_to - k.start).value;
-    const bool fits = hf >= 0 && ht < kAnyRun && ht > hf;
-    k.hole_from = fits ? static_cast<std::int32_t>(hf) : 0;
-    k.hole_to = fits ? static_cast<std::int32_t>(ht) : 0;
   }
 
   // Puts a changed order back (if still open), refreshes its view and timer; ends a terminal one.
@@ -2616,8 +2595,7 @@ struct Engine::Impl {
             }
             AskKey fresh = k;
             summarize_runs(k.lo->o, fresh);
-            if (fresh.run_lead != k.run_lead || fresh.run_tail != k.run_tail || fresh.max_run != k.max_run ||
-                fresh.hole_from != k.hole_from || fresh.hole_to != k.hole_to) {
+            if (fresh.run_lead != k.run_lead || fresh.run_tail != k.run_tail || fresh.max_run != k.max_run) {
               fail("ask key's run summary stale: " + std::to_string(k.id.value));
             }
           }
