@@ -207,22 +207,6 @@ void collect(const std::vector<store::Batch>& batches, std::vector<const Trade*>
 }
 }  // namespace
 
-bool Rollups::reads_before(const std::vector<store::Batch>& batches) const {
-  // load_days drops every ladder past 4096, the in-flight transaction's included: only once it committed.
-  if (ladders_.size() > 4096) return true;
-  for (const auto& batch : batches) {
-    for (const auto& logged : batch) {
-      for (const auto& e : logged.events) {
-        const auto* t = std::get_if<TradeEvent>(&e);
-        if (t && t->trade.bucket.is_spot() && !ladders_.count({t->trade.market.value, floor_to(t->trade.time.value, 86400)})) {
-          return true;
-        }
-      }
-    }
-  }
-  return false;
-}
-
 void Rollups::before(store::PgConnection& conn, const std::vector<store::Batch>& batches) {
   std::vector<const Trade*> trades;
   collect(batches, trades, nullptr);

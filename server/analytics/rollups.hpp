@@ -31,7 +31,6 @@ std::string_view interval_name(std::int64_t seconds);                 // and bac
 class Rollups final : public store::TransactionPart {
  public:
   void prepare(store::PgConnection& conn) override;
-  bool reads_before(const std::vector<store::Batch>& batches) const override;
   void before(store::PgConnection& conn, const std::vector<store::Batch>& batches) override;
   std::size_t write(store::Pipeline& pipe, const std::vector<store::Batch>& batches) override;
   void rolled_back() override { ladders_.clear(); }

@@ -209,54 +209,32 @@ void Pipeline::send_binary(const char* name_or_sql, bool prepared, const std::ve
 }
 
 void Pipeline::sent() {
-  // Reading answers now and then keeps both sides' socket buffers from filling up (only when no
-  // earlier sync point waits for its reader).
-  if (++pending_ >= 256 && segments_.empty()) sync();
+  // Reading answers now and then keeps both sides' socket buffers from filling up.
+  if (++pending_ >= 256) sync();
 }
 
 void Pipeline::sync() {
-  send_sync();
-  while (!segments_.empty()) wait_sync();
-}
-
-void Pipeline::send_sync() {
   if (PQpipelineSync(conn_.raw()) != 1) throw StoreError("cannot sync the pipeline: " + std::string(PQerrorMessage(conn_.raw())));
-  segments_.push_back(Segment{pending_, {}});
+  std::string first_error;
+  int remaining = pending_;
   pending_ = 0;
-}
-
-void Pipeline::read_one(Segment& segment) {
-  // One or more results then a null per statement.
-  for (;;) {
+  // One or more results then a null per statement, then the sync's own result.
+  while (remaining > 0) {
     PGresult* res = PQgetResult(conn_.raw());
-    if (res == nullptr) break;
-    auto status = PQresultStatus(res);
-    if (status == PGRES_FATAL_ERROR && segment.first_error.empty()) segment.first_error = PQresultErrorMessage(res);
-    if (status == PGRES_PIPELINE_ABORTED && segment.first_error.empty()) {
-      segment.first_error = "statement skipped after an earlier error";
+    if (res == nullptr) {
+      --remaining;
+      continue;
     }
+    auto status = PQresultStatus(res);
+    if (status == PGRES_FATAL_ERROR && first_error.empty()) first_error = PQresultErrorMessage(res);
+    if (status == PGRES_PIPELINE_ABORTED && first_error.empty()) first_error = "statement skipped after an earlier error";
     PQclear(res);
     if (PQstatus(conn_.raw()) != CONNECTION_OK) throw StoreError("connection lost: " + std::string(PQerrorMessage(conn_.raw())));
   }
-  --segment.remaining;
-}
-
-void Pipeline::read_all_but(int keep) {
-  if (segments_.empty()) throw StoreError("pipeline: no sync point to read");
-  auto& segment = segments_.front();
-  while (segment.remaining > keep) read_one(segment);
-}
-
-void Pipeline::wait_sync() {
-  if (segments_.empty()) throw StoreError("pipeline: no sync point to read");
-  Segment segment = std::move(segments_.front());
-  segments_.pop_front();
-  while (segment.remaining > 0) read_one(segment);
   PGresult* res = PQgetResult(conn_.raw());
   bool synced = res && PQresultStatus(res) == PGRES_PIPELINE_SYNC;
   if (res) PQclear(res);
   if (!synced) throw StoreError("pipeline out of step: " + std::string(PQerrorMessage(conn_.raw())));
-  auto& first_error = segment.first_error;
   if (!first_error.empty()) {
     while (!first_error.empty() && (first_error.back() == '\n' || first_error.back() == ' ')) first_error.pop_back();
     throw StoreError(first_error);

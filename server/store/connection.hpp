@@ -6,7 +6,6 @@
 #include <chrono>
 #include <concepts>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -128,8 +127,6 @@ class PgConnection {
 
 // Sends statements without waiting for each answer (libpq pipeline mode); sync() then reads every
 // answer and throws StoreError with the first failure. Leaves pipeline mode when destroyed.
-// A sync point may also be sent (send_sync) and its answers read later (wait_sync), oldest first, so
-// that statements after it are sent before the answers before it have come back.
 class Pipeline {
  public:
   explicit Pipeline(PgConnection& conn);
@@ -143,27 +140,13 @@ class Pipeline {
   void send(const char* sql, const std::vector<BinaryArray*>& arrays);
   void send(const Statement& prepared, const std::vector<BinaryArray*>& arrays);
   void sync();
-  // Ends what was sent since the last sync point with a new one.
-  void send_sync();
-  // Reads the answers of the oldest sync point's statements but its last `keep` (blocking until
-  // PostgreSQL has run them); an error is kept for wait_sync.
-  void read_all_but(int keep);
-  // Reads the rest of the oldest sync point's answers; throws StoreError with its first failure.
-  void wait_sync();
-  std::size_t syncs_in_flight() const { return segments_.size(); }
 
  private:
-  struct Segment {
-    int remaining = 0;  // statements whose answers were not read yet
-    std::string first_error;
-  };
   void sent();
   void send_binary(const char* name_or_sql, bool prepared, const std::vector<BinaryArray*>& arrays);
-  void read_one(Segment& segment);
 
   PgConnection& conn_;
-  int pending_ = 0;  // statements sent since the last sync point
-  std::deque<Segment> segments_;  // sync points sent, answers not all read
+  int pending_ = 0;  // statements sent since the last sync
 };
 
 // "host:port/db" of a DSN without its password, for logs.

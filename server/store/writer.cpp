@@ -76,14 +76,8 @@ constexpr Statement kSetHalted{"set_halted", "UPDATE markets SET halted = $2 WHE
 constexpr Statement kInsertIdempotency{"insert_idempotency", R"sql(
 INSERT INTO idempotency_keys (account_id, key, request_sha256, status, body) VALUES ($1, $2, $3::bytea, $4, $5)
 ON CONFLICT DO NOTHING)sql"};
-// The first statement of a transaction sent while the one before it is still in flight on the same
-// connection. In pipeline mode a sync point whose transaction failed does not stop the next one, so
-// the next one fails itself unless the one before committed: its last command is then in the log.
-constexpr Statement kCheckCommitted{"check_committed", R"sql(
-SELECT gpuex_expect_rows(count(*), 1, 'the last command of the transaction before (it did not commit)')
-FROM engine_commands WHERE seq = $1)sql"};
-constexpr Statement kStatements[] = {kInsertCommands, kInsertOrders,      kUpdateOrders,  kUpsertPools,   kUpsertLeases,
-                                     kInsertTrades,   kSetHalted,         kInsertIdempotency, kCheckCommitted};
+constexpr Statement kStatements[] = {kInsertCommands, kInsertOrders, kUpdateOrders, kUpsertPools,
+                                     kUpsertLeases,   kInsertTrades, kSetHalted,    kInsertIdempotency};
 
 std::string num(std::int64_t v) { return std::to_string(v); }
 std::string boolean(bool b) { return b ? "true" : "false"; }
@@ -178,72 +172,18 @@ Writer::Counters Writer::counters() const {
   return counters_;
 }
 
-// Two transactions in flight on the one connection (libpq pipeline mode, a sync point each): once
-// the last transaction's statements have run and only its COMMIT is left (PostgreSQL flushing its
-// WAL), the writer takes everything queued meanwhile, builds the next transaction and sends it, so
-// the backend starts it the moment the COMMIT is done instead of waiting for the writer to read the
-// answer, hand the batches off, build the next arrays and send them. Group commit is unchanged: the
-// next transaction holds what arrived while the last one's statements ran.
-// The next transaction first checks that the one before committed (kCheckCommitted), so after a
-// failure nothing later commits; both are then handed off as not committed, in order, and writes stop
-// until the engine is rebuilt. Acks, listeners and `done` follow each COMMIT's answer, in commit order.
-// A part that must read committed rows before a transaction (a day's price ladder not in memory)
-// waits for the transaction in flight.
 void Writer::run() {
   std::optional<PgConnection> conn;
-  std::optional<Pipeline> pipe;
-  struct InFlight {
-    std::vector<Batch> batches;
-    std::size_t statements = 0;
-    Seq last_seq = 0;
-  };
-  std::optional<InFlight> prev;  // sent; its COMMIT's answer not read yet
-  auto drop = [&] {
-    pipe.reset();
-    conn.reset();  // a connection in an unknown state is not reused; an open transaction rolls back
-  };
-  // Reads the COMMIT of the transaction in flight and hands it off; false if it did not commit.
-  auto finish = [&]() {
-    InFlight f = std::move(*prev);
-    prev.reset();
-    try {
-      pipe->wait_sync();
-    } catch (const std::exception& e) {
-      drop();
-      std::vector<std::vector<Batch>> failed;
-      failed.push_back(std::move(f.batches));
-      failed_transactions(std::move(failed), e.what());
-      return false;
-    }
-    {
-      std::lock_guard lock(mutex_);
-      ++counters_.transactions;
-      counters_.statements += f.statements;
-      for (const auto& b : f.batches) counters_.commands += b.size();
-    }
-    hand_off(std::move(f.batches), true);
-    return true;
-  };
-  // The batches taken for the next transaction, when the one in flight failed before they were sent
-  // (or they failed their check behind it): they never happened.
-  auto fail_after = [&](std::vector<Batch>& batches) {
-    {
-      std::lock_guard lock(mutex_);
-      ++counters_.failed_transactions;
-    }
-    hand_off(std::move(batches), false);
-  };
+  std::uint64_t statements = 0;
   for (;;) {
     std::vector<Batch> batches;
     bool failed;
     {
       std::unique_lock lock(mutex_);
-      if (!prev) {
-        busy_ = false;
-        idle_.notify_all();
-        wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-        if (queue_.empty()) return;  // stopping, and everything was written
-      }
+      busy_ = false;
+      idle_.notify_all();
+      wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and everything was written
       // Group commit: everything queued while the last transaction ran goes into the next one.
       while (!queue_.empty() && batches.size() < max_batches_) {
         batches.push_back(std::move(queue_.front()));
@@ -252,88 +192,42 @@ void Writer::run() {
       failed = failed_;
       busy_ = true;
     }
-    if (batches.empty()) {  // nothing new: the transaction in flight is all there is
-      finish();
-      continue;
-    }
-    if (failed) {  // writes stay stopped until reset(); nothing is in flight after a failure
-      if (prev) finish();
+    if (failed) {
       hand_off(std::move(batches), false);
       continue;
     }
-    std::size_t statements = 0;
     try {
-      if (prev && !conn->healthy() && !finish()) {
-        fail_after(batches);
-        continue;
-      }
       if (!conn || !conn->healthy()) {
-        drop();
         conn = PgConnection::connect(dsn_, std::chrono::seconds(2));
         prepare(*conn, parts_);
       }
-      if (std::any_of(parts_.begin(), parts_.end(), [&](auto* part) { return part->reads_before(batches); })) {
-        if (prev && !finish()) {
-          fail_after(batches);
-          continue;
-        }
-        pipe.reset();  // reads outside pipeline mode
-        for (auto* part : parts_) {
-          if (part->reads_before(batches)) part->before(*conn, batches);
-        }
+      for (auto* part : parts_) part->before(*conn, batches);
+      Pipeline pipe(*conn);
+      pipe.send("BEGIN");
+      statements = write(pipe, batches, parts_);
+      pipe.send("COMMIT");
+      pipe.sync();
+    } catch (const std::exception& e) {
+      spdlog::error("store: a batch of {} commands did not commit: {}", batches.size(), e.what());
+      conn.reset();  // a connection in an unknown state is not reused
+      for (auto* part : parts_) part->rolled_back();
+      {
+        std::lock_guard lock(mutex_);
+        failed_ = true;
+        ++counters_.failed_transactions;
       }
-      if (!pipe) pipe.emplace(*conn);
-      pipe->send("BEGIN");
-      if (prev) pipe->send(kCheckCommitted, {num(prev->last_seq)});
-      statements = write(*pipe, batches, parts_);
-      pipe->send("COMMIT");
-      pipe->send_sync();
-    } catch (const std::exception& e) {
-      // The one in flight may or may not have committed: both count as failed (a rebuild reads what did).
-      drop();
-      std::vector<std::vector<Batch>> failed_now;
-      if (prev) failed_now.push_back(std::move(prev->batches));
-      prev.reset();
-      failed_now.push_back(std::move(batches));
-      failed_transactions(std::move(failed_now), e.what());
+      hand_off(std::move(batches), false);
+      on_failure_(e.what());
       continue;
     }
-    if (prev && !finish()) {  // this one then fails its check; the connection is closed already
-      fail_after(batches);
-      continue;
+    {
+      std::lock_guard lock(mutex_);
+      ++counters_.transactions;
+      counters_.statements += statements;
+      for (const auto& b : batches) counters_.commands += b.size();
     }
-    Seq last_seq = 0;
-    for (const auto& b : batches) {
-      for (const auto& logged : b) last_seq = std::max(last_seq, logged.command.seq);
-    }
-    prev = InFlight{std::move(batches), statements, last_seq};
-    try {
-      if (last_seq == 0) finish();  // nothing logged for the next one to check: wait for its COMMIT
-      else pipe->read_all_but(1);   // until only its COMMIT is left to run
-    } catch (const std::exception& e) {
-      std::vector<std::vector<Batch>> failed_now;
-      failed_now.push_back(std::move(prev->batches));
-      prev.reset();
-      drop();
-      failed_transactions(std::move(failed_now), e.what());
-    }
+    hand_off(std::move(batches), true);
   }
-}
-
-void Writer::failed_transactions(std::vector<std::vector<Batch>> failed, const std::string& why) {
-  for (const auto& batches : failed) {
-    std::size_t commands = 0;
-    for (const auto& b : batches) commands += b.size();
-    spdlog::error("store: a transaction of {} commands did not commit: {}", commands, why);
-  }
-  for (auto* part : parts_) part->rolled_back();
-  {
-    std::lock_guard lock(mutex_);
-    failed_ = true;
-    counters_.failed_transactions += failed.size();
-  }
-  for (auto& batches : failed) hand_off(std::move(batches), false);
-  on_failure_(why);
 }
 
 void Writer::hand_off(std::vector<Batch> batches, bool committed) {

@@ -53,20 +53,12 @@ class TransactionPart {
   virtual ~TransactionPart() = default;
   // Once per new connection, before its first transaction (prepare statements here).
   virtual void prepare(PgConnection& conn) = 0;
-  // Whether before() must read committed rows for these batches. Up to two transactions are in
-  // flight on the writer's connection; when a part says yes, the writer first waits until every
-  // transaction sent has committed (or failed), then calls before().
-  virtual bool reads_before(const std::vector<Batch>& /*batches*/) const { return false; }
-  // Called only after reads_before() said yes, with nothing in flight, on the writer's connection
-  // outside any transaction: a chance to read committed rows the part keeps in memory (the writer is
-  // their only writer).
+  // Before each transaction, on the writer's connection outside any transaction: a chance to read
+  // committed rows the part keeps in memory (the writer is their only writer).
   virtual void before(PgConnection& /*conn*/, const std::vector<Batch>& /*batches*/) {}
   // Inside the transaction, after the batches' own rows: sends its statements, returns how many.
-  // What it changes in memory must hold whether or not the transaction before it (still in flight)
-  // commits: if that one fails, this one fails too and rolled_back() is called.
   virtual std::size_t write(Pipeline& pipe, const std::vector<Batch>& batches) = 0;
-  // A transaction write() took part in did not commit (and so neither did any sent after it): drop
-  // whatever they changed in memory.
+  // The transaction write() took part in did not commit: drop whatever it changed in memory.
   virtual void rolled_back() {}
 };
 
@@ -115,8 +107,6 @@ class Writer {
 
  private:
   void run();
-  // Every transaction in `failed` (oldest first) did not commit: hands them off as failed, stops writes.
-  void failed_transactions(std::vector<std::vector<Batch>> failed, const std::string& why);
   void hand_off(std::vector<Batch> batches, bool committed);
   void complete();  // the completion thread: listeners and `done`, in commit order
   void commit(std::vector<Batch>& batches);

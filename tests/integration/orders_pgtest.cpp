@@ -514,7 +514,7 @@ TEST_CASE("binary array parameters round-trip every element type the writer send
   CHECK_THROWS_AS(pipe.sync(), gpuex::store::StoreError);
 }
 
-TEST_CASE("a transaction that fails at its COMMIT fails the next one queued behind it on the connection, and neither is acked") {
+TEST_CASE("a transaction that fails at its COMMIT fails the one queued behind it, and neither is acked") {
   using namespace gpuex::matching;
   using gpuex::store::Batch;
   TestDatabase tdb;
@@ -523,8 +523,11 @@ TEST_CASE("a transaction that fails at its COMMIT fails the next one queued behi
   REQUIRE(migrated.exit_code == 0);
   auto db = gpuex::store::PgConnection::connect(tdb.dsn());
   // The commands of account 666 are refused at COMMIT (a deferred constraint trigger): every statement
-  // of their transaction runs, only its COMMIT fails. A transaction on the same connection behind it
-  // then starts afresh — nothing but its own check stops it from committing.
+  // of their transaction runs, only its COMMIT fails. A transaction sent on the same connection behind
+  // it (libpq pipeline mode: a failed sync point does not stop the next) would then start afresh and
+  // commit unless the writer stops it — by not sending it, as now, or by a check inside it that the
+  // one before committed (40aa8a5, reverted: that writer sent it early and this test saw it commit
+  // without the check).
   db.exec_script(R"sql(
     CREATE FUNCTION refuse_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
@@ -535,8 +538,7 @@ TEST_CASE("a transaction that fails at its COMMIT fails the next one queued behi
   std::mutex mutex;
   std::vector<std::string> outcomes, failures;
   int listened = 0;
-  // One batch per transaction: all three are queued before the writer starts, so each is sent while the
-  // one before it waits for its COMMIT.
+  // One batch per transaction, all three queued before the writer starts.
   gpuex::store::Writer writer(
       tdb.dsn(),
       [&](const std::string& why) {
@@ -566,7 +568,6 @@ TEST_CASE("a transaction that fails at its COMMIT fails the next one queued behi
   REQUIRE(failures.size() == 1);
   CHECK_THAT(failures[0], Catch::Contains("refused at commit for the test"));
   CHECK(writer.counters().transactions == 1);
-  CHECK(writer.counters().failed_transactions == 2);
   auto logged = db.exec("SELECT seq FROM engine_commands ORDER BY seq");
   REQUIRE(logged.rows() == 1);
   CHECK(logged.integer(0, 0) == 1);
