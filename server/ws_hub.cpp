@@ -200,12 +200,13 @@ void Hub::unsubscribe(const Channel& channel, const Subscriber* subscriber) {
   if (it->second.subscribers.empty() && it->second.channel.is_private()) channels_.erase(it);
 }
 
-void Hub::send(const std::string& key, std::string_view type, json::object body, std::optional<std::uint64_t> seq) {
+void Hub::send(const std::string& key, std::string_view type, const MakeBody& make_body, std::optional<std::uint64_t> seq) {
   auto it = channels_.find(key);
   if (it == channels_.end()) return;
   Listeners& l = it->second;
   l.seq = seq ? *seq : l.seq + 1;
   if (l.subscribers.empty()) return;
+  json::object body = make_body();
   body["type"] = type;
   body["channel"] = l.channel.name;
   body["seq"] = l.seq;
@@ -223,8 +224,8 @@ void Hub::send(const std::string& key, std::string_view type, json::object body,
   l.subscribers.resize(live);
 }
 
-void Hub::send_private(AccountId account, Channel::Kind kind, std::string_view type, json::object body) {
-  send(private_key(kind, account.value), type, std::move(body));
+void Hub::send_private(AccountId account, Channel::Kind kind, std::string_view type, const MakeBody& make_body) {
+  send(private_key(kind, account.value), type, make_body);
 }
 
 bool Hub::has_candle_listeners(const std::string& market, const std::string& bucket) const {
@@ -279,19 +280,22 @@ void Hub::publish(const store::Batch& batch) {
             using E = std::decay_t<decltype(e)>;
             if constexpr (std::is_same_v<E, BookDelta>) {
               views_.apply(e);
-              json::array changes;
-              for (const auto& c : e.changes) {
-                changes.push_back(json::array{json::value(to_string(c.side)), json::value(wire::price_string(c.price)),
-                                              json::value(c.quantity.value)});
-              }
               send("book:" + e.market.value + ":" + to_string(e.bucket), "delta",
-                   {{"changes", std::move(changes)}, {"constrained_bids", wire::constrained_json(e.constrained_bids)}},
+                   [&e] {
+                     json::array changes;
+                     for (const auto& c : e.changes) {
+                       changes.push_back(json::array{json::value(to_string(c.side)),
+                                                     json::value(wire::price_string(c.price)), json::value(c.quantity.value)});
+                     }
+                     return json::object{{"changes", std::move(changes)},
+                                         {"constrained_bids", wire::constrained_json(e.constrained_bids)}};
+                   },
                    e.sequence);
             } else if constexpr (std::is_same_v<E, TradeEvent>) {
               const Trade& t = e.trade;
-              send("trades:" + t.market.value, "trade", {{"trade", wire::print_json(t)}});
-              send_private(t.buyer, Channel::Kind::fills, "fill", {{"fill", wire::fill_json(t, Side::buy)}});
-              send_private(t.seller, Channel::Kind::fills, "fill", {{"fill", wire::fill_json(t, Side::sell)}});
+              send("trades:" + t.market.value, "trade", [&t] { return json::object{{"trade", wire::print_json(t)}}; });
+              send_private(t.buyer, Channel::Kind::fills, "fill", [&t] { return json::object{{"fill", wire::fill_json(t, Side::buy)}}; });
+              send_private(t.seller, Channel::Kind::fills, "fill", [&t] { return json::object{{"fill", wire::fill_json(t, Side::sell)}}; });
               if (candle_feed_) {
                 auto key = std::pair{t.market.value, to_string(t.bucket)};
                 if (auto f = candles.find(key); f != candles.end()) {
@@ -302,20 +306,23 @@ void Hub::publish(const store::Batch& batch) {
               }
             } else if constexpr (std::is_same_v<E, OrderAccepted> || std::is_same_v<E, OrderRejected> ||
                                  std::is_same_v<E, OrderUpdated> || std::is_same_v<E, OrderDone>) {
-              send_private(e.order.account, Channel::Kind::orders, "order", {{"order", wire::order_json(e.order)}});
+              send_private(e.order.account, Channel::Kind::orders, "order",
+                           [&e] { return json::object{{"order", wire::order_json(e.order)}}; });
             } else if constexpr (std::is_same_v<E, LeaseChanged>) {
               const Lease& l = e.lease;
-              send_private(l.buyer, Channel::Kind::leases, "lease", {{"lease", wire::lease_json(l, l.buyer)}});
+              send_private(l.buyer, Channel::Kind::leases, "lease", [&l] { return json::object{{"lease", wire::lease_json(l, l.buyer)}}; });
               if (l.provider != l.buyer) {
-                send_private(l.provider, Channel::Kind::leases, "lease", {{"lease", wire::lease_json(l, l.provider)}});
+                send_private(l.provider, Channel::Kind::leases, "lease",
+                             [&l] { return json::object{{"lease", wire::lease_json(l, l.provider)}}; });
               }
             } else if constexpr (std::is_same_v<E, LeasePreempted>) {
-              send_private(e.buyer, Channel::Kind::leases, "preempted",
-                           {{"lease_id", std::to_string(e.lease.value)},
-                            {"quantity", e.quantity.value},
-                            {"preempted_at", wire::time_string(e.preempted_at)},
-                            {"ends_at", wire::time_string(e.ends_at)},
-                            {"by_trade", std::to_string(e.by_trade.value)}});
+              send_private(e.buyer, Channel::Kind::leases, "preempted", [&e] {
+                return json::object{{"lease_id", std::to_string(e.lease.value)},
+                                    {"quantity", e.quantity.value},
+                                    {"preempted_at", wire::time_string(e.preempted_at)},
+                                    {"ends_at", wire::time_string(e.ends_at)},
+                                    {"by_trade", std::to_string(e.by_trade.value)}};
+              });
             }
           },
           event);

@@ -137,12 +137,14 @@ class Hub {
     std::vector<std::weak_ptr<Subscriber>> waiting;  // candles: subscribed, first message not yet sent
   };
   bool has_candle_listeners(const std::string& market, const std::string& bucket) const;
-  // Builds and sends one message to the channel `key` if anyone listens; `body` gets type, channel,
-  // seq and ts added. `seq` is the book's sequence, or nullopt to count one up.
-  void send(const std::string& key, std::string_view type, boost::json::object body,
+  // Builds and sends one message to the channel `key` if anyone listens; the body `make_body` returns
+  // gets type, channel, seq and ts added. `seq` is the book's sequence, or nullopt to count one up.
+  // The body is made only when the channel has subscribers: most committed events have none (the
+  // order entry benchmark has no WebSocket client), and their documents cost the completion thread.
+  using MakeBody = std::function<boost::json::object()>;
+  void send(const std::string& key, std::string_view type, const MakeBody& make_body,
             std::optional<std::uint64_t> seq = std::nullopt);
-  void send_private(matching::AccountId account, Channel::Kind kind, std::string_view type,
-                    boost::json::object body);
+  void send_private(matching::AccountId account, Channel::Kind kind, std::string_view type, const MakeBody& make_body);
   // Delivers under the lock; remembers who must be woken.
   void deliver(const std::shared_ptr<Subscriber>& s, const Listeners& l, const std::string& key,
                const Message& message);

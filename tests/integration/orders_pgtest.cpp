@@ -4,12 +4,14 @@
 
 #include <chrono>
 #include <limits>
+#include <mutex>
 #include <random>
 #include <regex>
 #include <thread>
 
 #include "server/rfc3339.hpp"
 #include "server/store/connection.hpp"
+#include "server/store/writer.hpp"
 #include "support/cluster.hpp"
 #include "support/http_client.hpp"
 
@@ -510,4 +512,73 @@ TEST_CASE("binary array parameters round-trip every element type the writer send
   gpuex::store::Pipeline pipe(db);
   pipe.send("INSERT INTO t (js) SELECT * FROM unnest($1::json[])", {&bad});
   CHECK_THROWS_AS(pipe.sync(), gpuex::store::StoreError);
+}
+
+TEST_CASE("a transaction that fails at its COMMIT fails the one queued behind it, and neither is acked") {
+  using namespace gpuex::matching;
+  using gpuex::store::Batch;
+  TestDatabase tdb;
+  auto migrated = run_gpuexd({"migrate", "--dsn", tdb.dsn()});
+  INFO(migrated.output);
+  REQUIRE(migrated.exit_code == 0);
+  auto db = gpuex::store::PgConnection::connect(tdb.dsn());
+  // The commands of account 666 are refused at COMMIT (a deferred constraint trigger): every statement
+  // of their transaction runs, only its COMMIT fails. A transaction sent on the same connection behind
+  // it (libpq pipeline mode: a failed sync point does not stop the next) would then start afresh and
+  // commit unless the writer stops it — by not sending it, as now, or by a check inside it that the
+  // one before committed (40aa8a5, reverted: that writer sent it early and this test saw it commit
+  // without the check).
+  db.exec_script(R"sql(
+    CREATE FUNCTION refuse_at_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+      RAISE EXCEPTION 'refused at commit for the test';
+    END $$;
+    CREATE CONSTRAINT TRIGGER refuse_at_commit AFTER INSERT ON engine_commands DEFERRABLE INITIALLY DEFERRED
+      FOR EACH ROW WHEN (NEW.account_id = 666) EXECUTE FUNCTION refuse_at_commit();)sql");
+  std::mutex mutex;
+  std::vector<std::string> outcomes, failures;
+  int listened = 0;
+  // One batch per transaction, all three queued before the writer starts.
+  gpuex::store::Writer writer(
+      tdb.dsn(),
+      [&](const std::string& why) {
+        std::lock_guard lock(mutex);
+        failures.push_back(why);
+      },
+      1);
+  writer.add_listener([&](const Batch&) { ++listened; });
+  auto batch = [&](Seq seq, std::int64_t account) {
+    gpuex::store::LoggedCommand logged;
+    logged.command = Command{seq, Seconds(unix_now()), AccountId(account), Cancel{OrderId(999)}};
+    logged.done = [&, seq](const EventSink* events) {
+      std::lock_guard lock(mutex);
+      outcomes.push_back(std::to_string(seq) + (events ? " committed" : " not committed"));
+    };
+    Batch b;
+    b.push_back(std::move(logged));
+    return b;
+  };
+  writer.submit(batch(1, 1));
+  writer.submit(batch(2, 666));  // N: fails at its COMMIT
+  writer.submit(batch(3, 1));    // N+1: queued behind N's COMMIT
+  writer.start();
+  writer.wait_idle();
+  CHECK(outcomes == std::vector<std::string>{"1 committed", "2 not committed", "3 not committed"});
+  CHECK(listened == 1);
+  REQUIRE(failures.size() == 1);
+  CHECK_THAT(failures[0], Catch::Contains("refused at commit for the test"));
+  CHECK(writer.counters().transactions == 1);
+  auto logged = db.exec("SELECT seq FROM engine_commands ORDER BY seq");
+  REQUIRE(logged.rows() == 1);
+  CHECK(logged.integer(0, 0) == 1);
+  // Writes stay stopped until the engine is rebuilt (reset), then go on from what committed.
+  writer.submit(batch(4, 1));
+  writer.wait_idle();
+  CHECK(outcomes.back() == "4 not committed");
+  writer.reset();
+  writer.submit(batch(2, 1));
+  writer.wait_idle();
+  CHECK(outcomes.back() == "2 committed");
+  CHECK(db.exec("SELECT count(*) FROM engine_commands").integer(0, 0) == 2);
+  writer.stop();
 }
