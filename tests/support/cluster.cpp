@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <filesystem>
@@ -127,7 +128,7 @@ CreatedAccount TestExchange::account(const std::string& name, const std::string&
 }
 
 void TestExchange::start(std::vector<std::string> args) {
-  args.insert(args.end(), {"--tick-ms", "100"});
+  if (std::find(args.begin(), args.end(), "--tick-ms") == args.end()) args.insert(args.end(), {"--tick-ms", "100"});
   server = std::make_unique<Gpuexd>(db.dsn(), std::move(args), false);
   http = std::make_unique<HttpClient>(server->port());
 }

@@ -77,7 +77,7 @@ struct TestExchange {
 
   TestExchange();
   CreatedAccount account(const std::string& name, const std::string& scopes) const;
-  // `gpuexd serve` with `--tick-ms 100` and `args`.
+  // `gpuexd serve` with `args` (and `--tick-ms 100` unless they set it).
   void start(std::vector<std::string> args);
   // A request with `who`'s key; a null body sends none.
   HttpReply call(const CreatedAccount& who, const std::string& method, const std::string& path,
