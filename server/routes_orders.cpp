@@ -85,7 +85,6 @@ http::Response engine_reject(std::string_view reason, std::string_view order_id)
   return http::json_response(http::Status::unprocessable_entity, {{"error", std::move(error)}});
 }
 
-// The answer to an order that already exists (a repeat): its stored state, or its engine reject again.
 // The `market` query parameter of a list or a cancel-all: absent, or a market this exchange lists (an
 // unknown one, or bytes that are no market name at all, is a 404 before anything reads the store).
 std::variant<store::Param, http::Response> market_filter(const Services& services, const http::RequestContext& ctx) {
@@ -95,6 +94,7 @@ std::variant<store::Param, http::Response> market_filter(const Services& service
   return store::Param{std::move(*m)};
 }
 
+// The answer to an order that already exists (a repeat): its stored state, or its engine reject again.
 http::Response existing_order(json::value order, json::array fills) {
   const auto& o = order.as_object();
   if (o.at("status").as_string() == "rejected" && o.contains("reject_reason") &&

@@ -79,22 +79,6 @@ void PgConnection::exec_script(std::string_view sql) {
   PQclear(res);
 }
 
-void ArrayParam::add(std::string_view text) {
-  separate();
-  text_.reserve(text_.size() + text.size() + 8);
-  text_ += '"';
-  // Runs between the characters that need a backslash are appended whole.
-  std::size_t run = 0;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    if (text[i] != '"' && text[i] != '\\') continue;
-    text_.append(text.data() + run, i - run);
-    text_ += '\\';
-    run = i;
-  }
-  text_.append(text.data() + run, text.size() - run);
-  text_ += '"';
-}
-
 BinaryArray::BinaryArray(Type type) : type_(type), data_(20, '\0') {}
 
 void BinaryArray::put32(std::uint32_t v) {

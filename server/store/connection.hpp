@@ -39,33 +39,6 @@ class PgResult {
 // A query parameter in text form; nullopt is SQL NULL.
 using Param = std::optional<std::string>;
 
-// A one-dimensional PostgreSQL array literal ("{...}") built one element at a time, for statements that
-// write many rows at once (INSERT ... SELECT * FROM unnest($1::bigint[], ...)). Text elements are
-// quoted and escaped, so any text (JSON documents included) round-trips.
-class ArrayParam {
- public:
-  void add(std::string_view text);
-  template <std::integral T>
-    requires(!std::same_as<T, bool>)
-  void add(T v) {
-    separate();
-    text_ += std::to_string(v);
-  }
-  void add(bool v) {
-    separate();
-    text_ += v ? 't' : 'f';
-  }
-  void add_null() {
-    separate();
-    text_ += "NULL";
-  }
-  Param param() const { return text_.empty() ? std::string("{}") : text_ + "}"; }
-
- private:
-  void separate() { text_ += text_.empty() ? '{' : ','; }
-  std::string text_;
-};
-
 // A one-dimensional array parameter in PostgreSQL's binary format (array_recv), for the writer's
 // unnest statements: the server copies each element as it is instead of parsing an array literal
 // ("{...}", quoted and backslash-escaped) and then each element's text (int8in, ...). The element
