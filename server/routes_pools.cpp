@@ -1,6 +1,9 @@
 // Pools: a provider's inventory. Register, read with capacity, resize, retire; admins verify energy.
 #include <boost/json.hpp>
 
+#include <algorithm>
+#include <vector>
+
 #include "server/decimal.hpp"
 #include "server/json_fields.hpp"
 #include "server/routes.hpp"
@@ -17,14 +20,60 @@ namespace {
 
 constexpr const char* kOwnPools = "SELECT id FROM pools WHERE provider_id = $1 AND id < $2 ORDER BY id DESC LIMIT $3";
 
-// The pool with its capacity now: GPUs held by leases, offered by open asks, and unallocated.
-json::object pool_with_capacity(const Engine& engine, const Pool& pool) {
+// How far ahead a pool's schedule looks, and how many pieces it shows at most.
+constexpr Seconds kScheduleHorizon{5 * 366 * 86400};
+constexpr std::size_t kSchedulePieces = 200;
+
+// The pool's capacity from now on as pieces [from, to) of constant leased (reserved or running leases),
+// offered (free capacity of open asks) and free GPUs, up to the end of its last commitment; after the
+// last piece every GPU is free. At most kSchedulePieces, the nearest first (`schedule_truncated` says so).
+void add_schedule(json::object& j, const PoolCapacity& cap, Seconds now) {
+  std::vector<Seconds> bounds;
+  for (const Steps* s : {&cap.leased, &cap.offered}) {
+    for (const Step& p : s->pieces()) bounds.insert(bounds.end(), {p.from, p.to});
+  }
+  json::array schedule;
+  bool truncated = false;
+  if (!bounds.empty()) {
+    bounds.push_back(now);
+    std::sort(bounds.begin(), bounds.end());
+    bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
+    for (std::size_t i = 0; i + 1 < bounds.size(); ++i) {
+      const Seconds from = bounds[i];
+      const std::int64_t leased = cap.leased.at(from), offered = cap.offered.at(from), free = cap.unallocated.at(from);
+      if (!schedule.empty()) {  // equal neighbours are one piece
+        auto& last = schedule.back().as_object();
+        if (last["leased_gpus"].as_int64() == leased && last["offered_gpus"].as_int64() == offered) {
+          last["to"] = wire::time_string(bounds[i + 1]);
+          continue;
+        }
+      }
+      if (schedule.size() == kSchedulePieces) {
+        truncated = true;
+        break;
+      }
+      schedule.push_back(json::object{{"from", wire::time_string(from)},
+                                      {"to", wire::time_string(bounds[i + 1])},
+                                      {"leased_gpus", leased},
+                                      {"offered_gpus", offered},
+                                      {"free_gpus", free}});
+    }
+  }
+  j["schedule"] = std::move(schedule);
+  j["schedule_truncated"] = truncated;
+}
+
+// The pool with its capacity now (GPUs held by leases, offered by open asks, and unallocated) and, when
+// asked for, its schedule ahead (GET /v1/pools/{id}).
+json::object pool_with_capacity(const Engine& engine, const Pool& pool, bool with_schedule) {
   auto j = wire::pool_json(pool);
-  Seconds now = engine.now();
-  if (auto cap = engine.pool_capacity(pool.id, now, now + Seconds(1))) {
+  const Seconds now = engine.now();
+  const Seconds until = with_schedule ? now + kScheduleHorizon : now + Seconds(1);
+  if (auto cap = engine.pool_capacity(pool.id, now, until)) {
     j["leased_gpus"] = cap->leased.at(now);
     j["offered_gpus"] = cap->offered.at(now);
     j["free_gpus"] = cap->unallocated.at(now);
+    if (with_schedule) add_schedule(j, *cap, now);
   }
   return j;
 }
@@ -92,7 +141,7 @@ void add_pool_routes(http::Router& router, Services& services) {
           answer_committed(services, [ids, next](const Engine& engine) {
             json::array pools;
             for (PoolId id : ids) {
-              if (const Pool* pool = engine.pool(id)) pools.push_back(pool_with_capacity(engine, *pool));
+              if (const Pool* pool = engine.pool(id)) pools.push_back(pool_with_capacity(engine, *pool, false));
             }
             return http::json_response(http::Status::ok, {{"pools", std::move(pools)}, {"next_cursor", next}});
           }, respond);
@@ -107,7 +156,7 @@ void add_pool_routes(http::Router& router, Services& services) {
     answer_committed(services, [id = PoolId(*id), account = AccountId(ctx.principal->account_id)](const Engine& engine) {
       const Pool* pool = engine.pool(id);
       if (!pool || pool->provider != account) return not_found("pool");
-      return http::json_response(http::Status::ok, pool_with_capacity(engine, *pool));
+      return http::json_response(http::Status::ok, pool_with_capacity(engine, *pool, true));
     }, respond);
   }));
 

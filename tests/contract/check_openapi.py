@@ -170,6 +170,9 @@ def run_checks(spec, port, admin, provider, buyer):
     call("GET", "/v1/fills", "/v1/fills", buyer)
     _, leases = call("GET", "/v1/leases", "/v1/leases", buyer)
     lease = leases["leases"][0]["id"]
+    _, leased_pool = call("GET", "/v1/pools/%s" % pid, "/v1/pools/{id}", provider)
+    if not leased_pool or not leased_pool["schedule"]:
+        failures.append("GET /v1/pools/{id}: no schedule for a pool with an open ask and a lease")
     call("GET", "/v1/leases/%s" % lease, "/v1/leases/{id}", provider)
     call("POST", "/v1/leases/%s/release" % lease, "/v1/leases/{id}/release", buyer)
     call("GET", "/v1/markets/H100-SXM-80G/book?bucket=spot", "/v1/markets/{m}/book")

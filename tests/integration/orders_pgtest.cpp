@@ -338,6 +338,56 @@ std::pair<std::string, std::string> recovered_at(const std::string& log) {
 
 }  // namespace
 
+TEST_CASE("a pool shows its capacity now and its schedule ahead: forward leases, offered and free GPUs") {
+  Market m;
+  auto pool = m.pool("DE");  // 2 nodes x 8 GPUs
+  const std::int64_t s = (unix_now() / 3600 + 2) * 3600;  // a whole hour, 1 to 2 hours ahead
+  auto ask = m.post(m.provider, "/v1/orders",
+                    {{"side", "sell"}, {"pool_id", pool}, {"price", "2.0000"}, {"quantity", 4},
+                     {"start", at(s)}, {"end", at(s + 7200)}});
+  REQUIRE(ask.status == 201);
+  // A forward bid for the ask's second hour takes 2 of its 4 GPUs there.
+  auto bid = m.post(m.buyer, "/v1/orders",
+                    {{"side", "buy"}, {"market", "H100-SXM-80G"}, {"price", "2.5000"}, {"quantity", 2},
+                     {"start", at(s + 3600)}, {"end", at(s + 7200)}});
+  INFO(bid.body);
+  REQUIRE(bid.status == 201);
+  REQUIRE(bid.json().at("fills").as_array().size() == 1);
+
+  auto r = m.get(m.provider, "/v1/pools/" + pool);
+  INFO(r.body);
+  REQUIRE(r.status == 200);
+  auto p = r.json().as_object();
+  // Now nothing has started: all 16 GPUs are free.
+  CHECK(p.at("leased_gpus").as_int64() == 0);
+  CHECK(p.at("offered_gpus").as_int64() == 0);
+  CHECK(p.at("free_gpus").as_int64() == 16);
+  CHECK_FALSE(p.at("schedule_truncated").as_bool());
+  const auto& schedule = p.at("schedule").as_array();
+  REQUIRE(schedule.size() == 3);
+  auto piece = [&](std::size_t i, std::int64_t leased, std::int64_t offered, std::int64_t free) {
+    const auto& x = schedule[i].as_object();
+    INFO("piece " << i);
+    CHECK(x.at("leased_gpus").as_int64() == leased);
+    CHECK(x.at("offered_gpus").as_int64() == offered);
+    CHECK(x.at("free_gpus").as_int64() == free);
+  };
+  piece(0, 0, 0, 16);  // until the ask starts
+  CHECK(schedule[0].at("to").as_string() == at(s));
+  piece(1, 0, 4, 12);  // the ask's first hour, unsold
+  CHECK(schedule[1].at("from").as_string() == at(s));
+  CHECK(schedule[1].at("to").as_string() == at(s + 3600));
+  piece(2, 2, 2, 12);  // its second hour: 2 GPUs reserved by the lease, 2 still offered
+  CHECK(schedule[2].at("from").as_string() == at(s + 3600));
+  CHECK(schedule[2].at("to").as_string() == at(s + 7200));
+
+  // The list shows each pool's capacity now, without the schedule.
+  auto list = m.get(m.provider, "/v1/pools").json().at("pools").as_array();
+  REQUIRE(list.size() == 1);
+  CHECK(list[0].at("free_gpus").as_int64() == 16);
+  CHECK_FALSE(list[0].as_object().contains("schedule"));
+}
+
 TEST_CASE("the engine's state after a clean stop equals the state rebuilt on restart") {
   Market m;
   random_load(m, 20261129, 60);
