@@ -1446,7 +1446,7 @@ struct Engine::Impl {
       auto it = leases.find(lid);
       if (it == leases.end()) continue;
       it->second.ask_list_price = a.request.price;
-      it->second.ask_cancelled = a.status == OrderStatus::cancelled;
+      it->second.ask_withdrawn = a.status == OrderStatus::cancelled || a.status == OrderStatus::expired;
     }
   }
 
@@ -1495,6 +1495,7 @@ struct Engine::Impl {
       l.ask_window_end = ask->window_end;
       l.ask_list_price = ask->request.price;
       l.ask_min_chunk = ask->request.min_chunk;
+      l.ask_min_duration = ask->request.min_duration;
     }
     Lease& ref = leases.emplace(l.id, l).first->second;
     set_owed(ref, cost(price, qty, end - start));
@@ -1596,8 +1597,8 @@ struct Engine::Impl {
         const Lease& l = *ref.l;
         if (!l.interruptible || l.ended || l.buyer == bid.account) continue;  // not one's own lease
         if (l.status != LeaseStatus::reserved && l.status != LeaseStatus::active) continue;
-        if (l.price >= bid.request.price || l.ask_cancelled) continue;
-        if (ws < l.ask_window_start || we > l.ask_window_end) continue;
+        if (l.price >= bid.request.price || l.ask_withdrawn) continue;
+        if (ws < l.ask_window_start || we > l.ask_window_end || we - ws < l.ask_min_duration) continue;
         if (ws < std::max(l.start, notice_end) || we > l.end) continue;  // the freed GPUs must cover it
         auto live = orders.find(l.sell_order);
         const Price list = live != orders.end() && live->second.o.is_open() ? live->second.o.request.price
@@ -1640,6 +1641,7 @@ struct Engine::Impl {
     fresh.ask_window_end = old.ask_window_end;
     fresh.ask_list_price = old.ask_list_price;
     fresh.ask_min_chunk = old.ask_min_chunk;
+    fresh.ask_min_duration = old.ask_min_duration;
     t.lease = fresh.id;
     // The new lease is tied to the ask that sold the GPUs, like the one it replaces (cancel marks both).
     if (auto seller = orders.find(old.sell_order); seller != orders.end()) seller->second.sold.push_back(fresh.id);
@@ -2231,8 +2233,11 @@ struct Engine::Impl {
       if (price > o.request.price && n > static_cast<Int128>(a.limits.max_open_notional) * 3600) {
         return reject_command(Reason::exposure_limit, o.id.value);
       }
-    } else if (cut.value > 0 && o.free.min(from, o.window_end) < cut.value) {
-      return reject_command(Reason::invalid_amend, o.id.value);
+    } else if (cut.value > 0) {
+      if (o.free.min(from, o.window_end) < cut.value) return reject_command(Reason::invalid_amend, o.id.value);
+      RestOrder trial = o;  // the cut must leave something to sell: nothing left is a cancel, as for bids
+      trial.free.add(from, o.window_end, -cut.value);
+      if (!ask_has_piece(trial)) return reject_command(Reason::invalid_amend, o.id.value);
     }
     const bool new_price = price != o.request.price;
     if (new_price && o.request.post_only) {

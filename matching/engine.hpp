@@ -71,15 +71,15 @@
 //    rejected (self_trade) only when it is being placed and has no fill, else cancelled (self_trade).
 //  - A sell's fok: all-or-none means the walk must leave it with no sellable piece (it would be filled).
 //  - Amend: quantity may only go down (> filled for bids; for sells the cut must be free over the rest
-//    of the window); an amend that changes nothing still answers OrderUpdated; the status never
+//    of the window and leave a piece the ask can still sell — nothing left to sell is a cancel); an amend that changes nothing still answers OrderUpdated; the status never
 //    changes by an amend alone. A post_only order whose new price would trade: rejected
 //    (would_take) and left unchanged. A new price re-matches the order as incoming (3).
 //  - Preemption: only at the placement of an interruptible, non-single_pool, non-post_only bid (or an
 //    amend of its price), after free capacity. Candidates: leases on spot-tier pools of the market whose
 //    pool satisfies the bid, in state reserved or active, price < bid price, whose buyer and provider
-//    are not the bidding account, whose selling ask was not cancelled, with the new window W' inside the
-//    ask's clipped window and inside [max(lease.start, now + notice), lease.end) (so the freed GPUs cover
-//    it). W' = [now + notice, + duration) for a duration bid; a fixed window preempts only if its start
+//    are not the bidding account, whose selling ask is open or filled (not cancelled or expired), with the
+//    new window W' inside the ask's clipped window, at least the ask's min_duration long, and inside
+//    [max(lease.start, now + notice), lease.end) (so the freed GPUs cover it). W' = [now + notice, + duration) for a duration bid; a fixed window preempts only if its start
 //    >= now + notice, W' = the window. Price = max(ask effective price, lease price + tick) <= bid price,
 //    the ask's list price being its current one if open, else the one it ended with, under the pool's
 //    current discount. Order: lease price, then lease id. Quantity: min(need, lease GPUs) down to

@@ -83,7 +83,7 @@ std::string to_string(const Lease& x) {
     << " billed=" << x.billed << " owed=" << x.owed << " bucket=" << to_string(x.bucket)
     << " ended=" << x.ended << " ask{[" << x.ask_window_start.value << ',' << x.ask_window_end.value
     << ") list=" << x.ask_list_price.value << " chunk=" << x.ask_min_chunk.value
-    << " cancelled=" << x.ask_cancelled << "}}";
+    << " min_duration=" << x.ask_min_duration.value << " withdrawn=" << x.ask_withdrawn << "}}";
   return o.str();
 }
 

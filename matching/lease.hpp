@@ -37,7 +37,8 @@ struct Lease {
   Seconds ask_window_end;
   Price ask_list_price;
   Qty ask_min_chunk{1};
-  bool ask_cancelled{false};
+  Seconds ask_min_duration{0};
+  bool ask_withdrawn{false};  // the ask ended cancelled or expired: only an open or filled one lets it be preempted
   bool operator==(const Lease&) const = default;
 };
 

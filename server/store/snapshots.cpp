@@ -175,7 +175,8 @@ json::object lease_json(const Lease& l) {
           {"ask_window_end", l.ask_window_end.value},
           {"ask_list_price", l.ask_list_price.value},
           {"ask_min_chunk", l.ask_min_chunk.value},
-          {"ask_cancelled", l.ask_cancelled}};
+          {"ask_min_duration", l.ask_min_duration.value},
+          {"ask_withdrawn", l.ask_withdrawn}};
 }
 
 Lease read_lease(const json::object& j) {
@@ -207,7 +208,8 @@ Lease read_lease(const json::object& j) {
   l.ask_window_end = secs(j, "ask_window_end");
   l.ask_list_price = Price(i64(j, "ask_list_price"));
   l.ask_min_chunk = Qty(i64(j, "ask_min_chunk"));
-  l.ask_cancelled = flag(j, "ask_cancelled");
+  l.ask_min_duration = secs(j, "ask_min_duration");
+  l.ask_withdrawn = flag(j, "ask_withdrawn");
   return l;
 }
 

@@ -12,7 +12,7 @@
 
 namespace gpuex::store {
 
-inline constexpr int kSnapshotFormat = 2;  // bump when the form below changes; older ones are skipped
+inline constexpr int kSnapshotFormat = 3;  // bump when the form below changes; older ones are skipped
 
 std::string snapshot_json(const matching::EngineState& state);
 // Throws StoreError when the text is not a snapshot of kSnapshotFormat.

@@ -102,3 +102,18 @@ TEST_CASE("lowering an ask's quantity cuts its free capacity and reports the cut
   // Hour 1: 2 free - 2 cut = 0; after it 8 - 2 = 6.
   CHECK(o.free.pieces() == std::vector<Step>{{Seconds(T0 + H), Seconds(T0 + 10 * H), 6}});
 }
+
+TEST_CASE("an amend must leave an ask something to sell: nothing left is a cancel", "[amend]") {
+  Fixture f;
+  const PoolId pool = f.add_pool(kProvider);
+  const OrderId ask = f.place(kProvider, sell(pool, usd4(20000), 8, T0, T0 + 10 * H));
+  f.place(kBuyer, buy_window(usd4(20000), 4, T0, T0 + 10 * H));  // 4 of the 8 GPUs for the whole window
+  f.run(kProvider, Amend{ask, Qty(4), std::nullopt});  // the cut is free, but nothing would be left
+  REQUIRE(of_type<CommandRejected>(f.events()).size() == 1);
+  CHECK(of_type<CommandRejected>(f.events())[0].reason == Reason::invalid_amend);
+  CHECK(f.order(ask).request.quantity == Qty(8));
+  f.run(kProvider, Amend{ask, Qty(5), std::nullopt});  // leaves 1 GPU for the whole window
+  CHECK(of_type<CommandRejected>(f.events()).empty());
+  CHECK(f.order(ask).free.pieces() == std::vector<Step>{{Seconds(T0), Seconds(T0 + 10 * H), 1}});
+  CHECK(f.status(ask) == OrderStatus::partially_filled);
+}

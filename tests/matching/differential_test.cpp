@@ -447,7 +447,7 @@ std::string reference_divergence(const std::vector<Command>& script) {
 
 // Found by the randomized run (GPUEX_SEED=3000011): the lease a preemption creates records the ask that sold the
 // GPUs (sell_order, ask window, list price), but the running engine does not tie it to that ask: when the ask is
-// cancelled the lease keeps ask_cancelled = false and can still be preempted, although DESIGN.md §4 allows
+// cancelled the lease keeps ask_withdrawn = false and can still be preempted, although DESIGN.md §4 allows
 // preemption only of leases whose ask is "open or filled, not cancelled". An engine restored from a snapshot
 // ties them (from sell_order), so it behaves differently from the engine that ran on (DESIGN.md §2).
 TEST_CASE("a lease made by a preemption stays tied to the ask that sold the GPUs", "[differential][restore]") {

@@ -124,13 +124,14 @@ TEST_CASE("cheapest leases are preempted first and a lease in its notice is not 
   f.place(kBuyer2, interruptible(buy_duration(usd4(20000), 4, H)));
   REQUIRE(trades_of(f.events()).size() == 1);
   CHECK(trades_of(f.events())[0].preempted_lease == dear);
-  // Both are in their notice now; kBuyer2's own new leases are not offered back to it, but a third
-  // buyer may preempt them (they are interruptible leases at 1.10 and 1.10).
+  // Both are in their notice now; kBuyer2's own new leases (3 at 1.10, 4 at 1.1001) are not offered back
+  // to it, but a third buyer may preempt them, the cheaper first, at 1.10 + 1 tick.
   f.place(kBuyer2, interruptible(buy_duration(usd4(20000), 4, H)));
   CHECK(trades_of(f.events()).empty());
   f.place(AccountId(12), interruptible(buy_duration(usd4(20000), 4, H)));
   REQUIRE(trades_of(f.events()).size() == 1);
-  CHECK(trades_of(f.events())[0].preempted_lease > dear);
+  CHECK(trades_of(f.events())[0].preempted_lease == LeaseId(3));
+  CHECK(trades_of(f.events())[0].price == usd4(11001));
 }
 
 TEST_CASE("a fixed window that starts within the notice cannot preempt", "[preemption]") {
@@ -149,6 +150,47 @@ TEST_CASE("a cancelled selling ask stops its leases from being resold", "[preemp
   f.run(kProvider, Cancel{s.ask});
   f.place(kBuyer2, interruptible(buy_duration(usd4(20000), 4, H)));
   CHECK(trades_of(f.events()).empty());
+}
+
+TEST_CASE("an ask that expired at its expire_at stops its leases from being resold", "[preemption]") {
+  // DESIGN.md §4: preemptable "provided the ask that sold them (open or filled, not cancelled)".
+  Fixture f;
+  const PoolId pool = f.add_pool(kProvider, pool_spec(8, 1, Tier::spot));
+  OrderRequest ask = sell(pool, usd4(10000), 8, T0, T0 + 30 * D);
+  ask.time_in_force = TimeInForce::gtd;
+  ask.expire_at = Seconds(T0 + H);
+  const OrderId a = f.place(kProvider, ask);
+  f.place(kBuyer, interruptible(buy_window(usd4(10000), 8, T0, T0 + 10 * D)));
+  REQUIRE(trades_of(f.events()).size() == 1);
+  f.advance(2 * H);
+  const OrderId bid = f.place(kBuyer2, interruptible(buy_duration(usd4(20000), 4, H)));
+  CHECK(f.status(a) == OrderStatus::expired);
+  CHECK(trades_of(f.events()).empty());
+  CHECK(f.status(bid) == OrderStatus::open);
+}
+
+TEST_CASE("preemption keeps the selling ask's min_duration", "[preemption]") {
+  // The leased GPUs count as the ask's free capacity, and "the bid's window ... is at least the ask's
+  // min_duration" (DESIGN.md §4, Matching).
+  Fixture f;
+  const PoolId pool = f.add_pool(kProvider, pool_spec(8, 1, Tier::spot));
+  OrderRequest ask = sell(pool, usd4(10000), 8, T0, T0 + 30 * D);
+  ask.min_duration = Seconds(4 * H);
+  f.place(kProvider, ask);
+  f.place(kBuyer, interruptible(buy_window(usd4(10000), 8, T0, T0 + 10 * D)));
+  REQUIRE(trades_of(f.events()).size() == 1);
+  f.advance(600);
+  const OrderId short_bid = f.place(kBuyer2, interruptible(buy_duration(usd4(20000), 4, H)));
+  CHECK(trades_of(f.events()).empty());
+  CHECK(f.status(short_bid) == OrderStatus::open);
+  f.place(kBuyer2, interruptible(buy_duration(usd4(20000), 4, 4 * H)));
+  const auto trades = trades_of(f.events());
+  REQUIRE(trades.size() == 1);
+  CHECK(trades[0].preemption);
+  CHECK(trades[0].quantity == Qty(4));
+  CHECK(trades[0].price == usd4(10001));
+  CHECK(trades[0].start == Seconds(T0 + 600 + 120));
+  CHECK(trades[0].end == Seconds(T0 + 600 + 120 + 4 * H));
 }
 
 TEST_CASE("the pool is never oversold through preemption", "[preemption]") {

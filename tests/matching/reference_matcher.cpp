@@ -209,13 +209,13 @@ void ReferenceMatcher::finish_order(Order& o, OrderStatus s, Reason r) {
   if (o.is_sell()) {
     end_ask(o);
     // "provided the ask that sold them (open or filled, not cancelled) covers the new window"
-    // The leases keep what preemption needs of the ask after it ends: its last list price, and whether it was
-    // cancelled.
+    // The leases keep what preemption needs of the ask after it ends: its last list price, and whether it ended
+    // neither open nor filled (cancelled, or expired at its expire_at).
     for (Lease& l : leases_) {
       if (l.sell_order != o.id) continue;
       if (mimic_unlinked_ && preemption_leases_.count(l.id)) continue;
       l.ask_list_price = o.request.price;
-      if (s == OrderStatus::cancelled) l.ask_cancelled = true;
+      if (s == OrderStatus::cancelled || s == OrderStatus::expired) l.ask_withdrawn = true;
     }
   }
   o.status = s;
@@ -587,6 +587,7 @@ void ReferenceMatcher::trade(std::size_t bid_index, std::size_t ask_index, Qty q
   l.ask_window_end = a.window_end;
   l.ask_list_price = a.request.price;
   l.ask_min_chunk = a.request.min_chunk;
+  l.ask_min_duration = a.request.min_duration;
   // The ask's free capacity is a step function of time: the sold GPUs leave it over the trade's window.
   a.free.add(s, e, -q.value);
   a.filled_gpu_seconds += q.value * (e - s).value;
@@ -664,7 +665,10 @@ std::vector<std::size_t> ReferenceMatcher::preemptable_leases(const Order& bid) 
     // "priced below the bid's limit"
     if (l.price >= bid.request.price) continue;
     // "provided the ask that sold them (open or filled, not cancelled) covers the new window"
-    if (l.ask_cancelled || l.ask_window_start > s || l.ask_window_end < e) continue;
+    if (l.ask_withdrawn || l.ask_window_start > s || l.ask_window_end < e) continue;
+    // Those GPUs count as the ask's free capacity, so the ask's eligibility holds: "the bid's window ... is at least
+    // the ask's min_duration".
+    if (e - s < l.ask_min_duration) continue;
     // The lease must hold those GPUs over the whole new window, or the pool would be oversold after it ends.
     if (l.start > s || l.end < e) continue;
     // "never above the bid's limit"
@@ -740,7 +744,8 @@ void ReferenceMatcher::preempt_for(std::size_t bid_index, EventSink& out) {
     n.ask_window_end = old.ask_window_end;
     n.ask_list_price = old.ask_list_price;
     n.ask_min_chunk = old.ask_min_chunk;
-    n.ask_cancelled = old.ask_cancelled;
+    n.ask_min_duration = old.ask_min_duration;
+    n.ask_withdrawn = old.ask_withdrawn;
     leases_.push_back(n);
     preemption_leases_.insert(n.id);
     out.push_back(TradeEvent{t});
@@ -1181,11 +1186,20 @@ void ReferenceMatcher::amend(const Command& cmd, const Amend& a, EventSink& out)
     return;
   }
   // What the quantity must leave, checked after the price (the engine's order): a bid keeps more than it has
-  // filled (nothing left to buy is a cancel, not an amend); a sell's cut must be free over the rest of its window.
-  if (a.quantity && ((o.is_buy() && *a.quantity <= o.filled) ||
-                     (o.is_sell() && o.free.min(from, o.window_end) < (o.request.quantity - *a.quantity).value))) {
-    out.push_back(CommandRejected{cmd.seq, Reason::invalid_amend, a.order.value});
-    return;
+  // filled (nothing left to buy is a cancel, not an amend); a sell's cut must be free over the rest of its window
+  // and leave a piece it can still sell (likewise).
+  if (a.quantity) {
+    const std::int64_t cut = (o.request.quantity - *a.quantity).value;
+    bool bad = o.is_buy() && *a.quantity <= o.filled;
+    if (o.is_sell() && cut > 0) {
+      Order rest = o;
+      rest.free.add(from, o.window_end, -cut);
+      bad = o.free.min(from, o.window_end) < cut || !ask_has_piece(rest);
+    }
+    if (bad) {
+      out.push_back(CommandRejected{cmd.seq, Reason::invalid_amend, a.order.value});
+      return;
+    }
   }
   // "An order that would exceed one is rejected (exposure_limit)": a bid's new price and quantity count in
   // the open notional instead of the old ones; only a higher price is checked (the engine's reading).
