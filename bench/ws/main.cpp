@@ -250,7 +250,8 @@ int main(int argc, char** argv) {
       Connection c(server.port());
       const std::string start = gpuex::format_rfc3339(now_s()), end = gpuex::format_rfc3339(now_s() + 30 * 86400);
       auto period = std::chrono::duration<double>(static_cast<double>(driver_threads) / opt.changes_per_s);
-      auto next = Clock::now();
+      // Each connection a quarter period after the one before: a steady stream, not four changes at once.
+      auto next = Clock::now() + std::chrono::duration_cast<Clock::duration>(period * d / driver_threads);
       std::vector<std::string> resting;
       int n = 0;
       while (!stop) {
