@@ -2097,7 +2097,8 @@ struct Engine::Impl {
 
   void on(const Command& cmd, const PlaceOrder& c) {
     const OrderRequest& r = c.order;
-    const std::uint64_t h = body_hash(r);
+    // Only a client_order_id's repeats compare the hash; without one it stays 0 (see Order::body_hash).
+    const std::uint64_t h = r.client_order_id.empty() ? 0 : body_hash(r);
     if (!r.client_order_id.empty()) {
       const CidKey k{cmd.account, r.client_order_id};
       if (auto it = open_cids.find(k); it != open_cids.end()) {
