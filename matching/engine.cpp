@@ -565,8 +565,19 @@ struct View {
   ConstrainedBids constrained;
 };
 
+// A level's quantity before the command changed it (the first change of the command records it).
+struct LevelBefore {
+  Side side{Side::buy};
+  Price price;
+  Qty qty;
+};
+
+// A view the command changed. Impl keeps these in a vector reused from command to command (a command
+// touches one view, rarely a few, and a handful of levels): no allocation once warm.
 struct Touched {
-  std::map<std::pair<int, std::int64_t>, Qty> before;  // (side, price) -> quantity before the command
+  const MarketId* market{nullptr};  // a key of Impl::books
+  Bucket bucket;
+  std::vector<LevelBefore> before;  // one entry per level changed, in first-change order
   ConstrainedBids constrained_before;
   View* view{nullptr};  // its entry in Impl::views (a std::map: stable)
 };
@@ -635,10 +646,9 @@ struct Engine::Impl {
   std::map<LeaseId, Lease> leases;  // not ended
   std::map<AccountId, Account> accounts;
   std::map<ViewKey, View> views;
-  std::map<ViewKey, Touched> touched;
-  const MarketId* last_market{nullptr};  // touch()'s memory of the last view it returned
-  Bucket last_bucket;
-  Touched* last_touched{nullptr};
+  std::vector<Touched> touched;  // the first n_touched are this command's (the rest kept for their buffers)
+  std::size_t n_touched{0};
+  Touched* last_touched{nullptr};  // touch()'s memory of the last view it returned
   std::vector<Timer> timers;  // a min-heap (std::greater); stale entries are skipped when they fire
   std::map<CidKey, OrderId> open_cids;
   std::map<CidKey, Finished> finished_cids;
@@ -999,18 +1009,19 @@ struct Engine::Impl {
   // The view (market, bucket) as touched by this command; the last one is remembered (most commands touch
   // one view several times) until flush_views() clears `touched`.
   Touched& touch(const MarketId* m, Bucket bucket) {
-    if (last_touched && m == last_market && bucket == last_bucket) return *last_touched;
-    const ViewKey k{*m, bucket};
-    auto it = touched.find(k);
-    if (it == touched.end()) {
-      it = touched.emplace(k, Touched{}).first;
-      it->second.view = &views[k];
-      it->second.constrained_before = it->second.view->constrained;
+    if (last_touched && m == last_touched->market && bucket == last_touched->bucket) return *last_touched;
+    for (std::size_t i = 0; i < n_touched; ++i) {
+      Touched& t = touched[i];
+      if (t.bucket == bucket && (t.market == m || *t.market == *m)) return *(last_touched = &t);
     }
-    last_market = m;
-    last_bucket = bucket;
-    last_touched = &it->second;
-    return it->second;
+    if (n_touched == touched.size()) touched.emplace_back();
+    Touched& t = touched[n_touched++];
+    t.market = m;
+    t.bucket = bucket;
+    t.before.clear();
+    t.view = &views[ViewKey{*m, bucket}];
+    t.constrained_before = t.view->constrained;
+    return *(last_touched = &t);
   }
 
   void view_apply(const Shown& s, const MarketId* m, int sign) {
@@ -1023,10 +1034,12 @@ struct Engine::Impl {
       return;
     }
     auto& levels = s.side == Side::buy ? v.bids : v.asks;
-    const auto lk = std::make_pair(static_cast<int>(s.side), s.price.value);
     auto lvl = levels.find(s.price);
     const Qty before = lvl == levels.end() ? Qty(0) : lvl->second;
-    t.before.try_emplace(lk, before);
+    const auto same = [&](const LevelBefore& b) { return b.side == s.side && b.price == s.price; };
+    if (std::find_if(t.before.begin(), t.before.end(), same) == t.before.end()) {
+      t.before.push_back(LevelBefore{s.side, s.price, before});
+    }
     const Qty after = before + Qty(sign * s.qty.value);
     if (after.value == 0) {
       if (lvl != levels.end()) levels.erase(lvl);
@@ -1046,26 +1059,45 @@ struct Engine::Impl {
     lo.shown = s;
   }
 
+  // One BookDelta per changed view, in (market, bucket) order; in each, the changed levels, buys by price
+  // descending then sells by price ascending.
   void flush_views() {
-    for (auto& [key, t] : touched) {
-      View& v = *t.view;
-      std::vector<LevelChange> buys;
-      std::vector<LevelChange> sells;
-      for (const auto& [lk, before] : t.before) {
-        const Side side = lk.first == static_cast<int>(Side::buy) ? Side::buy : Side::sell;
-        const auto& levels = side == Side::buy ? v.bids : v.asks;
-        auto it = levels.find(Price(lk.second));
-        const Qty now_qty = it == levels.end() ? Qty(0) : it->second;
-        if (now_qty != before) (side == Side::buy ? buys : sells).push_back(LevelChange{side, Price(lk.second), now_qty});
-      }
-      std::reverse(buys.begin(), buys.end());
-      if (buys.empty() && sells.empty() && v.constrained == t.constrained_before) continue;
-      ++v.sequence;
-      BookDelta d{key.market, key.bucket, v.sequence, std::move(buys), v.constrained};
-      d.changes.insert(d.changes.end(), sells.begin(), sells.end());
-      emit(std::move(d));
+    if (n_touched > 1) {
+      std::sort(touched.begin(), touched.begin() + static_cast<std::ptrdiff_t>(n_touched),
+                [](const Touched& a, const Touched& b) {
+                  if (a.market != b.market && *a.market != *b.market) return *a.market < *b.market;
+                  return a.bucket < b.bucket;
+                });
     }
-    touched.clear();
+    for (std::size_t i = 0; i < n_touched; ++i) {
+      Touched& t = touched[i];
+      View& v = *t.view;
+      std::size_t changed = 0;
+      for (LevelBefore& b : t.before) {
+        const auto& levels = b.side == Side::buy ? v.bids : v.asks;
+        auto it = levels.find(b.price);
+        const Qty now_qty = it == levels.end() ? Qty(0) : it->second;
+        if (now_qty != b.qty) {
+          t.before[changed++] = LevelBefore{b.side, b.price, now_qty};  // now the level's new quantity
+        }
+      }
+      if (changed == 0 && v.constrained == t.constrained_before) continue;
+      const auto first = t.before.begin();
+      const auto last = first + static_cast<std::ptrdiff_t>(changed);
+      std::sort(first, last, [](const LevelBefore& a, const LevelBefore& b) {
+        if (a.side != b.side) return a.side == Side::buy;
+        return a.side == Side::buy ? a.price > b.price : a.price < b.price;
+      });
+      ++v.sequence;
+      BookDelta& d = std::get<BookDelta>(sink_->emplace_back(std::in_place_type<BookDelta>));
+      d.market = *t.market;
+      d.bucket = t.bucket;
+      d.sequence = v.sequence;
+      d.changes.reserve(changed);
+      for (auto it = first; it != last; ++it) d.changes.push_back(LevelChange{it->side, it->price, it->qty});
+      d.constrained_bids = v.constrained;
+    }
+    n_touched = 0;
     last_touched = nullptr;
   }
 
@@ -2735,7 +2767,7 @@ struct Engine::Impl {
     for (const FinishedOrder& f : s.finished) {
       finished_cids[CidKey{f.order.account, f.order.request.client_order_id}] = Finished{f.order, f.body_hash, f.done_seq};
     }
-    touched.clear();
+    n_touched = 0;
     last_touched = nullptr;
   }
 
