@@ -41,6 +41,10 @@ class StepTree {
 
   // Drops history before `t`: the value from `t` on is unchanged.
   void trim_before(Seconds t) {
+    // Nothing before `t` (the common case: callers trim at `now` on every change): no split and merge.
+    int first = root_;
+    while (first >= 0 && n(first).l >= 0) first = n(first).l;
+    if (first < 0 || n(first).key >= t.value) return;
     int left = -1;
     int right = -1;
     split(root_, t.value, left, right);  // left: keys <= t
