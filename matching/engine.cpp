@@ -712,9 +712,11 @@ struct Engine::Impl {
     return {&it->first, const_cast<Book*>(&it->second)};
   }
 
-  RestOrder rest_of(Order&& o) const {
+  RestOrder rest_of(Order&& o) const { return rest_of(std::move(o), o.request, market_key(o.market)); }
+
+  // The same from the order's request apart (`o.request` unused) and its interned market.
+  RestOrder rest_of(Order&& o, const OrderRequest& q, std::pair<const MarketId*, Book*> market) const {
     RestOrder r;
-    const OrderRequest& q = o.request;
     RestRequest& rq = r.request;
     rq.side = q.side;
     rq.time_in_force = q.time_in_force;
@@ -736,9 +738,9 @@ struct Engine::Impl {
     put(RestRequest::kDuration, q.duration, rq.duration_v);
     put(RestRequest::kExpire, q.expire_at, rq.expire_v);
     rq.cons = intern(q.constraints);
-    std::tie(r.market, r.book) = market_key(o.market);
+    std::tie(r.market, r.book) = market;
     using MK = RestRequest::MarketKind;
-    rq.market_kind = q.market.value.empty() ? MK::empty : q.market == o.market ? MK::resolved : MK::cold;
+    rq.market_kind = q.market.value.empty() ? MK::empty : q.market == *r.market ? MK::resolved : MK::cold;
     if (!q.client_order_id.empty() || rq.market_kind == MK::cold) {
       auto cold = std::make_shared<RestCold>();
       cold->client_order_id = q.client_order_id;
@@ -2067,8 +2069,8 @@ struct Engine::Impl {
 
   void reject_command(Reason r, std::int64_t subject) { emit(CommandRejected{seq, r, subject}); }
 
-  Reason validate(Order& o, const Command& cmd) {
-    const OrderRequest& r = o.request;
+  // Checks a placement `r` and fills `o`'s geometry and `market` (the interned market, once known).
+  Reason validate(const OrderRequest& r, Order& o, const Command& cmd, std::pair<const MarketId*, Book*>& market) {
     if (r.price.value <= 0 || r.quantity.value <= 0 || r.min_chunk.value <= 0) return Reason::invalid_field;
     if (r.price.value > 1'000'000'000'000 || r.quantity.value > 100'000'000) return Reason::invalid_field;
     if (r.min_duration.value < 0) return Reason::invalid_field;
@@ -2085,16 +2087,17 @@ struct Engine::Impl {
           r.time_in_force != TimeInForce::fok) {
         return Reason::invalid_field;
       }
-      if (!books.count(r.market)) return Reason::not_found;
-      o.market = r.market;
+      auto b = books.find(r.market);
+      if (b == books.end()) return Reason::not_found;
+      market = {&b->first, &b->second};
     } else {
       if (!r.start || !r.end || r.duration) return Reason::invalid_field;
       if (*r.end <= *r.start) return Reason::invalid_field;
       auto p = pools.find(r.pool);
       if (p == pools.end() || p->second.p.provider != cmd.account || p->second.p.retired) return Reason::not_found;
-      o.market = p->second.p.spec.market;
+      market = market_key(p->second.p.spec.market);
     }
-    const Book& book = books.at(o.market);
+    const Book& book = *market.second;
     if (book.halted) return Reason::market_halted;
     if (r.price.value % book.spec.tick.value != 0) return Reason::off_tick;
     if (r.quantity.value % r.min_chunk.value != 0) return Reason::quantity_not_multiple_of_chunk;
@@ -2153,17 +2156,19 @@ struct Engine::Impl {
         return;
       }
     }
-    Order o;
+    Order o;  // its request stays empty unless rejected: the resting form is built from `r`
     o.id = OrderId(cmd.seq);
     o.account = cmd.account;
-    o.request = r;
     o.priority = cmd.seq;
     o.created_at = now;
     o.updated_at = now;
     o.effective_price = r.price;
     o.body_hash = h;
-    const Reason bad = validate(o, cmd);
+    std::pair<const MarketId*, Book*> market{nullptr, nullptr};
+    const Reason bad = validate(r, o, cmd, market);
     if (bad != Reason::none) {
+      o.request = r;
+      if (market.first) o.market = *market.first;
       o.status = OrderStatus::rejected;
       o.reason = bad;
       o.remaining = o.is_buy() ? r.quantity : Qty(0);  // filled + remaining = quantity, always
@@ -2173,17 +2178,17 @@ struct Engine::Impl {
       if (!r.client_order_id.empty()) finished_cids[CidKey{cmd.account, r.client_order_id}] = Finished{o, h, seq};
       return;
     }
-    if (o.is_sell()) {
+    if (r.side == Side::sell) {
       LivePool& lp = pools.at(r.pool);
       o.green_discount_bps = lp.p.green_discount_bps;
-      o.effective_price = discounted(r.price, lp.p.green_discount_bps, tick(o.market));
+      o.effective_price = discounted(r.price, lp.p.green_discount_bps, market.second->spec.tick);
       o.free = Steps(o.window_start, o.window_end, r.quantity.value);
       o.total_gpu_seconds = r.quantity.value * (o.window_end - o.window_start).value;
       lp.used.add(o.window_start, o.window_end, r.quantity.value);
       lp.used.trim_before(now);
     }
     LiveOrder& lo = orders.emplace(o.id, LiveOrder{}).first->second;
-    lo.o = rest_of(std::move(o));
+    lo.o = rest_of(std::move(o), r, market);
     if (lo.o.is_sell()) pools.at(r.pool).asks.add(lo, &LiveOrder::pool_slot);
     account(cmd.account).orders.add(lo, &LiveOrder::account_slot);
     if (!r.client_order_id.empty()) open_cids[CidKey{cmd.account, r.client_order_id}] = lo.o.id;
