@@ -17,6 +17,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "matching/engine.hpp"
@@ -185,13 +186,13 @@ Result plain(std::int64_t commands) {
       o.price = Price(mid + (crossing ? -300 : rng.between(1, 200)) * 100);
       o.start = Seconds(d.now);
       o.end = Seconds(d.now + kDay);
-      return {AccountId(1), PlaceOrder{o}};
+      return {AccountId(1), PlaceOrder{std::move(o)}};
     }
     o.side = Side::buy;
     o.market = MarketId{"H100-SXM-80G"};
     o.price = Price(mid + (crossing ? 300 : -rng.between(1, 200)) * 100);
     o.duration = Seconds(3600);
-    return {AccountId(rng.between(2, 101)), PlaceOrder{o}};
+    return {AccountId(rng.between(2, 101)), PlaceOrder{std::move(o)}};
   };
   d.resting.reserve(20'000, 1 << 19);
   auto before = heap_in_use();
@@ -258,7 +259,7 @@ Result realistic(std::int64_t commands) {
       o.start = Seconds(start);
       o.end = Seconds(std::min(start + rng.between(1, 90) * kDay, d.now + 180 * kDay));
       if (rng.chance(30)) o.min_duration = Seconds(3600);
-      return {p.provider, PlaceOrder{o}};
+      return {p.provider, PlaceOrder{std::move(o)}};
     }
     auto market = config.markets[rng.next() % config.markets.size()].id;
     o.side = Side::buy;
@@ -283,7 +284,7 @@ Result realistic(std::int64_t commands) {
     if (rng.chance(10)) c.nvlink = true;
     if (rng.chance(10)) c.min_sla_pct_x1000 = 99'000;
     if (rng.chance(10)) c.interruptible = true;
-    return {AccountId(rng.between(2, 501)), PlaceOrder{o}};
+    return {AccountId(rng.between(2, 501)), PlaceOrder{std::move(o)}};
   };
   d.resting.reserve(200'000, 1 << 21);
   auto before = heap_in_use();
