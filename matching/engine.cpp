@@ -470,6 +470,7 @@ struct Book {
   bool halted{false};
   std::vector<BidGroup> bid_groups;       // resting bids, by constraint group (never removed)
   std::map<std::string, int> group_index;  // constraint_key(rep) -> index in bid_groups
+  int unconstrained_group{-1};             // the group of bids without constraints, once one rested
   std::set<PoolId> spot_pools;
   // Pools with resting asks (order irrelevant: walks merge by key), each with the lowest effective price
   // among them, so that a walk skips a pool priced out without touching it.
@@ -1396,7 +1397,14 @@ struct Engine::Impl {
           const bool dur = o.is_duration_bid();
           const BidKey k{o.request.price, o.priority, o.id, &lo, o.window_start, o.window_end,
                          dur ? *o.request.duration() : Seconds(0)};
-          if (lo.bid_group < 0) lo.bid_group = group_of(b, o.request.constraints());
+          if (lo.bid_group < 0) {
+            if (o.request.cons) {
+              lo.bid_group = group_of(b, *o.request.cons);
+            } else {  // most bids: no key to build
+              if (b.unconstrained_group < 0) b.unconstrained_group = group_of(b, RestRequest::no_constraints());
+              lo.bid_group = b.unconstrained_group;
+            }
+          }
           BidGroup& g = b.bid_groups[static_cast<std::size_t>(lo.bid_group)];
           ++g.resting;
           const std::vector<std::string>& regions = o.request.constraints().regions;
@@ -2070,7 +2078,8 @@ struct Engine::Impl {
   void reject_command(Reason r, std::int64_t subject) { emit(CommandRejected{seq, r, subject}); }
 
   // Checks a placement `r` and fills `o`'s geometry and `market` (the interned market, once known).
-  Reason validate(const OrderRequest& r, Order& o, const Command& cmd, std::pair<const MarketId*, Book*>& market) {
+  Reason validate(const OrderRequest& r, Order& o, const Command& cmd, std::pair<const MarketId*, Book*>& market,
+                  const Account& a) {
     if (r.price.value <= 0 || r.quantity.value <= 0 || r.min_chunk.value <= 0) return Reason::invalid_field;
     if (r.price.value > 1'000'000'000'000 || r.quantity.value > 100'000'000) return Reason::invalid_field;
     if (r.min_duration.value < 0) return Reason::invalid_field;
@@ -2114,7 +2123,6 @@ struct Engine::Impl {
       o.window_start = std::max(*r.start, now);
       o.window_end = *r.end;
     }
-    const Account& a = account(o.account);
     if (a.open_orders + 1 > a.limits.max_open_orders) return Reason::exposure_limit;
     if (r.side == Side::buy) {
       if (a.open_gpus + r.quantity.value > a.limits.max_open_gpus.value) return Reason::exposure_limit;
@@ -2165,7 +2173,8 @@ struct Engine::Impl {
     o.effective_price = r.price;
     o.body_hash = h;
     std::pair<const MarketId*, Book*> market{nullptr, nullptr};
-    const Reason bad = validate(r, o, cmd, market);
+    Account& acct = account(cmd.account);
+    const Reason bad = validate(r, o, cmd, market, acct);
     if (bad != Reason::none) {
       o.request = r;
       if (market.first) o.market = *market.first;
@@ -2190,7 +2199,8 @@ struct Engine::Impl {
     LiveOrder& lo = orders.emplace(o.id, LiveOrder{}).first->second;
     lo.o = rest_of(std::move(o), r, market);
     if (lo.o.is_sell()) pools.at(r.pool).asks.add(lo, &LiveOrder::pool_slot);
-    account(cmd.account).orders.add(lo, &LiveOrder::account_slot);
+    lo.acct = &acct;  // std::map: the address is stable
+    acct.orders.add(lo, &LiveOrder::account_slot);
     if (!r.client_order_id.empty()) open_cids[CidKey{cmd.account, r.client_order_id}] = lo.o.id;
     hook(lo, false);
     emit_order<OrderAccepted>(lo.o);
