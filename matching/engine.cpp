@@ -566,11 +566,12 @@ struct View {
   ConstrainedBids constrained;
 };
 
-// A level's quantity before the command changed it (the first change of the command records it).
+// A level the command changed: its quantity before the command (recorded by the first change) and now.
 struct LevelBefore {
   Side side{Side::buy};
   Price price;
   Qty qty;
+  Qty now;
 };
 
 // A view the command changed. Impl keeps these in a vector reused from command to command (a command
@@ -647,6 +648,7 @@ struct Engine::Impl {
   std::map<LeaseId, Lease> leases;  // not ended
   std::map<AccountId, Account> accounts;
   std::map<ViewKey, View> views;
+  std::map<std::pair<const MarketId*, Bucket>, View*> view_of;  // views by interned market (no string compared)
   std::vector<Touched> touched;  // the first n_touched are this command's (the rest kept for their buffers)
   std::size_t n_touched{0};
   Touched* last_touched{nullptr};  // touch()'s memory of the last view it returned
@@ -1022,7 +1024,9 @@ struct Engine::Impl {
     t.market = m;
     t.bucket = bucket;
     t.before.clear();
-    t.view = &views[ViewKey{*m, bucket}];
+    auto [vit, fresh] = view_of.try_emplace(std::make_pair(m, bucket), nullptr);
+    if (fresh) vit->second = &views[ViewKey{*m, bucket}];  // std::map: the address is stable
+    t.view = vit->second;
     t.constrained_before = t.view->constrained;
     return *(last_touched = &t);
   }
@@ -1039,11 +1043,13 @@ struct Engine::Impl {
     auto& levels = s.side == Side::buy ? v.bids : v.asks;
     auto lvl = levels.find(s.price);
     const Qty before = lvl == levels.end() ? Qty(0) : lvl->second;
-    const auto same = [&](const LevelBefore& b) { return b.side == s.side && b.price == s.price; };
-    if (std::find_if(t.before.begin(), t.before.end(), same) == t.before.end()) {
-      t.before.push_back(LevelBefore{s.side, s.price, before});
-    }
     const Qty after = before + Qty(sign * s.qty.value);
+    const auto same = [&](const LevelBefore& b) { return b.side == s.side && b.price == s.price; };
+    if (auto b = std::find_if(t.before.begin(), t.before.end(), same); b != t.before.end()) {
+      b->now = after;
+    } else {
+      t.before.push_back(LevelBefore{s.side, s.price, before, after});
+    }
     if (after.value == 0) {
       if (lvl != levels.end()) levels.erase(lvl);
     } else if (lvl != levels.end()) {
@@ -1076,13 +1082,8 @@ struct Engine::Impl {
       Touched& t = touched[i];
       View& v = *t.view;
       std::size_t changed = 0;
-      for (LevelBefore& b : t.before) {
-        const auto& levels = b.side == Side::buy ? v.bids : v.asks;
-        auto it = levels.find(b.price);
-        const Qty now_qty = it == levels.end() ? Qty(0) : it->second;
-        if (now_qty != b.qty) {
-          t.before[changed++] = LevelBefore{b.side, b.price, now_qty};  // now the level's new quantity
-        }
+      for (const LevelBefore& b : t.before) {
+        if (b.now != b.qty) t.before[changed++] = b;
       }
       if (changed == 0 && v.constrained == t.constrained_before) continue;
       const auto first = t.before.begin();
@@ -1097,7 +1098,7 @@ struct Engine::Impl {
       d.bucket = t.bucket;
       d.sequence = v.sequence;
       d.changes.reserve(changed);
-      for (auto it = first; it != last; ++it) d.changes.push_back(LevelChange{it->side, it->price, it->qty});
+      for (auto it = first; it != last; ++it) d.changes.push_back(LevelChange{it->side, it->price, it->now});
       d.constrained_bids = v.constrained;
     }
     n_touched = 0;
