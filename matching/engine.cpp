@@ -1993,6 +1993,7 @@ struct Engine::Impl {
 
   void advance(Seconds t) {
     if (t > now) now = t;
+    if (timers.empty() || timers.front().at > now) return;  // nothing due (most commands)
     std::set<OrderId> due_orders;
     std::set<LeaseId> due_leases;
     std::set<PoolId> due_pools;
