@@ -12,6 +12,7 @@
 #include <set>
 #include <stdexcept>
 #include <unordered_map>
+#include <type_traits>
 #include <utility>
 
 #include "matching/chunked_set.hpp"
@@ -663,7 +664,11 @@ struct Engine::Impl {
     for (const MarketSpec& m : cfg.markets) books[m.id].spec = m;
   }
 
-  void emit(Event e) { sink_->push_back(std::move(e)); }
+  // Appends an event built in the sink's variant (no temporary Event moved through the variant's visitor).
+  template <class E>
+  void emit(E&& e) {
+    sink_->emplace_back(std::in_place_type<std::remove_cvref_t<E>>, std::forward<E>(e));
+  }
 
   // ---------------------------------------------------------------- compact orders
 
