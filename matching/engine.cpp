@@ -1395,8 +1395,10 @@ struct Engine::Impl {
   void hook(LiveOrder& lo, bool into_book) {
     RestOrder& o = lo.o;
     if (o.is_open()) {
-      account_add(lo, +1);
-      lo.counted = true;
+      if (!lo.counted) {  // counted and unchanged since (an incoming order entering the book): as it is
+        account_add(lo, +1);
+        lo.counted = true;
+      }
       if (into_book) {
         Book& b = (*o.book);
         if (o.is_buy()) {
@@ -2229,7 +2231,9 @@ struct Engine::Impl {
     if (lo.o.is_open() && immediate) finish_order(lo, OrderStatus::cancelled, Reason::none, false);
     const bool filled_some = lo.o.is_buy() ? lo.o.filled.value > 0 : lo.o.filled_gpu_seconds > 0;
     if (lo.o.is_open()) {
-      unhook(lo);
+      // Out of the book while incoming, and its account sums current (every fill re-hooked it): it only
+      // enters the book.
+      if (lo.in_book) unhook(lo);
       hook(lo, true);
       if (filled_some) emit_order<OrderUpdated>(lo.o);
     } else {
