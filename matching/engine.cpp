@@ -698,6 +698,7 @@ struct Engine::Impl {
 
   std::shared_ptr<const BidConstraints> intern(const BidConstraints& c) const {
     // No constraint at all (most bids, every ask), tested field by field: cheaper than operator==.
+    static_assert(sizeof(BidConstraints) == 104, "a new field of BidConstraints belongs in this test too");
     if (c.tiers.empty() && c.regions.empty() && !c.nvlink && !c.min_fabric && !c.min_fabric_gbps &&
         !c.min_sla_pct_x1000 && !c.green_only && !c.max_pue_x1000 && !c.min_renewable_pct_x100 &&
         !c.max_carbon_g_per_kwh_x100 && !c.single_pool && !c.interruptible) {
