@@ -2146,7 +2146,9 @@ struct Engine::Impl {
       if (n > static_cast<Int128>(a.limits.max_open_notional) * 3600) return Reason::exposure_limit;
     } else {
       const LivePool& lp = pools.at(r.pool);
-      if (lp.used.max(o.window_start, o.window_end) + r.quantity.value > lp.p.gpus().value) {
+      // The pool's peak anywhere bounds its peak over the window: the exact query only near capacity.
+      if (lp.used.max_all() + r.quantity.value > lp.p.gpus().value &&
+          lp.used.max(o.window_start, o.window_end) + r.quantity.value > lp.p.gpus().value) {
         return Reason::insufficient_pool_capacity;
       }
     }

@@ -39,6 +39,9 @@ class StepTree {
     return best;
   }
 
+  // Largest value anywhere (0 when empty): an upper bound of max() over any interval, read at the root.
+  std::int64_t max_all() const { return root_ < 0 ? 0 : std::max<std::int64_t>(0, n(root_).maxpre); }
+
   // Drops history before `t`: the value from `t` on is unchanged.
   void trim_before(Seconds t) {
     // Nothing before `t` (the common case: callers trim at `now` on every change): no split and merge.
