@@ -11,6 +11,7 @@
 #include <numeric>
 #include <set>
 #include <stdexcept>
+#include <tuple>
 #include <unordered_map>
 #include <type_traits>
 #include <utility>
@@ -286,6 +287,20 @@ class OrderMap {
   // Inserts `lo` under `id` unless present.
   std::pair<iterator, bool> emplace(OrderId id, LiveOrder&& lo) {
     if (iterator it = find(id); it != end()) return {it, false};
+    const std::uint32_t s = take_slot();
+    std::construct_at(slot(s), id, std::move(lo));
+    return {insert_at(id, s), true};
+  }
+  // A default LiveOrder under `id`, which must be new (order ids are command sequence numbers), built in
+  // its slot: no temporary moved in.
+  LiveOrder& emplace_new(OrderId id) {
+    if (find(id) != end()) throw std::logic_error("order id in use");
+    const std::uint32_t s = take_slot();
+    std::construct_at(slot(s), std::piecewise_construct, std::forward_as_tuple(id), std::forward_as_tuple());
+    return insert_at(id, s)->second;
+  }
+ private:
+  std::uint32_t take_slot() {
     if ((count_ + 1) * 2 > table_.size()) grow();
     std::uint32_t s;
     if (!free_.empty()) {
@@ -296,12 +311,16 @@ class OrderMap {
       s = slots_++;
       used_.push_back(false);
     }
-    std::construct_at(slot(s), id, std::move(lo));
+    return s;
+  }
+  iterator insert_at(OrderId id, std::uint32_t s) {
     used_[s] = true;
     place(id.value, s);
     ++count_;
-    return {iterator(this, s), true};
+    return iterator(this, s);
   }
+
+ public:
   void erase(OrderId id) {
     if (table_.empty()) return;
     std::size_t h = home(id.value);
@@ -731,6 +750,12 @@ struct Engine::Impl {
   // The same from the order's request apart (`o.request` unused) and its interned market.
   RestOrder rest_of(Order&& o, const OrderRequest& q, std::pair<const MarketId*, Book*> market) const {
     RestOrder r;
+    rest_into(r, std::move(o), q, market);
+    return r;
+  }
+
+  // Fills `r` (default-constructed) as rest_of() would return it.
+  void rest_into(RestOrder& r, Order&& o, const OrderRequest& q, std::pair<const MarketId*, Book*> market) const {
     RestRequest& rq = r.request;
     rq.side = q.side;
     rq.time_in_force = q.time_in_force;
@@ -782,7 +807,6 @@ struct Engine::Impl {
     r.cancelled_gpu_seconds = o.cancelled_gpu_seconds;
     r.free = std::move(o.free);
     r.body_hash = o.body_hash;
-    return r;
   }
 
   static Order to_order(const RestOrder& r) {
@@ -2213,8 +2237,8 @@ struct Engine::Impl {
       lp.used.add(o.window_start, o.window_end, r.quantity.value);
       lp.used.trim_before(now);
     }
-    LiveOrder& lo = orders.emplace(o.id, LiveOrder{}).first->second;
-    lo.o = rest_of(std::move(o), r, market);
+    LiveOrder& lo = orders.emplace_new(o.id);
+    rest_into(lo.o, std::move(o), r, market);
     if (lo.o.is_sell()) pools.at(r.pool).asks.add(lo, &LiveOrder::pool_slot);
     lo.acct = &acct;  // std::map: the address is stable
     acct.orders.add(lo, &LiveOrder::account_slot);
