@@ -11,7 +11,9 @@
 #include <numeric>
 #include <set>
 #include <stdexcept>
+#include <tuple>
 #include <unordered_map>
+#include <type_traits>
 #include <utility>
 
 #include "matching/chunked_set.hpp"
@@ -285,6 +287,20 @@ class OrderMap {
   // Inserts `lo` under `id` unless present.
   std::pair<iterator, bool> emplace(OrderId id, LiveOrder&& lo) {
     if (iterator it = find(id); it != end()) return {it, false};
+    const std::uint32_t s = take_slot();
+    std::construct_at(slot(s), id, std::move(lo));
+    return {insert_at(id, s), true};
+  }
+  // A default LiveOrder under `id`, which must be new (order ids are command sequence numbers), built in
+  // its slot: no temporary moved in.
+  LiveOrder& emplace_new(OrderId id) {
+    if (find(id) != end()) throw std::logic_error("order id in use");
+    const std::uint32_t s = take_slot();
+    std::construct_at(slot(s), std::piecewise_construct, std::forward_as_tuple(id), std::forward_as_tuple());
+    return insert_at(id, s)->second;
+  }
+ private:
+  std::uint32_t take_slot() {
     if ((count_ + 1) * 2 > table_.size()) grow();
     std::uint32_t s;
     if (!free_.empty()) {
@@ -295,12 +311,16 @@ class OrderMap {
       s = slots_++;
       used_.push_back(false);
     }
-    std::construct_at(slot(s), id, std::move(lo));
+    return s;
+  }
+  iterator insert_at(OrderId id, std::uint32_t s) {
     used_[s] = true;
     place(id.value, s);
     ++count_;
-    return {iterator(this, s), true};
+    return iterator(this, s);
   }
+
+ public:
   void erase(OrderId id) {
     if (table_.empty()) return;
     std::size_t h = home(id.value);
@@ -470,6 +490,7 @@ struct Book {
   bool halted{false};
   std::vector<BidGroup> bid_groups;       // resting bids, by constraint group (never removed)
   std::map<std::string, int> group_index;  // constraint_key(rep) -> index in bid_groups
+  int unconstrained_group{-1};             // the group of bids without constraints, once one rested
   std::set<PoolId> spot_pools;
   // Pools with resting asks (order irrelevant: walks merge by key), each with the lowest effective price
   // among them, so that a walk skips a pool priced out without touching it.
@@ -565,8 +586,20 @@ struct View {
   ConstrainedBids constrained;
 };
 
+// A level the command changed: its quantity before the command (recorded by the first change) and now.
+struct LevelBefore {
+  Side side{Side::buy};
+  Price price;
+  Qty qty;
+  Qty now;
+};
+
+// A view the command changed. Impl keeps these in a vector reused from command to command (a command
+// touches one view, rarely a few, and a handful of levels): no allocation once warm.
 struct Touched {
-  std::map<std::pair<int, std::int64_t>, Qty> before;  // (side, price) -> quantity before the command
+  const MarketId* market{nullptr};  // a key of Impl::books
+  Bucket bucket;
+  std::vector<LevelBefore> before;  // one entry per level changed, in first-change order
   ConstrainedBids constrained_before;
   View* view{nullptr};  // its entry in Impl::views (a std::map: stable)
 };
@@ -635,10 +668,10 @@ struct Engine::Impl {
   std::map<LeaseId, Lease> leases;  // not ended
   std::map<AccountId, Account> accounts;
   std::map<ViewKey, View> views;
-  std::map<ViewKey, Touched> touched;
-  const MarketId* last_market{nullptr};  // touch()'s memory of the last view it returned
-  Bucket last_bucket;
-  Touched* last_touched{nullptr};
+  std::map<std::pair<const MarketId*, Bucket>, View*> view_of;  // views by interned market (no string compared)
+  std::vector<Touched> touched;  // the first n_touched are this command's (the rest kept for their buffers)
+  std::size_t n_touched{0};
+  Touched* last_touched{nullptr};  // touch()'s memory of the last view it returned
   std::vector<Timer> timers;  // a min-heap (std::greater); stale entries are skipped when they fire
   std::map<CidKey, OrderId> open_cids;
   std::map<CidKey, Finished> finished_cids;
@@ -650,7 +683,11 @@ struct Engine::Impl {
     for (const MarketSpec& m : cfg.markets) books[m.id].spec = m;
   }
 
-  void emit(Event e) { sink_->push_back(std::move(e)); }
+  // Appends an event built in the sink's variant (no temporary Event moved through the variant's visitor).
+  template <class E>
+  void emit(E&& e) {
+    sink_->emplace_back(std::in_place_type<std::remove_cvref_t<E>>, std::forward<E>(e));
+  }
 
   // ---------------------------------------------------------------- compact orders
 
@@ -679,7 +716,13 @@ struct Engine::Impl {
   }
 
   std::shared_ptr<const BidConstraints> intern(const BidConstraints& c) const {
-    if (c == RestRequest::no_constraints()) return nullptr;
+    // No constraint at all (most bids, every ask), tested field by field: cheaper than operator==.
+    static_assert(sizeof(BidConstraints) == 104, "a new field of BidConstraints belongs in this test too");
+    if (c.tiers.empty() && c.regions.empty() && !c.nvlink && !c.min_fabric && !c.min_fabric_gbps &&
+        !c.min_sla_pct_x1000 && !c.green_only && !c.max_pue_x1000 && !c.min_renewable_pct_x100 &&
+        !c.max_carbon_g_per_kwh_x100 && !c.single_pool && !c.interruptible) {
+      return nullptr;
+    }
     const std::uint64_t h = constraints_hash(c);
     auto [first, last] = interned.equal_range(h);
     for (auto it = first; it != last; ++it) {
@@ -702,9 +745,17 @@ struct Engine::Impl {
     return {&it->first, const_cast<Book*>(&it->second)};
   }
 
-  RestOrder rest_of(Order&& o) const {
+  RestOrder rest_of(Order&& o) const { return rest_of(std::move(o), o.request, market_key(o.market)); }
+
+  // The same from the order's request apart (`o.request` unused) and its interned market.
+  RestOrder rest_of(Order&& o, const OrderRequest& q, std::pair<const MarketId*, Book*> market) const {
     RestOrder r;
-    const OrderRequest& q = o.request;
+    rest_into(r, std::move(o), q, market);
+    return r;
+  }
+
+  // Fills `r` (default-constructed) as rest_of() would return it.
+  void rest_into(RestOrder& r, Order&& o, const OrderRequest& q, std::pair<const MarketId*, Book*> market) const {
     RestRequest& rq = r.request;
     rq.side = q.side;
     rq.time_in_force = q.time_in_force;
@@ -726,9 +777,9 @@ struct Engine::Impl {
     put(RestRequest::kDuration, q.duration, rq.duration_v);
     put(RestRequest::kExpire, q.expire_at, rq.expire_v);
     rq.cons = intern(q.constraints);
-    std::tie(r.market, r.book) = market_key(o.market);
+    std::tie(r.market, r.book) = market;
     using MK = RestRequest::MarketKind;
-    rq.market_kind = q.market.value.empty() ? MK::empty : q.market == o.market ? MK::resolved : MK::cold;
+    rq.market_kind = q.market.value.empty() ? MK::empty : q.market == *r.market ? MK::resolved : MK::cold;
     if (!q.client_order_id.empty() || rq.market_kind == MK::cold) {
       auto cold = std::make_shared<RestCold>();
       cold->client_order_id = q.client_order_id;
@@ -756,7 +807,6 @@ struct Engine::Impl {
     r.cancelled_gpu_seconds = o.cancelled_gpu_seconds;
     r.free = std::move(o.free);
     r.body_hash = o.body_hash;
-    return r;
   }
 
   static Order to_order(const RestOrder& r) {
@@ -999,18 +1049,21 @@ struct Engine::Impl {
   // The view (market, bucket) as touched by this command; the last one is remembered (most commands touch
   // one view several times) until flush_views() clears `touched`.
   Touched& touch(const MarketId* m, Bucket bucket) {
-    if (last_touched && m == last_market && bucket == last_bucket) return *last_touched;
-    const ViewKey k{*m, bucket};
-    auto it = touched.find(k);
-    if (it == touched.end()) {
-      it = touched.emplace(k, Touched{}).first;
-      it->second.view = &views[k];
-      it->second.constrained_before = it->second.view->constrained;
+    if (last_touched && m == last_touched->market && bucket == last_touched->bucket) return *last_touched;
+    for (std::size_t i = 0; i < n_touched; ++i) {
+      Touched& t = touched[i];
+      if (t.bucket == bucket && (t.market == m || *t.market == *m)) return *(last_touched = &t);
     }
-    last_market = m;
-    last_bucket = bucket;
-    last_touched = &it->second;
-    return it->second;
+    if (n_touched == touched.size()) touched.emplace_back();
+    Touched& t = touched[n_touched++];
+    t.market = m;
+    t.bucket = bucket;
+    t.before.clear();
+    auto [vit, fresh] = view_of.try_emplace(std::make_pair(m, bucket), nullptr);
+    if (fresh) vit->second = &views[ViewKey{*m, bucket}];  // std::map: the address is stable
+    t.view = vit->second;
+    t.constrained_before = t.view->constrained;
+    return *(last_touched = &t);
   }
 
   void view_apply(const Shown& s, const MarketId* m, int sign) {
@@ -1023,11 +1076,15 @@ struct Engine::Impl {
       return;
     }
     auto& levels = s.side == Side::buy ? v.bids : v.asks;
-    const auto lk = std::make_pair(static_cast<int>(s.side), s.price.value);
     auto lvl = levels.find(s.price);
     const Qty before = lvl == levels.end() ? Qty(0) : lvl->second;
-    t.before.try_emplace(lk, before);
     const Qty after = before + Qty(sign * s.qty.value);
+    const auto same = [&](const LevelBefore& b) { return b.side == s.side && b.price == s.price; };
+    if (auto b = std::find_if(t.before.begin(), t.before.end(), same); b != t.before.end()) {
+      b->now = after;
+    } else {
+      t.before.push_back(LevelBefore{s.side, s.price, before, after});
+    }
     if (after.value == 0) {
       if (lvl != levels.end()) levels.erase(lvl);
     } else if (lvl != levels.end()) {
@@ -1046,26 +1103,40 @@ struct Engine::Impl {
     lo.shown = s;
   }
 
+  // One BookDelta per changed view, in (market, bucket) order; in each, the changed levels, buys by price
+  // descending then sells by price ascending.
   void flush_views() {
-    for (auto& [key, t] : touched) {
-      View& v = *t.view;
-      std::vector<LevelChange> buys;
-      std::vector<LevelChange> sells;
-      for (const auto& [lk, before] : t.before) {
-        const Side side = lk.first == static_cast<int>(Side::buy) ? Side::buy : Side::sell;
-        const auto& levels = side == Side::buy ? v.bids : v.asks;
-        auto it = levels.find(Price(lk.second));
-        const Qty now_qty = it == levels.end() ? Qty(0) : it->second;
-        if (now_qty != before) (side == Side::buy ? buys : sells).push_back(LevelChange{side, Price(lk.second), now_qty});
-      }
-      std::reverse(buys.begin(), buys.end());
-      if (buys.empty() && sells.empty() && v.constrained == t.constrained_before) continue;
-      ++v.sequence;
-      BookDelta d{key.market, key.bucket, v.sequence, std::move(buys), v.constrained};
-      d.changes.insert(d.changes.end(), sells.begin(), sells.end());
-      emit(std::move(d));
+    if (n_touched > 1) {
+      std::sort(touched.begin(), touched.begin() + static_cast<std::ptrdiff_t>(n_touched),
+                [](const Touched& a, const Touched& b) {
+                  if (a.market != b.market && *a.market != *b.market) return *a.market < *b.market;
+                  return a.bucket < b.bucket;
+                });
     }
-    touched.clear();
+    for (std::size_t i = 0; i < n_touched; ++i) {
+      Touched& t = touched[i];
+      View& v = *t.view;
+      std::size_t changed = 0;
+      for (const LevelBefore& b : t.before) {
+        if (b.now != b.qty) t.before[changed++] = b;
+      }
+      if (changed == 0 && v.constrained == t.constrained_before) continue;
+      const auto first = t.before.begin();
+      const auto last = first + static_cast<std::ptrdiff_t>(changed);
+      std::sort(first, last, [](const LevelBefore& a, const LevelBefore& b) {
+        if (a.side != b.side) return a.side == Side::buy;
+        return a.side == Side::buy ? a.price > b.price : a.price < b.price;
+      });
+      ++v.sequence;
+      BookDelta& d = std::get<BookDelta>(sink_->emplace_back(std::in_place_type<BookDelta>));
+      d.market = *t.market;
+      d.bucket = t.bucket;
+      d.sequence = v.sequence;
+      d.changes.reserve(changed);
+      for (auto it = first; it != last; ++it) d.changes.push_back(LevelChange{it->side, it->price, it->now});
+      d.constrained_bids = v.constrained;
+    }
+    n_touched = 0;
     last_touched = nullptr;
   }
 
@@ -1354,15 +1425,24 @@ struct Engine::Impl {
   void hook(LiveOrder& lo, bool into_book) {
     RestOrder& o = lo.o;
     if (o.is_open()) {
-      account_add(lo, +1);
-      lo.counted = true;
+      if (!lo.counted) {  // counted and unchanged since (an incoming order entering the book): as it is
+        account_add(lo, +1);
+        lo.counted = true;
+      }
       if (into_book) {
         Book& b = (*o.book);
         if (o.is_buy()) {
           const bool dur = o.is_duration_bid();
           const BidKey k{o.request.price, o.priority, o.id, &lo, o.window_start, o.window_end,
                          dur ? *o.request.duration() : Seconds(0)};
-          if (lo.bid_group < 0) lo.bid_group = group_of(b, o.request.constraints());
+          if (lo.bid_group < 0) {
+            if (o.request.cons) {
+              lo.bid_group = group_of(b, *o.request.cons);
+            } else {  // most bids: no key to build
+              if (b.unconstrained_group < 0) b.unconstrained_group = group_of(b, RestRequest::no_constraints());
+              lo.bid_group = b.unconstrained_group;
+            }
+          }
           BidGroup& g = b.bid_groups[static_cast<std::size_t>(lo.bid_group)];
           ++g.resting;
           const std::vector<std::string>& regions = o.request.constraints().regions;
@@ -1952,6 +2032,7 @@ struct Engine::Impl {
 
   void advance(Seconds t) {
     if (t > now) now = t;
+    if (timers.empty() || timers.front().at > now) return;  // nothing due (most commands)
     std::set<OrderId> due_orders;
     std::set<LeaseId> due_leases;
     std::set<PoolId> due_pools;
@@ -2037,8 +2118,9 @@ struct Engine::Impl {
 
   void reject_command(Reason r, std::int64_t subject) { emit(CommandRejected{seq, r, subject}); }
 
-  Reason validate(Order& o, const Command& cmd) {
-    const OrderRequest& r = o.request;
+  // Checks a placement `r` and fills `o`'s geometry and `market` (the interned market, once known).
+  Reason validate(const OrderRequest& r, Order& o, const Command& cmd, std::pair<const MarketId*, Book*>& market,
+                  const Account& a) {
     if (r.price.value <= 0 || r.quantity.value <= 0 || r.min_chunk.value <= 0) return Reason::invalid_field;
     if (r.price.value > 1'000'000'000'000 || r.quantity.value > 100'000'000) return Reason::invalid_field;
     if (r.min_duration.value < 0) return Reason::invalid_field;
@@ -2055,16 +2137,17 @@ struct Engine::Impl {
           r.time_in_force != TimeInForce::fok) {
         return Reason::invalid_field;
       }
-      if (!books.count(r.market)) return Reason::not_found;
-      o.market = r.market;
+      auto b = books.find(r.market);
+      if (b == books.end()) return Reason::not_found;
+      market = {&b->first, &b->second};
     } else {
       if (!r.start || !r.end || r.duration) return Reason::invalid_field;
       if (*r.end <= *r.start) return Reason::invalid_field;
       auto p = pools.find(r.pool);
       if (p == pools.end() || p->second.p.provider != cmd.account || p->second.p.retired) return Reason::not_found;
-      o.market = p->second.p.spec.market;
+      market = market_key(p->second.p.spec.market);
     }
-    const Book& book = books.at(o.market);
+    const Book& book = *market.second;
     if (book.halted) return Reason::market_halted;
     if (r.price.value % book.spec.tick.value != 0) return Reason::off_tick;
     if (r.quantity.value % r.min_chunk.value != 0) return Reason::quantity_not_multiple_of_chunk;
@@ -2081,7 +2164,6 @@ struct Engine::Impl {
       o.window_start = std::max(*r.start, now);
       o.window_end = *r.end;
     }
-    const Account& a = account(o.account);
     if (a.open_orders + 1 > a.limits.max_open_orders) return Reason::exposure_limit;
     if (r.side == Side::buy) {
       if (a.open_gpus + r.quantity.value > a.limits.max_open_gpus.value) return Reason::exposure_limit;
@@ -2090,7 +2172,9 @@ struct Engine::Impl {
       if (n > static_cast<Int128>(a.limits.max_open_notional) * 3600) return Reason::exposure_limit;
     } else {
       const LivePool& lp = pools.at(r.pool);
-      if (lp.used.max(o.window_start, o.window_end) + r.quantity.value > lp.p.gpus().value) {
+      // The pool's peak anywhere bounds its peak over the window: the exact query only near capacity.
+      if (lp.used.max_all() + r.quantity.value > lp.p.gpus().value &&
+          lp.used.max(o.window_start, o.window_end) + r.quantity.value > lp.p.gpus().value) {
         return Reason::insufficient_pool_capacity;
       }
     }
@@ -2099,7 +2183,8 @@ struct Engine::Impl {
 
   void on(const Command& cmd, const PlaceOrder& c) {
     const OrderRequest& r = c.order;
-    const std::uint64_t h = body_hash(r);
+    // Only a client_order_id's repeats compare the hash; without one it stays 0 (see Order::body_hash).
+    const std::uint64_t h = r.client_order_id.empty() ? 0 : body_hash(r);
     if (!r.client_order_id.empty()) {
       const CidKey k{cmd.account, r.client_order_id};
       if (auto it = open_cids.find(k); it != open_cids.end()) {
@@ -2122,17 +2207,20 @@ struct Engine::Impl {
         return;
       }
     }
-    Order o;
+    Order o;  // its request stays empty unless rejected: the resting form is built from `r`
     o.id = OrderId(cmd.seq);
     o.account = cmd.account;
-    o.request = r;
     o.priority = cmd.seq;
     o.created_at = now;
     o.updated_at = now;
     o.effective_price = r.price;
     o.body_hash = h;
-    const Reason bad = validate(o, cmd);
+    std::pair<const MarketId*, Book*> market{nullptr, nullptr};
+    Account& acct = account(cmd.account);
+    const Reason bad = validate(r, o, cmd, market, acct);
     if (bad != Reason::none) {
+      o.request = r;
+      if (market.first) o.market = *market.first;
       o.status = OrderStatus::rejected;
       o.reason = bad;
       o.remaining = o.is_buy() ? r.quantity : Qty(0);  // filled + remaining = quantity, always
@@ -2142,19 +2230,20 @@ struct Engine::Impl {
       if (!r.client_order_id.empty()) finished_cids[CidKey{cmd.account, r.client_order_id}] = Finished{o, h, seq};
       return;
     }
-    if (o.is_sell()) {
+    if (r.side == Side::sell) {
       LivePool& lp = pools.at(r.pool);
       o.green_discount_bps = lp.p.green_discount_bps;
-      o.effective_price = discounted(r.price, lp.p.green_discount_bps, tick(o.market));
+      o.effective_price = discounted(r.price, lp.p.green_discount_bps, market.second->spec.tick);
       o.free = Steps(o.window_start, o.window_end, r.quantity.value);
       o.total_gpu_seconds = r.quantity.value * (o.window_end - o.window_start).value;
       lp.used.add(o.window_start, o.window_end, r.quantity.value);
       lp.used.trim_before(now);
     }
-    LiveOrder& lo = orders.emplace(o.id, LiveOrder{}).first->second;
-    lo.o = rest_of(std::move(o));
+    LiveOrder& lo = orders.emplace_new(o.id);
+    rest_into(lo.o, std::move(o), r, market);
     if (lo.o.is_sell()) pools.at(r.pool).asks.add(lo, &LiveOrder::pool_slot);
-    account(cmd.account).orders.add(lo, &LiveOrder::account_slot);
+    lo.acct = &acct;  // std::map: the address is stable
+    acct.orders.add(lo, &LiveOrder::account_slot);
     if (!r.client_order_id.empty()) open_cids[CidKey{cmd.account, r.client_order_id}] = lo.o.id;
     hook(lo, false);
     emit_order<OrderAccepted>(lo.o);
@@ -2176,7 +2265,9 @@ struct Engine::Impl {
     if (lo.o.is_open() && immediate) finish_order(lo, OrderStatus::cancelled, Reason::none, false);
     const bool filled_some = lo.o.is_buy() ? lo.o.filled.value > 0 : lo.o.filled_gpu_seconds > 0;
     if (lo.o.is_open()) {
-      unhook(lo);
+      // Out of the book while incoming, and its account sums current (every fill re-hooked it): it only
+      // enters the book.
+      if (lo.in_book) unhook(lo);
       hook(lo, true);
       if (filled_some) emit_order<OrderUpdated>(lo.o);
     } else {
@@ -2739,7 +2830,7 @@ struct Engine::Impl {
     for (const FinishedOrder& f : s.finished) {
       finished_cids[CidKey{f.order.account, f.order.request.client_order_id}] = Finished{f.order, f.body_hash, f.done_seq};
     }
-    touched.clear();
+    n_touched = 0;
     last_touched = nullptr;
   }
 

@@ -39,8 +39,15 @@ class StepTree {
     return best;
   }
 
+  // Largest value anywhere (0 when empty): an upper bound of max() over any interval, read at the root.
+  std::int64_t max_all() const { return root_ < 0 ? 0 : std::max<std::int64_t>(0, n(root_).maxpre); }
+
   // Drops history before `t`: the value from `t` on is unchanged.
   void trim_before(Seconds t) {
+    // Nothing before `t` (the common case: callers trim at `now` on every change): no split and merge.
+    int first = root_;
+    while (first >= 0 && n(first).l >= 0) first = n(first).l;
+    if (first < 0 || n(first).key >= t.value) return;
     int left = -1;
     int right = -1;
     split(root_, t.value, left, right);  // left: keys <= t
@@ -142,14 +149,52 @@ class StepTree {
     return b;
   }
 
-  // Adds `d` to the change at `key` (creating or dropping its node).
+  // Adds `d` to the change at `key` (creating or dropping its node). One descent along the search path
+  // (recorded): an existing node is updated there; a new one goes where its priority places it, taking
+  // the split subtree below as its children (the treap insert); then the path is pulled bottom-up.
   void bump(std::int64_t key, std::int64_t d) {
+    int path[kMaxDepth];
+    int depth = 0;
+    int t = root_;
+    while (t >= 0 && n(t).key != key) {
+      if (depth == kMaxDepth) return bump_slow(key, d);
+      path[depth++] = t;
+      t = key < n(t).key ? n(t).l : n(t).r;
+    }
+    if (t >= 0) {  // found: update it (a change that drops to 0 leaves, its children merged in its place)
+      int& ref = depth == 0 ? root_ : (key < n(path[depth - 1]).key ? n(path[depth - 1]).l : n(path[depth - 1]).r);
+      Node& x = n(t);
+      x.delta += d;
+      if (x.delta == 0) {
+        ref = merge(x.l, x.r);
+        free_.push_back(t);
+      } else {
+        pull(t);
+      }
+      for (int i = depth - 1; i >= 0; --i) pull(path[i]);
+      return;
+    }
+    const int fresh = make(key, d);
+    const std::uint32_t prio = n(fresh).prio;
+    // The first node of the path the new node outranks (merge() puts the higher priority above).
+    int at = 0;
+    while (at < depth && n(path[at]).prio >= prio) ++at;
+    int& slot = at == 0 ? root_ : (key < n(path[at - 1]).key ? n(path[at - 1]).l : n(path[at - 1]).r);
+    split(slot, key, n(fresh).l, n(fresh).r);
+    pull(fresh);
+    slot = fresh;
+    for (int i = at - 1; i >= 0; --i) pull(path[i]);
+  }
+
+  void bump_slow(std::int64_t key, std::int64_t d) {
     if (bump_existing(root_, key, d)) return;
     int a = -1;
     int b = -1;
     split(root_, key, a, b);
     root_ = merge(merge(a, make(key, d)), b);
   }
+
+  static constexpr int kMaxDepth = 128;
 
   // Finds `key` on its search path; adds `d` there and re-pulls the path. A change that becomes 0 is
   // removed (merging its children in its place). False when `key` has no node.

@@ -37,6 +37,14 @@ TEST_CASE("a step tree adds over intervals and answers the largest value over an
   CHECK(tree.to_steps() == Steps(Seconds(10), Seconds(20), 5));
   tree.trim_before(Seconds(12));
   CHECK(tree.to_steps() == Steps(Seconds(12), Seconds(20), 5));
+  // Nothing left before 12 (or 3): the same function.
+  tree.trim_before(Seconds(12));
+  tree.trim_before(Seconds(3));
+  CHECK(tree.to_steps() == Steps(Seconds(12), Seconds(20), 5));
+  CHECK(tree.max_all() == 5);
+  tree.add(Seconds(12), Seconds(20), -7);
+  CHECK(tree.max_all() == 0);  // -2 over [12, 20), 0 elsewhere
+  CHECK(StepTree().max_all() == 0);
 }
 
 TEST_CASE("a step tree agrees with a value per second over random changes", "[steps]") {
@@ -55,6 +63,7 @@ TEST_CASE("a step tree agrees with a value per second over random changes", "[st
         for (int t = a; t < b && t < kSpan; ++t) v[static_cast<std::size_t>(t)] += d;
       } else if (kind < 9) {
         REQUIRE(tree.max(Seconds(a), Seconds(b)) == brute_max(v, a, b));
+        REQUIRE(tree.max_all() == std::max<std::int64_t>(0, brute_max(v, 0, kSpan)));
       } else if (rng() % 4 == 0) {
         tree.trim_before(Seconds(a));
         for (int t = 0; t < a; ++t) v[static_cast<std::size_t>(t)] = 0;
