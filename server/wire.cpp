@@ -319,6 +319,164 @@ json::object order_json(const Order& o) {
   return j;
 }
 
+namespace {
+
+// JSON text appended to a string: the bytes boost::json::serialize writes for the same values (keys
+// in insertion order, no spaces, integers in decimal, strings escaped as it escapes them: '"', '\\',
+// \b \t \n \f \r, other control characters as \u00xx, everything else as it is).
+class JsonText {
+ public:
+  explicit JsonText(std::string& out) : out_(out) {}
+  void begin() { out_ += '{', first_ = true; }
+  void end() { out_ += '}', first_ = false; }
+  JsonText& key(std::string_view k) {  // keys are literals that need no escaping
+    out_ += first_ ? "\"" : ",\"";
+    first_ = false;
+    out_ += k;
+    out_ += "\":";
+    return *this;
+  }
+  void str(std::string_view v) {
+    static constexpr char kHex[] = "0123456789abcdef";
+    out_ += '"';
+    std::size_t run = 0;  // start of the bytes not yet copied
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      const auto c = static_cast<unsigned char>(v[i]);
+      if (c >= 0x20 && c != '"' && c != '\\') continue;
+      out_.append(v.data() + run, i - run);
+      run = i + 1;
+      switch (c) {
+        case '"': out_ += "\\\""; break;
+        case '\\': out_ += "\\\\"; break;
+        case '\b': out_ += "\\b"; break;
+        case '\t': out_ += "\\t"; break;
+        case '\n': out_ += "\\n"; break;
+        case '\f': out_ += "\\f"; break;
+        case '\r': out_ += "\\r"; break;
+        default:
+          out_ += "\\u00";
+          out_ += kHex[c >> 4];
+          out_ += kHex[c & 15];
+      }
+    }
+    out_.append(v.data() + run, v.size() - run);
+    out_ += '"';
+  }
+  void num(std::int64_t v) {
+    char buf[24];
+    auto [ptr, ec] = std::to_chars(buf, buf + sizeof buf, v);
+    out_.append(buf, ptr);
+  }
+  void boolean(bool v) { out_ += v ? "true" : "false"; }
+  void null() { out_ += "null"; }
+  void time(Seconds t) { str(time_string(t)); }
+  void optional_time(const std::optional<Seconds>& t) { t ? time(*t) : null(); }
+  std::string& raw() { return out_; }
+
+ private:
+  std::string& out_;
+  bool first_ = true;
+};
+
+// constraints_json's members, in its order, into an object being written.
+void constraints_text(JsonText& j, const BidConstraints& c) {
+  if (!c.tiers.empty()) {
+    j.key("tiers").raw() += '[';
+    for (std::size_t i = 0; i < c.tiers.size(); ++i) {
+      if (i) j.raw() += ',';
+      j.str(to_string(c.tiers[i]));
+    }
+    j.raw() += ']';
+  }
+  if (!c.regions.empty()) {
+    j.key("regions").raw() += '[';
+    for (std::size_t i = 0; i < c.regions.size(); ++i) {
+      if (i) j.raw() += ',';
+      j.str(c.regions[i]);
+    }
+    j.raw() += ']';
+  }
+  if (c.nvlink) j.key("nvlink").boolean(true);
+  if (c.min_fabric) j.key("min_fabric").str(to_string(*c.min_fabric));
+  if (c.min_fabric_gbps) j.key("min_fabric_gbps").num(*c.min_fabric_gbps);
+  if (c.min_sla_pct_x1000) j.key("min_sla_pct").str(measure(*c.min_sla_pct_x1000, 3));
+  if (c.green_only) j.key("green_only").boolean(true);
+  if (c.max_pue_x1000) j.key("max_pue").str(measure(*c.max_pue_x1000, 3));
+  if (c.min_renewable_pct_x100) j.key("min_renewable_pct").str(measure(*c.min_renewable_pct_x100, 2));
+  if (c.max_carbon_g_per_kwh_x100) j.key("max_carbon_g_per_kwh").str(measure(*c.max_carbon_g_per_kwh_x100, 2));
+  if (c.single_pool) j.key("single_pool").boolean(true);
+  if (c.interruptible) j.key("interruptible").boolean(true);
+}
+
+}  // namespace
+
+void append_order_text(std::string& out, const Order& o) {
+  const auto& r = o.request;
+  JsonText j(out);
+  j.begin();
+  j.key("id").str(std::to_string(o.id.value));
+  j.key("client_order_id");
+  r.client_order_id.empty() ? j.null() : j.str(r.client_order_id);
+  j.key("side").str(to_string(r.side));
+  j.key("market").str(o.market.value);
+  j.key("status").str(to_string(o.status));
+  if (o.reason != Reason::none) j.key("reject_reason").str(to_string(o.reason));
+  j.key("price").str(price_string(r.price));
+  j.key("quantity").num(r.quantity.value);
+  j.key("min_chunk").num(r.min_chunk.value);
+  j.key("time_in_force").str(to_string(r.time_in_force));
+  j.key("expire_at").optional_time(r.expire_at);
+  j.key("post_only").boolean(r.post_only);
+  j.key("stp").str(to_string(r.stp));
+  j.key("bucket").str(to_string(o.bucket));
+  if (o.is_buy()) {
+    if (r.duration) {
+      j.key("duration").num(r.duration->value);
+    } else {
+      j.key("start").optional_time(r.start);
+      j.key("end").optional_time(r.end);
+    }
+    j.key("filled_quantity").num(o.filled.value);
+    j.key("remaining_quantity").num(o.remaining.value);
+    constraints_text(j, r.constraints);
+  } else {
+    j.key("pool_id").str(std::to_string(r.pool.value));
+    j.key("effective_price").str(price_string(o.effective_price));
+    j.key("green_discount_bps").num(o.green_discount_bps);
+    j.key("start").time(o.window_start);
+    j.key("end").time(o.window_end);
+    j.key("requested_start").optional_time(r.start);
+    j.key("min_duration").num(r.min_duration.value);
+    j.key("filled_gpu_hours").str(gpu_hours(o.filled_gpu_seconds));
+    j.key("remaining_gpu_hours").str(gpu_hours(o.free_gpu_seconds));
+    j.key("lapsed_gpu_hours").str(gpu_hours(o.lapsed_gpu_seconds));
+    j.key("cancelled_gpu_hours").str(gpu_hours(o.cancelled_gpu_seconds));
+    out += ",\"free\":[";
+    bool first = true;
+    for (const auto& step : o.free.pieces()) {
+      out += first ? "[" : ",[";
+      first = false;
+      j.time(step.from);
+      out += ',';
+      j.time(step.to);
+      out += ',';
+      j.num(step.gpus);
+      out += ']';
+    }
+    out += ']';
+  }
+  j.key("created_at").time(o.created_at);
+  j.key("updated_at").time(o.updated_at);
+  j.end();
+}
+
+std::string order_text(const Order& o) {
+  std::string out;
+  out.reserve(768);
+  append_order_text(out, o);
+  return out;
+}
+
 json::object pool_json(const Pool& p) {
   // The pool as registered, then what the exchange knows of it.
   json::object j = pool_spec_body(p.spec);

@@ -109,3 +109,74 @@ TEST_CASE("orders render with API.md's fields") {
   CHECK(j.at("free") == boost::json::parse(R"([["2027-01-01T00:30:00Z", "2027-01-01T02:00:00Z", 8]])"));
   CHECK(j.at("client_order_id").is_null());
 }
+
+TEST_CASE("order documents written as text are the bytes boost::json writes of order_json") {
+  Order sell;
+  sell.id = OrderId(12);
+  sell.request.side = Side::sell;
+  sell.request.pool = PoolId(3);
+  sell.request.price = Price(2'500'000);
+  sell.request.quantity = Qty(8);
+  sell.request.start = Seconds(1798761600);
+  sell.market = MarketId{"H100-SXM-80G"};
+  sell.status = OrderStatus::partially_filled;
+  sell.effective_price = Price(2'000'000);
+  sell.green_discount_bps = 2000;
+  sell.window_start = Seconds(1798761600);
+  sell.window_end = Seconds(1798761600 + 7200);
+  sell.filled_gpu_seconds = 8 * 1800;
+  sell.free_gpu_seconds = 8 * 5400;
+  sell.free = Steps(Seconds(1798761600 + 1800), Seconds(1798761600 + 3600), 8);
+  sell.free.add(Seconds(1798761600 + 3600), Seconds(1798761600 + 7200), 4);
+  sell.created_at = Seconds(1798761000);
+  sell.updated_at = Seconds(1798761001);
+
+  Order bid;  // a duration bid, no client_order_id, no constraints
+  bid.id = OrderId(9'223'372'036'854'775'807);
+  bid.request.side = Side::buy;
+  bid.request.price = Price(1);
+  bid.request.quantity = Qty(100'000);
+  bid.request.duration = Seconds(3600);
+  bid.request.time_in_force = TimeInForce::ioc;
+  bid.market = MarketId{"A100-80G"};
+  bid.status = OrderStatus::cancelled;
+  bid.filled = Qty(0);
+  bid.remaining = Qty(100'000);
+
+  Order forward = bid;  // a forward bid with every constraint, a reject reason and an id to escape
+  forward.id = OrderId(77);
+  forward.request.duration.reset();
+  forward.request.start = Seconds(1798761600);
+  forward.request.end = Seconds(1798761600 + 86400);
+  forward.request.expire_at = Seconds(1798761600 - 60);
+  forward.request.time_in_force = TimeInForce::gtd;
+  forward.request.post_only = true;
+  forward.request.stp = StpMode::cancel_both;
+  forward.request.client_order_id = std::string("a\"b\\c\x01\x1f\b\f\n\r\t/\xc3\xa9\x7f", 16);
+  auto& c = forward.request.constraints;
+  c.tiers = {Tier::bare_metal, Tier::spot};
+  c.regions = {"DE", "FR"};
+  c.nvlink = true;
+  c.min_fabric = Fabric::infiniband;
+  c.min_fabric_gbps = 400;
+  c.min_sla_pct_x1000 = 99'900;
+  c.green_only = true;
+  c.max_pue_x1000 = 1'200;
+  c.min_renewable_pct_x100 = 8'000;
+  c.max_carbon_g_per_kwh_x100 = 9'950;
+  c.single_pool = true;
+  c.interruptible = true;
+  forward.status = OrderStatus::rejected;
+  forward.reason = Reason::exposure_limit;
+
+  for (const Order* o : {&sell, &bid, &forward}) {
+    INFO(o->id.value);
+    CHECK(wire::order_text(*o) == boost::json::serialize(wire::order_json(*o)));
+  }
+  // The escapes, by hand: quote, backslash, short forms, \u00xx for other control bytes, the rest as it is.
+  const std::string text = wire::order_text(forward);
+  CHECK(text.find(R"("client_order_id":"a\"b\\c\u0001\u001f\b\f\n\r\t/)" "\xc3\xa9\x7f\"") != std::string::npos);
+  CHECK(text.substr(0, 8) == R"({"id":"7)");
+  CHECK(boost::json::parse(wire::order_text(sell)).at("free") ==
+        boost::json::parse(R"([["2027-01-01T00:30:00Z","2027-01-01T01:00:00Z",8],["2027-01-01T01:00:00Z","2027-01-01T02:00:00Z",4]])"));
+}
