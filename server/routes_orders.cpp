@@ -43,8 +43,9 @@ http::Response forbidden_side(Side side) {
                                                 : "sell orders need a key with the provide scope");
 }
 
-// The last state of the order `id` in one command's events (nullptr if they hold none), and its fills there.
-const Order* order_in(const EventSink& events, OrderId id, std::string* fills = nullptr) {
+// {"order": ..., "fills": [...]} for the order `id` out of one command's events.
+json::object order_with_fills(const EventSink& events, OrderId id) {
+  json::array fills;
   const Order* last = nullptr;
   for (const auto& e : events) {
     std::visit(
@@ -55,29 +56,16 @@ const Order* order_in(const EventSink& events, OrderId id, std::string* fills = 
                         std::is_same_v<E, OrderDuplicate>) {
             if (ev.order.id == id) last = &ev.order;
           } else if constexpr (std::is_same_v<E, TradeEvent>) {
-            if (!fills || (ev.trade.buy_order != id && ev.trade.sell_order != id)) return;
-            if (fills->size() > 1) *fills += ',';
-            *fills += json::serialize(wire::fill_json(ev.trade, ev.trade.buy_order == id ? Side::buy : Side::sell));
+            if (ev.trade.buy_order == id) fills.push_back(wire::fill_json(ev.trade, Side::buy));
+            else if (ev.trade.sell_order == id) fills.push_back(wire::fill_json(ev.trade, Side::sell));
           }
         },
         e);
   }
-  return last;
-}
-
-// {"order": ..., "fills": [...]} for the order `id` out of one command's events, as JSON text (the
-// order written by wire::append_order_text, not built as a json::object first).
-http::Response order_with_fills(http::Status status, const EventSink& events, OrderId id) {
-  std::string fills = "[";
-  const Order* last = order_in(events, id, &fills);
-  fills += ']';
-  std::string out = "{\"order\":";
-  if (last) wire::append_order_text(out, *last);
-  else out += "null";
-  out += ",\"fills\":";
-  out += fills;
-  out += '}';
-  return http::text_response(status, std::move(out), "application/json");
+  json::object out;
+  out["order"] = last ? json::value(wire::order_json(*last)) : json::value(nullptr);
+  out["fills"] = std::move(fills);
+  return out;
 }
 
 // Engine rejects answer 422 (with the stored order's id) every time the same body is sent;
@@ -146,7 +134,7 @@ http::Response answer_placement(const EventSink& events, Seq seq) {
     return http::error_response(http::Status::unprocessable_entity, to_string(r->reason),
                                 "the order was not placed: " + std::string(to_string(r->reason)));
   }
-  return order_with_fills(http::Status::created, events, OrderId(seq));
+  return http::json_response(http::Status::created, order_with_fills(events, OrderId(seq)));
 }
 
 void place(Services& services, const http::RequestContext& ctx, OrderRequest request,
@@ -265,9 +253,11 @@ void add_order_routes(http::Router& router, Services& services) {
     run_command(
         services, account, Cancel{order}, own_open_order(order, account, ctx.principal->scopes),
         [order](const EventSink& events, Seq) {
-          const Order* last = order_in(events, order);
-          if (!last) return http::error_response(http::Status::conflict, "order_not_open", "the order is no longer open");
-          return http::text_response(http::Status::ok, wire::order_text(*last), "application/json");
+          auto out = order_with_fills(events, order);
+          if (out["order"].is_null()) {
+            return http::error_response(http::Status::conflict, "order_not_open", "the order is no longer open");
+          }
+          return http::json_response(http::Status::ok, out["order"]);
         },
         [] { return not_found("open order (it may have ended, or belong to another account)"); }, std::move(respond));
   }));
@@ -294,7 +284,7 @@ void add_order_routes(http::Router& router, Services& services) {
             return http::error_response(http::Status::unprocessable_entity, to_string(r->reason),
                                         "the amendment was refused: " + std::string(to_string(r->reason)));
           }
-          return order_with_fills(http::Status::ok, events, order);
+          return http::json_response(http::Status::ok, order_with_fills(events, order));
         },
         [] { return not_found("open order"); }, std::move(respond));
   }));

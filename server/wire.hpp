@@ -37,10 +37,6 @@ boost::json::object order_request_body(const matching::OrderRequest& request);
 boost::json::object pool_spec_body(const matching::PoolSpec& spec);
 
 boost::json::object order_json(const matching::Order& order);
-// json::serialize(order_json(order)), written without building the object (the writer's row and the
-// HTTP answer of every order; the object's allocations and key index were ~6 % of gpuexd's samples).
-std::string order_text(const matching::Order& order);
-void append_order_text(std::string& out, const matching::Order& order);
 boost::json::object pool_json(const matching::Pool& pool);
 // A lease as `account` sees it (role buyer or provider).
 boost::json::object lease_json(const matching::Lease& lease, matching::AccountId account);

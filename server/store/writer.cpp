@@ -298,7 +298,7 @@ std::size_t Writer::write(Pipeline& pipe, const std::vector<Batch>& batches, con
     BinaryArray u_id(T::int8), u_status(T::text), u_doc(T::json), u_updated(T::int8);
     for (const auto& [oid, o] : rows.orders) {
       if (!rows.new_orders.count(oid)) {
-        u_id.add(oid.value), u_status.add(to_string(o->status)), u_doc.add(wire::order_text(*o));
+        u_id.add(oid.value), u_status.add(to_string(o->status)), u_doc.add(json::serialize(wire::order_json(*o)));
         u_updated.add(o->updated_at.value);
         continue;
       }
@@ -311,7 +311,7 @@ std::size_t Writer::write(Pipeline& pipe, const std::vector<Batch>& batches, con
         hash.add(std::string_view(reinterpret_cast<const char*>(digest.data()), digest.size()));
       }
       side.add(to_string(o->request.side)), market.add(o->market.value), status.add(to_string(o->status));
-      doc.add(wire::order_text(*o)), created.add(o->created_at.value), updated.add(o->updated_at.value);
+      doc.add(json::serialize(wire::order_json(*o))), created.add(o->created_at.value), updated.add(o->updated_at.value);
     }
     if (!rows.new_orders.empty()) {
       pipe.send(kInsertOrders, {&id, &account, &cid, &hash, &side, &market, &status, &doc, &created, &updated});
