@@ -194,10 +194,11 @@ struct LiveOrder {
   Shown shown;
   Seconds timer{-1};
   std::vector<LeaseId> sold;  // sell: leases it created (some may have ended)
-  LivePool* hooked_pool{nullptr};  // sell in a book: the pool whose book_asks hold it
+  LivePool* hooked_pool{nullptr};  // sell in a book: the pool whose AskPool holds it
   Account* acct{nullptr};   // its account's entry (Impl::accounts is a std::map: stable), once looked up
   std::uint32_t account_slot{0};   // its place in its Account's orders
   std::uint32_t pool_slot{0};      // sell: its place in its LivePool's asks
+  std::uint32_t book_slot{0};      // sell in a book: its place in its AskPool's slots
   int bid_group{-1};    // buy: index of its constraint group in its Book (set when it first rests)
   bool in_book{false};
   bool in_spot{false};  // sell: also in its pool's book_spot_asks
@@ -395,17 +396,31 @@ struct RunBounds {
   }
 };
 
-struct AskBucket {
-  std::int64_t eb{0};  // end_bucket() of its asks' window end
-  Price cheapest;
-  std::unique_ptr<AskSet> keys;  // never empty; on the heap, so that walks keep pointers while buckets shift
-  RunBounds runs;
+// One resting ask of a pool as a fixed-window bid's walk reads it: the fields of window_fits (the run hull
+// as absolute times, min_duration and max_run widened to 64 bits, kAnyRun as "no bound") and of the
+// walk's order, in one cache line, so that a walk tests every ask of a pool from contiguous memory
+// instead of chasing bucket, set and chunk pointers to reach the first key.
+struct AskSlot {
+  Price effective;
+  Seconds run_start{};
+  Seconds run_end{};
+  Seconds min_duration{};
+  std::int64_t max_run{0};
+  Seq priority{0};
+  OrderId id;
+  LiveOrder* lo{nullptr};
+  // False when no bid window [ws, we) can be taken from it (window_fits on its key, given ws >= now and
+  // we > ws).
+  bool fits(Seconds ws, Seconds we) const {
+    const std::int64_t len = (we - ws).value;
+    return ws >= run_start && we <= run_end && len >= min_duration.value && len <= max_run;
+  }
 };
 
-// The first bucket of `v` (ascending eb) with eb >= `eb`.
-template <class V>
-auto bucket_from(V& v, std::int64_t eb) {
-  return std::partition_point(v.begin(), v.end(), [&](const AskBucket& b) { return b.eb < eb; });
+AskSlot slot_of(const AskKey& k) {
+  return AskSlot{k.effective, k.run_start(), k.run_end(), k.min_duration,
+                 k.max_run == kAnyRun ? std::numeric_limits<std::int64_t>::max() : std::int64_t{k.max_run},
+                 k.priority, k.id, k.lo};
 }
 
 // A pool's live lease, in (price, id) order: the order preemption considers them in. A lease's price never
@@ -423,17 +438,11 @@ struct LivePool {
   OrderList asks;  // open asks
   ChunkedSet<LeaseRef, std::less<LeaseRef>> leases;  // not ended
   std::size_t ask_pool_slot{0};  // its place in its Book's ask_pools while it has resting asks
-  // This pool's resting asks, so a bid walks only the pools it admits: all of them by end_bucket() of their
-  // window end (a fixed-window bid skips the buckets that end before its window does; no empty sets), and
-  // those a duration bid could use now (spot_now). Each set in ask priority order.
+  // This pool's resting asks (all of them are in its AskPool's slots) and those a duration bid could use
+  // now (spot_now), in ask priority order.
   std::int64_t book_count{0};
-  std::vector<AskBucket> book_asks;  // ascending eb: a walk's setup reads it from contiguous memory
   AskSet book_spot_asks;
 };
-
-// Asks are bucketed by window end in 30-day steps of absolute time (times are never negative).
-constexpr std::int64_t kEndBucket = 30 * 86'400;
-std::int64_t end_bucket(Seconds t) { return t.value / kEndBucket; }
 
 using BidSet = ChunkedSet<BidKey, BidOrder>;
 
@@ -453,14 +462,19 @@ struct BidGroup {
   std::map<std::string, BidSets> by_region;
 };
 
-// The summaries below let a walk pass over a pool without touching it (its LivePool and bucket vector are
-// elsewhere in memory): price, end buckets and run bounds of all its resting asks, and of those in
-// book_spot_asks (spot_cheapest: max when it is empty).
+// A pool's resting asks as a fixed-window bid walks them: one AskSlot each, in no order (each LiveOrder
+// keeps its index, book_slot; erase moves the last slot into the hole). The summaries let a walk pass over
+// the pool without reading a slot: a lower bound of its asks' prices (exact after inserts; an erase of the
+// cheapest recomputes it when the pool has at most kExactCheapest asks, else leaves it lower) and their
+// run bounds, and the cheapest price and run bounds of those in book_spot_asks (spot_cheapest: max when it
+// is empty).
+constexpr std::size_t kExactCheapest = 64;
+
 struct AskPool {
   LivePool* lp{nullptr};
-  Price cheapest;                // over all its resting asks
-  std::int64_t last_bucket{0};   // the latest end bucket among them
+  Price cheapest;                // <= every slot's effective
   RunBounds runs;
+  std::vector<AskSlot> slots;
   Price spot_cheapest{std::numeric_limits<std::int64_t>::max()};
   RunBounds spot_runs;
 };
@@ -1130,24 +1144,37 @@ struct Engine::Impl {
   bool spot_now(const RestOrder& a) const { return a.window_start <= now && a.free.at(now) > 0; }
 
   // Visits, in ask priority order, the resting asks of `b` a bid could use (a duration bid: those in
-  // book_spot_asks) with effective <= limit whose pool satisfies `c`
-  // and whose window can hold the bid's (window_fits; a bid's window does not change during a walk): the
-  // others eligible_qty would reject. A k-way merge over the admitted pools' book_asks buckets that end
-  // late enough / book_spot_asks, each head already moved past keys that do not fit. A walk never leaves a
-  // head on a set that fn could empty (fn changes only the key it was given, and a head whose set had no
-  // other fitting key was dropped before fn ran), so erasing emptied buckets is safe. fn(key) returns false to stop. Like a walk of the
-  // one set, fn may erase or re-insert the key it was given (a fill changes only that ask; the heads point
-  // at other keys: the head of the set fn changed is re-sought by the key it was at, as ChunkedSet's
-  // iterators do not survive a change); pool attributes do not change during a walk.
+  // book_spot_asks) with effective <= limit whose pool satisfies `c` and whose window can hold the bid's
+  // (window_fits; a bid's window does not change during a walk): the others eligible_qty would reject.
+  // fn(key) returns false to stop; like a walk of one set, fn may erase or re-insert the ask of the key it
+  // was given (a fill changes only that ask), never another; pool attributes do not change during a walk.
+  //
+  // A duration bid: a k-way merge over the admitted pools' book_spot_asks, each head already moved past
+  // keys that do not fit; the head of the set fn changed is re-sought by the key it was at (ChunkedSet's
+  // iterators do not survive a change), and a head whose set had no other fitting key was dropped before
+  // fn ran. A fixed-window bid: every slot of every admitted pool is tested from contiguous memory, those
+  // that fit become candidates (copies: fn's changes to the slots cannot disturb them), visited from a
+  // min-heap; its keys carry the order fields (effective, priority, id, lo, pool) only.
   struct AskHead {
     const AskSet* s{nullptr};
     AskSet::const_iterator it;
     AskKey key;  // *it once settled, kept to re-seek after fn changed the set
     std::uint64_t version{0};
   };
-  // walk_asks' heap of heads, one vector per nesting depth, reused: a fresh vector per walk was a malloc
+  struct AskCandidate {
+    Price effective;
+    Seq priority{0};
+    OrderId id;
+    LiveOrder* lo{nullptr};
+    const LivePool* pool{nullptr};
+  };
+  // walk_asks' heaps, one pair of vectors per nesting depth, reused: a fresh vector per walk was a malloc
   // per placement (and, reserved, a page-faulting one).
-  mutable std::deque<std::vector<AskHead>> head_stack;  // a deque: a nested walk's emplace_back keeps references
+  struct WalkScratch {
+    std::vector<AskHead> heads;
+    std::vector<AskCandidate> candidates;
+  };
+  mutable std::deque<WalkScratch> head_stack;  // a deque: a nested walk's emplace_back keeps references
   mutable std::size_t head_depth{0};
 
   template <class F>
@@ -1155,8 +1182,7 @@ struct Engine::Impl {
     using It = AskSet::const_iterator;
     using Head = AskHead;
     if (head_depth == head_stack.size()) head_stack.emplace_back();
-    std::vector<Head>& heads = head_stack[head_depth];
-    heads.clear();
+    WalkScratch& scratch = head_stack[head_depth];
     struct DepthGuard {
       std::size_t& d;
       explicit DepthGuard(std::size_t& x) : d(x) { ++d; }
@@ -1164,9 +1190,44 @@ struct Engine::Impl {
       DepthGuard(const DepthGuard&) = delete;
       DepthGuard& operator=(const DepthGuard&) = delete;
     } guard(head_depth);
-    const bool spot = bid.is_duration_bid();
     const Seconds ws = bid_start(bid);
     const Seconds we = bid_end(bid);
+    if (!bid.is_duration_bid()) {
+      // window_fits needs ws >= now and we > ws whatever the ask.
+      if (ws < now || we <= ws) return;
+      std::vector<AskCandidate>& cands = scratch.candidates;
+      cands.clear();
+      for (const AskPool& ap : b.ask_pools) {
+        if (ap.cheapest > limit || !ap.runs.may_fit(ws, we)) continue;
+        bool admitted = false;
+        for (const AskSlot& sl : ap.slots) {
+          if (sl.effective > limit || !sl.fits(ws, we)) continue;
+          if (!admitted) {
+            if (!pool_satisfies(ap.lp->p, c)) break;
+            admitted = true;
+          }
+          cands.push_back(AskCandidate{sl.effective, sl.priority, sl.id, sl.lo, ap.lp});
+        }
+      }
+      const auto later = [](const AskCandidate& x, const AskCandidate& y) {  // min-heap on (effective, priority, id)
+        if (x.effective.value != y.effective.value) return x.effective.value > y.effective.value;
+        if (x.priority != y.priority) return x.priority > y.priority;
+        return x.id.value > y.id.value;
+      };
+      std::make_heap(cands.begin(), cands.end(), later);
+      while (!cands.empty()) {
+        std::pop_heap(cands.begin(), cands.end(), later);
+        const AskCandidate x = cands.back();
+        cands.pop_back();
+        AskKey k{x.effective, x.priority, x.id};
+        k.lo = x.lo;
+        k.pool = x.pool;
+        if (!fn(k)) return;
+      }
+      return;
+    }
+    std::vector<Head>& heads = scratch.heads;
+    heads.clear();
     // Moves h to its next fitting key within the limit; false when it has none.
     const auto settle = [&](Head& h) {
       for (const It end = h.s->end(); h.it != end; ++h.it) {
@@ -1179,32 +1240,13 @@ struct Engine::Impl {
       }
       return false;
     };
-    const std::int64_t first_bucket = end_bucket(we);  // asks in earlier buckets end before `we`
     for (const AskPool& ap : b.ask_pools) {
-      if (spot) {
-        if (ap.spot_cheapest > limit || !ap.spot_runs.may_fit(ws, we)) continue;
-      } else if (ap.cheapest > limit || ap.last_bucket < first_bucket || !ap.runs.may_fit(ws, we)) {
-        continue;
-      }
+      if (ap.spot_cheapest > limit || !ap.spot_runs.may_fit(ws, we)) continue;
       const LivePool* lp = ap.lp;
-      if (spot) {
-        const AskSet& s = lp->book_spot_asks;
-        if (!pool_satisfies(lp->p, c)) continue;
-        Head h{&s, s.begin(), {}, 0};
-        if (settle(h)) heads.push_back(h);
-        continue;
-      }
-      bool admitted = false;
-      for (auto it = bucket_from(lp->book_asks, first_bucket); it != lp->book_asks.end(); ++it) {
-        if (it->cheapest > limit || !it->runs.may_fit(ws, we)) continue;
-        const AskSet& s = *it->keys;
-        if (!admitted) {
-          if (!pool_satisfies(lp->p, c)) break;
-          admitted = true;
-        }
-        Head h{&s, s.begin(), {}, 0};
-        if (settle(h)) heads.push_back(h);
-      }
+      const AskSet& s = lp->book_spot_asks;
+      if (!pool_satisfies(lp->p, c)) continue;
+      Head h{&s, s.begin(), {}, 0};
+      if (settle(h)) heads.push_back(h);
     }
     const auto later = [](const Head& x, const Head& y) { return y.key < x.key; };  // min-heap on key
     std::make_heap(heads.begin(), heads.end(), later);
@@ -1270,16 +1312,15 @@ struct Engine::Impl {
       } else {
         const AskKey k{lo.o.effective_price, lo.o.priority, lo.o.id};
         LivePool* lp = lo.hooked_pool;
-        auto bucket = bucket_from(lp->book_asks, end_bucket(lo.o.window_end));
-        bucket->keys->erase(k);
-        if (bucket->keys->empty()) {
-          lp->book_asks.erase(bucket);
-        } else {
-          bucket->cheapest = bucket->keys->begin()->effective;
+        AskPool& ap = b.ask_pools[lp->ask_pool_slot];
+        const std::uint32_t at = lo.book_slot;
+        if (at + 1 != ap.slots.size()) {
+          ap.slots[at] = ap.slots.back();
+          ap.slots[at].lo->book_slot = at;
         }
+        ap.slots.pop_back();
         if (lo.in_spot) {
           lp->book_spot_asks.erase(k);
-          AskPool& ap = b.ask_pools[lp->ask_pool_slot];
           if (lp->book_spot_asks.empty()) {
             ap.spot_runs = RunBounds{};
             ap.spot_cheapest = Price(std::numeric_limits<std::int64_t>::max());
@@ -1289,17 +1330,15 @@ struct Engine::Impl {
         }
         if (--lp->book_count == 0) {
           const std::size_t i = lp->ask_pool_slot;
-          b.ask_pools[i] = b.ask_pools.back();
-          b.ask_pools[i].lp->ask_pool_slot = i;
-          b.ask_pools.pop_back();
-        } else {
-          AskPool& ap = b.ask_pools[lp->ask_pool_slot];
-          ap.last_bucket = lp->book_asks.back().eb;
-          if (k.effective == ap.cheapest) {
-            Price cheapest(std::numeric_limits<std::int64_t>::max());
-            for (const AskBucket& other : lp->book_asks) cheapest = std::min(cheapest, other.cheapest);
-            ap.cheapest = cheapest;
+          if (i + 1 != b.ask_pools.size()) {
+            b.ask_pools[i] = std::move(b.ask_pools.back());
+            b.ask_pools[i].lp->ask_pool_slot = i;
           }
+          b.ask_pools.pop_back();
+        } else if (k.effective == ap.cheapest && ap.slots.size() <= kExactCheapest) {
+          Price cheapest(std::numeric_limits<std::int64_t>::max());
+          for (const AskSlot& other : ap.slots) cheapest = std::min(cheapest, other.effective);
+          ap.cheapest = cheapest;
         }
         lo.hooked_pool = nullptr;
         lo.in_spot = false;
@@ -1380,24 +1419,15 @@ struct Engine::Impl {
                    o.request.min_duration};
           summarize_runs(o, k);
           lo.in_spot = spot_now(o);
-          const std::int64_t eb = end_bucket(o.window_end);
           if (lp.book_count++ == 0) {
             lp.ask_pool_slot = b.ask_pools.size();
-            b.ask_pools.push_back(AskPool{&lp, k.effective, eb, {}, Price(std::numeric_limits<std::int64_t>::max()), {}});
-          } else {
-            AskPool& ap = b.ask_pools[lp.ask_pool_slot];
-            ap.cheapest = std::min(ap.cheapest, k.effective);
-            ap.last_bucket = std::max(ap.last_bucket, eb);
+            b.ask_pools.push_back(AskPool{&lp, k.effective, {}, {}, Price(std::numeric_limits<std::int64_t>::max()), {}});
           }
           AskPool& ap = b.ask_pools[lp.ask_pool_slot];
+          ap.cheapest = std::min(ap.cheapest, k.effective);
           ap.runs.widen(k);
-          auto bucket = bucket_from(lp.book_asks, eb);
-          if (bucket == lp.book_asks.end() || bucket->eb != eb) {
-            bucket = lp.book_asks.insert(bucket, AskBucket{eb, k.effective, std::make_unique<AskSet>(), {}});
-          }
-          bucket->keys->insert(k);
-          bucket->cheapest = std::min(bucket->cheapest, k.effective);
-          bucket->runs.widen(k);
+          lo.book_slot = static_cast<std::uint32_t>(ap.slots.size());
+          ap.slots.push_back(slot_of(k));
           if (lo.in_spot) {
             lp.book_spot_asks.insert(k);
             ap.spot_runs.widen(k);
@@ -2382,9 +2412,7 @@ struct Engine::Impl {
     if (!c.halted) {
       std::vector<OrderId> ids;
       for (const AskPool& ap : it->second.ask_pools) {
-        for (const AskBucket& bucket : ap.lp->book_asks) {
-          for (const AskKey& k : *bucket.keys) ids.push_back(k.id);
-        }
+        for (const AskSlot& sl : ap.slots) ids.push_back(sl.id);
       }
       match_woken(std::move(ids));  // sorts them into ask priority
     }
@@ -2541,11 +2569,10 @@ struct Engine::Impl {
       }
       const AskKey ak{o.effective_price, o.priority, o.id};
       if (in && o.is_sell()) {
-        in = lo.hooked_pool == &pools.at(o.request.pool);
+        in = lo.hooked_pool == &pools.at(o.request.pool) && lo.hooked_pool->book_count > 0;
         if (in) {
-          const std::int64_t eb = end_bucket(o.window_end);
-          auto bucket = bucket_from(lo.hooked_pool->book_asks, eb);
-          in = bucket != lo.hooked_pool->book_asks.end() && bucket->eb == eb && bucket->keys->count(ak) == 1;
+          const std::vector<AskSlot>& slots = o.book->ask_pools[lo.hooked_pool->ask_pool_slot].slots;
+          in = lo.book_slot < slots.size() && slots[lo.book_slot].lo == &lo;
         }
       }
       if (!in) fail("open order not in book: " + to_string(to_order(o)));
@@ -2577,39 +2604,38 @@ struct Engine::Impl {
       for (const BidGroup& g : b.bid_groups) in_groups += g.resting;
       for (std::size_t i = 0; i < b.ask_pools.size(); ++i) {
         const AskPool& ap = b.ask_pools[i];
-        Price cheapest(std::numeric_limits<std::int64_t>::max());
-        std::int64_t n = 0;
-        for (std::size_t j = 0; j < ap.lp->book_asks.size(); ++j) {
-          const AskBucket& bucket = ap.lp->book_asks[j];
-          const AskSet& keys = *bucket.keys;
-          if (keys.empty() || bucket.cheapest != keys.begin()->effective ||
-              (j > 0 && ap.lp->book_asks[j - 1].eb >= bucket.eb)) {
-            fail("ask bucket of pool " + std::to_string(ap.lp->p.id.value) + " out of step");
+        for (std::size_t j = 0; j < ap.slots.size(); ++j) {
+          const AskSlot& sl = ap.slots[j];
+          const RestOrder& o = sl.lo->o;
+          AskKey fresh{o.effective_price, o.priority, o.id, sl.lo, ap.lp, o.window_start, o.window_end,
+                       o.request.min_duration};
+          summarize_runs(o, fresh);
+          const AskSlot want = slot_of(fresh);
+          if (sl.lo->book_slot != j || sl.lo->hooked_pool != ap.lp || !sl.lo->in_book || o.book != &b ||
+              sl.effective != want.effective || sl.run_start != want.run_start || sl.run_end != want.run_end ||
+              sl.min_duration != want.min_duration || sl.max_run != want.max_run || sl.priority != want.priority ||
+              sl.id != want.id) {
+            fail("ask slot stale: " + std::to_string(sl.id.value));
           }
-          cheapest = std::min(cheapest, keys.empty() ? cheapest : keys.begin()->effective);
-          n += static_cast<std::int64_t>(keys.size());
-          for (const AskKey& k : keys) {
-            if (end_bucket(k.end) != bucket.eb) fail("ask in the wrong end bucket: " + std::to_string(k.id.value));
-            if (!bucket.runs.bounds(k) || !ap.runs.bounds(k)) {
-              fail("ask bucket run bounds miss: " + std::to_string(k.id.value));
-            }
-            AskKey fresh = k;
-            summarize_runs(k.lo->o, fresh);
-            if (fresh.run_lead != k.run_lead || fresh.run_tail != k.run_tail || fresh.max_run != k.max_run) {
-              fail("ask key's run summary stale: " + std::to_string(k.id.value));
-            }
+          if (!ap.runs.bounds(fresh) || ap.cheapest > sl.effective) {
+            fail("ask pool summary misses ask " + std::to_string(sl.id.value));
           }
         }
         for (const AskKey& k : ap.lp->book_spot_asks) {
           if (!ap.spot_runs.bounds(k)) fail("spot ask run bounds miss: " + std::to_string(k.id.value));
+          AskKey fresh = k;
+          summarize_runs(k.lo->o, fresh);
+          if (fresh.run_lead != k.run_lead || fresh.run_tail != k.run_tail || fresh.max_run != k.max_run) {
+            fail("spot ask key's run summary stale: " + std::to_string(k.id.value));
+          }
         }
         const AskSet& spot = ap.lp->book_spot_asks;
         if (spot.empty() ? ap.spot_cheapest.value != std::numeric_limits<std::int64_t>::max()
                          : ap.spot_cheapest != spot.begin()->effective) {
           fail("spot cheapest of pool " + std::to_string(ap.lp->p.id.value) + " out of step");
         }
-        const bool last_ok = !ap.lp->book_asks.empty() && ap.lp->book_asks.back().eb == ap.last_bucket;
-        if (ap.lp->ask_pool_slot != i || n == 0 || n != ap.lp->book_count || cheapest != ap.cheapest || !last_ok) {
+        const auto n = static_cast<std::int64_t>(ap.slots.size());
+        if (ap.lp->ask_pool_slot != i || n == 0 || n != ap.lp->book_count) {
           fail("ask pool index of pool " + std::to_string(ap.lp->p.id.value) + " out of step");
         }
       }
