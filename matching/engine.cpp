@@ -198,7 +198,7 @@ struct LiveOrder {
   Account* acct{nullptr};   // its account's entry (Impl::accounts is a std::map: stable), once looked up
   std::uint32_t account_slot{0};   // its place in its Account's orders
   std::uint32_t pool_slot{0};      // sell: its place in its LivePool's asks
-  std::uint32_t book_slot{0};      // sell in a book: its place in its AskPool's slots
+  std::uint32_t book_slot{0};      // sell in a book: its index in its AskPool's filters and refs
   int bid_group{-1};    // buy: index of its constraint group in its Book (set when it first rests)
   bool in_book{false};
   bool in_spot{false};  // sell: also in its pool's book_spot_asks
@@ -396,31 +396,40 @@ struct RunBounds {
   }
 };
 
-// One resting ask of a pool as a fixed-window bid's walk reads it: the fields of window_fits (the run hull
-// as absolute times, min_duration and max_run widened to 64 bits, kAnyRun as "no bound") and of the
-// walk's order, in one cache line, so that a walk tests every ask of a pool from contiguous memory
-// instead of chasing bucket, set and chunk pointers to reach the first key.
-struct AskSlot {
+// One resting ask of a pool as a fixed-window bid's walk tests it, in 24 bytes (a walk reads every ask of
+// an admitted pool): its effective price and window_fits' fields, the times as 32-bit values, conservative
+// (a key that window_fits admits always passes): the run hull's start clamped into [0, 2^32 - 1], its end
+// the same with 2^32 - 1 standing for "no bound", min_duration clamped down, max_run as in the key.
+constexpr std::uint32_t kNoEnd = std::numeric_limits<std::uint32_t>::max();
+
+struct AskFilter {
   Price effective;
-  Seconds run_start{};
-  Seconds run_end{};
-  Seconds min_duration{};
-  std::int64_t max_run{0};
+  std::uint32_t run_start{0};
+  std::uint32_t run_end{0};
+  std::int32_t max_run{0};
+  std::uint32_t min_duration{0};
+  // False when the ask cannot serve [ws, we) (window_fits on its key would be false), given ws >= now >= 0
+  // and we > ws.
+  bool fits(Seconds ws, Seconds we) const {
+    const std::int64_t len = (we - ws).value;
+    return ws.value >= run_start && (we.value <= run_end || run_end == kNoEnd) && len >= min_duration &&
+           (max_run == kAnyRun || len <= max_run);
+  }
+  bool operator==(const AskFilter&) const = default;
+};
+
+// The rest of the ask's key, read only for the asks that pass their filter (parallel to the filters).
+struct AskRef {
   Seq priority{0};
   OrderId id;
   LiveOrder* lo{nullptr};
-  // False when no bid window [ws, we) can be taken from it (window_fits on its key, given ws >= now and
-  // we > ws).
-  bool fits(Seconds ws, Seconds we) const {
-    const std::int64_t len = (we - ws).value;
-    return ws >= run_start && we <= run_end && len >= min_duration.value && len <= max_run;
-  }
 };
 
-AskSlot slot_of(const AskKey& k) {
-  return AskSlot{k.effective, k.run_start(), k.run_end(), k.min_duration,
-                 k.max_run == kAnyRun ? std::numeric_limits<std::int64_t>::max() : std::int64_t{k.max_run},
-                 k.priority, k.id, k.lo};
+AskFilter filter_of(const AskKey& k) {
+  const auto u32 = [](std::int64_t v) {
+    return static_cast<std::uint32_t>(std::clamp<std::int64_t>(v, 0, std::int64_t{kNoEnd}));
+  };
+  return AskFilter{k.effective, u32(k.run_start().value), u32(k.run_end().value), k.max_run, u32(k.min_duration.value)};
 }
 
 // A pool's live lease, in (price, id) order: the order preemption considers them in. A lease's price never
@@ -438,7 +447,7 @@ struct LivePool {
   OrderList asks;  // open asks
   ChunkedSet<LeaseRef, std::less<LeaseRef>> leases;  // not ended
   std::size_t ask_pool_slot{0};  // its place in its Book's ask_pools while it has resting asks
-  // This pool's resting asks (all of them are in its AskPool's slots) and those a duration bid could use
+  // This pool's resting asks (all of them are in its AskPool's filters and refs) and those a duration bid could use
   // now (spot_now), in ask priority order.
   std::int64_t book_count{0};
   AskSet book_spot_asks;
@@ -462,8 +471,8 @@ struct BidGroup {
   std::map<std::string, BidSets> by_region;
 };
 
-// A pool's resting asks as a fixed-window bid walks them: one AskSlot each, in no order (each LiveOrder
-// keeps its index, book_slot; erase moves the last slot into the hole). The summaries let a walk pass over
+// A pool's resting asks as a fixed-window bid walks them: an AskFilter and an AskRef each, in two parallel
+// arrays in no order (each LiveOrder keeps its index, book_slot; erase moves the last entry into the hole). The summaries let a walk pass over
 // the pool without reading a slot: a lower bound of its asks' prices (exact after inserts; an erase of the
 // cheapest recomputes it when the pool has at most kExactCheapest asks, else leaves it lower) and their
 // run bounds, and the cheapest price and run bounds of those in book_spot_asks (spot_cheapest: max when it
@@ -472,9 +481,10 @@ constexpr std::size_t kExactCheapest = 64;
 
 struct AskPool {
   LivePool* lp{nullptr};
-  Price cheapest;                // <= every slot's effective
+  Price cheapest;                // <= every filter's effective
   RunBounds runs;
-  std::vector<AskSlot> slots;
+  std::vector<AskFilter> filters;
+  std::vector<AskRef> refs;
   Price spot_cheapest{std::numeric_limits<std::int64_t>::max()};
   RunBounds spot_runs;
 };
@@ -1227,16 +1237,23 @@ struct Engine::Impl {
       if (ws < now || we <= ws) return;
       std::vector<AskCandidate>& cands = scratch.candidates;
       cands.clear();
-      for (const AskPool& ap : b.ask_pools) {
+      const std::size_t n_pools = b.ask_pools.size();
+      for (std::size_t i = 0; i < n_pools; ++i) {
+        const AskPool& ap = b.ask_pools[i];
         if (ap.cheapest > limit || !ap.runs.may_fit(ws, we)) continue;
+        // The pools are far apart in memory: start loading the next pool's filters while this one's are read.
+        if (i + 1 < n_pools) __builtin_prefetch(b.ask_pools[i + 1].filters.data());
         bool admitted = false;
-        for (const AskSlot& sl : ap.slots) {
-          if (sl.effective > limit || !sl.fits(ws, we)) continue;
+        const std::size_t n = ap.filters.size();
+        for (std::size_t j = 0; j < n; ++j) {
+          const AskFilter& f = ap.filters[j];
+          if (f.effective > limit || !f.fits(ws, we)) continue;
           if (!admitted) {
             if (!pool_satisfies(ap.lp->p, c)) break;
             admitted = true;
           }
-          cands.push_back(AskCandidate{sl.effective, sl.priority, sl.id, sl.lo, ap.lp});
+          const AskRef& r = ap.refs[j];
+          cands.push_back(AskCandidate{f.effective, r.priority, r.id, r.lo, ap.lp});
         }
       }
       const auto later = [](const AskCandidate& x, const AskCandidate& y) {  // min-heap on (effective, priority, id)
@@ -1344,11 +1361,13 @@ struct Engine::Impl {
         LivePool* lp = lo.hooked_pool;
         AskPool& ap = b.ask_pools[lp->ask_pool_slot];
         const std::uint32_t at = lo.book_slot;
-        if (at + 1 != ap.slots.size()) {
-          ap.slots[at] = ap.slots.back();
-          ap.slots[at].lo->book_slot = at;
+        if (at + 1 != ap.filters.size()) {
+          ap.filters[at] = ap.filters.back();
+          ap.refs[at] = ap.refs.back();
+          ap.refs[at].lo->book_slot = at;
         }
-        ap.slots.pop_back();
+        ap.filters.pop_back();
+        ap.refs.pop_back();
         if (lo.in_spot) {
           lp->book_spot_asks.erase(k);
           if (lp->book_spot_asks.empty()) {
@@ -1365,9 +1384,9 @@ struct Engine::Impl {
             b.ask_pools[i].lp->ask_pool_slot = i;
           }
           b.ask_pools.pop_back();
-        } else if (k.effective == ap.cheapest && ap.slots.size() <= kExactCheapest) {
+        } else if (k.effective == ap.cheapest && ap.filters.size() <= kExactCheapest) {
           Price cheapest(std::numeric_limits<std::int64_t>::max());
-          for (const AskSlot& other : ap.slots) cheapest = std::min(cheapest, other.effective);
+          for (const AskFilter& other : ap.filters) cheapest = std::min(cheapest, other.effective);
           ap.cheapest = cheapest;
         }
         lo.hooked_pool = nullptr;
@@ -1451,13 +1470,14 @@ struct Engine::Impl {
           lo.in_spot = spot_now(o);
           if (lp.book_count++ == 0) {
             lp.ask_pool_slot = b.ask_pools.size();
-            b.ask_pools.push_back(AskPool{&lp, k.effective, {}, {}, Price(std::numeric_limits<std::int64_t>::max()), {}});
+            b.ask_pools.push_back(AskPool{&lp, k.effective, {}, {}, {}, Price(std::numeric_limits<std::int64_t>::max()), {}});
           }
           AskPool& ap = b.ask_pools[lp.ask_pool_slot];
           ap.cheapest = std::min(ap.cheapest, k.effective);
           ap.runs.widen(k);
-          lo.book_slot = static_cast<std::uint32_t>(ap.slots.size());
-          ap.slots.push_back(slot_of(k));
+          lo.book_slot = static_cast<std::uint32_t>(ap.filters.size());
+          ap.filters.push_back(filter_of(k));
+          ap.refs.push_back(AskRef{k.priority, k.id, &lo});
           if (lo.in_spot) {
             lp.book_spot_asks.insert(k);
             ap.spot_runs.widen(k);
@@ -2442,7 +2462,7 @@ struct Engine::Impl {
     if (!c.halted) {
       std::vector<OrderId> ids;
       for (const AskPool& ap : it->second.ask_pools) {
-        for (const AskSlot& sl : ap.slots) ids.push_back(sl.id);
+        for (const AskRef& r : ap.refs) ids.push_back(r.id);
       }
       match_woken(std::move(ids));  // sorts them into ask priority
     }
@@ -2601,8 +2621,8 @@ struct Engine::Impl {
       if (in && o.is_sell()) {
         in = lo.hooked_pool == &pools.at(o.request.pool) && lo.hooked_pool->book_count > 0;
         if (in) {
-          const std::vector<AskSlot>& slots = o.book->ask_pools[lo.hooked_pool->ask_pool_slot].slots;
-          in = lo.book_slot < slots.size() && slots[lo.book_slot].lo == &lo;
+          const std::vector<AskRef>& refs = o.book->ask_pools[lo.hooked_pool->ask_pool_slot].refs;
+          in = lo.book_slot < refs.size() && refs[lo.book_slot].lo == &lo;
         }
       }
       if (!in) fail("open order not in book: " + to_string(to_order(o)));
@@ -2634,21 +2654,19 @@ struct Engine::Impl {
       for (const BidGroup& g : b.bid_groups) in_groups += g.resting;
       for (std::size_t i = 0; i < b.ask_pools.size(); ++i) {
         const AskPool& ap = b.ask_pools[i];
-        for (std::size_t j = 0; j < ap.slots.size(); ++j) {
-          const AskSlot& sl = ap.slots[j];
-          const RestOrder& o = sl.lo->o;
-          AskKey fresh{o.effective_price, o.priority, o.id, sl.lo, ap.lp, o.window_start, o.window_end,
+        if (ap.refs.size() != ap.filters.size()) fail("ask pool arrays of pool " + std::to_string(ap.lp->p.id.value));
+        for (std::size_t j = 0; j < ap.refs.size(); ++j) {
+          const AskRef& r = ap.refs[j];
+          const RestOrder& o = r.lo->o;
+          AskKey fresh{o.effective_price, o.priority, o.id, r.lo, ap.lp, o.window_start, o.window_end,
                        o.request.min_duration};
           summarize_runs(o, fresh);
-          const AskSlot want = slot_of(fresh);
-          if (sl.lo->book_slot != j || sl.lo->hooked_pool != ap.lp || !sl.lo->in_book || o.book != &b ||
-              sl.effective != want.effective || sl.run_start != want.run_start || sl.run_end != want.run_end ||
-              sl.min_duration != want.min_duration || sl.max_run != want.max_run || sl.priority != want.priority ||
-              sl.id != want.id) {
-            fail("ask slot stale: " + std::to_string(sl.id.value));
+          if (r.lo->book_slot != j || r.lo->hooked_pool != ap.lp || !r.lo->in_book || o.book != &b ||
+              !(ap.filters[j] == filter_of(fresh)) || r.priority != o.priority || r.id != o.id) {
+            fail("ask slot stale: " + std::to_string(r.id.value));
           }
-          if (!ap.runs.bounds(fresh) || ap.cheapest > sl.effective) {
-            fail("ask pool summary misses ask " + std::to_string(sl.id.value));
+          if (!ap.runs.bounds(fresh) || ap.cheapest > o.effective_price) {
+            fail("ask pool summary misses ask " + std::to_string(r.id.value));
           }
         }
         for (const AskKey& k : ap.lp->book_spot_asks) {
@@ -2664,7 +2682,7 @@ struct Engine::Impl {
                          : ap.spot_cheapest != spot.begin()->effective) {
           fail("spot cheapest of pool " + std::to_string(ap.lp->p.id.value) + " out of step");
         }
-        const auto n = static_cast<std::int64_t>(ap.slots.size());
+        const auto n = static_cast<std::int64_t>(ap.refs.size());
         if (ap.lp->ask_pool_slot != i || n == 0 || n != ap.lp->book_count) {
           fail("ask pool index of pool " + std::to_string(ap.lp->p.id.value) + " out of step");
         }
