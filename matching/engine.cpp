@@ -447,8 +447,8 @@ struct LivePool {
   OrderList asks;  // open asks
   ChunkedSet<LeaseRef, std::less<LeaseRef>> leases;  // not ended
   std::size_t ask_pool_slot{0};  // its place in its Book's ask_pools while it has resting asks
-  // This pool's resting asks (all of them are in its AskPool's filters and refs) and those a duration bid could use
-  // now (spot_now), in ask priority order.
+  // This pool's resting asks (all of them are in its AskPool's filters and refs) and those a duration bid
+  // could use now (spot_now), in ask priority order.
   std::int64_t book_count{0};
   AskSet book_spot_asks;
 };
