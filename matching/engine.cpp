@@ -472,11 +472,11 @@ struct BidGroup {
 };
 
 // A pool's resting asks as a fixed-window bid walks them: an AskFilter and an AskRef each, in two parallel
-// arrays in no order (each LiveOrder keeps its index, book_slot; erase moves the last entry into the hole). The summaries let a walk pass over
-// the pool without reading a slot: a lower bound of its asks' prices (exact after inserts; an erase of the
-// cheapest recomputes it when the pool has at most kExactCheapest asks, else leaves it lower) and their
-// run bounds, and the cheapest price and run bounds of those in book_spot_asks (spot_cheapest: max when it
-// is empty).
+// arrays in no order (each LiveOrder keeps its index, book_slot; erase moves the last entry into the hole).
+// The summaries let a walk pass over the pool without reading an entry: a lower bound of its asks' prices
+// (exact after inserts; an erase of the cheapest recomputes it when the pool has at most kExactCheapest
+// asks, else leaves it lower) and their run bounds, and the cheapest price and run bounds of those in
+// book_spot_asks (spot_cheapest: max when it is empty).
 constexpr std::size_t kExactCheapest = 64;
 
 struct AskPool {
