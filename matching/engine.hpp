@@ -90,8 +90,8 @@
 //    `owed` is the projected bill while the lease runs, `billed` the final one once it ended.
 //
 // Indexing. Orders are found by id in a hash map (cancel and amend never scan a price level). Asks rest in
-// their pool as compact slots in one array (price, priority, hull and longest run of their free lots, min
-// piece), and those a duration bid can use now (started, GPUs free now) also in a set in (effective price,
+// their pool as compact entries in two arrays (price, hull and longest run of free lots, min piece; ids),
+// and those a duration bid can use now (started, GPUs free now) also in a set in (effective price,
 // priority) order; the market lists the pools with resting asks, with bounds of their prices and free runs.
 // An incoming fixed-window bid tests the slots of the pools not skipped by those bounds and visits the fitting
 // asks of pools that satisfy its constraints from a heap in priority order; a duration bid merges the spot
