@@ -98,8 +98,8 @@
 // sets of those pools, skipping asks whose window cannot hold it (book keys carry the window). Bids rest in
 // groups of equal constraints (regions set aside), per group in a set per region they name (or one for no
 // region), fixed-window and duration bids apart, in (price desc, priority) order; an incoming ask walks a
-// merge over the groups its pool satisfies, in its pool's region, and skips duration bids once it has
-// nothing free now. A pool's leases are kept in (price, id) order for preemption. Time events (expiries,
+// merge over the groups its pool satisfies, in its pool's region (each set's head skips bids out of its
+// window), and drops duration bids once it has nothing free now. A pool's leases are kept in (price, id) order for preemption. Time events (expiries,
 // starts, steps of free capacity, lease transitions, verification expiries) sit in a min-heap, so the time
 // step is proportional to what happens. Per pool: the step function of its commitments (asks' free
 // capacity + leases) for the no-overselling check.
