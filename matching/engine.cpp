@@ -196,10 +196,11 @@ struct LiveOrder {
   Shown shown;
   Seconds timer{-1};
   std::vector<LeaseId> sold;  // sell: leases it created (some may have ended)
-  LivePool* hooked_pool{nullptr};  // sell in a book: the pool whose book_asks hold it
+  LivePool* hooked_pool{nullptr};  // sell in a book: the pool whose AskPool holds it
   Account* acct{nullptr};   // its account's entry (Impl::accounts is a std::map: stable), once looked up
   std::uint32_t account_slot{0};   // its place in its Account's orders
   std::uint32_t pool_slot{0};      // sell: its place in its LivePool's asks
+  std::uint32_t book_slot{0};      // sell in a book: its index in its AskPool's filters and refs
   int bid_group{-1};    // buy: index of its constraint group in its Book (set when it first rests)
   bool in_book{false};
   bool in_spot{false};  // sell: also in its pool's book_spot_asks
@@ -415,17 +416,40 @@ struct RunBounds {
   }
 };
 
-struct AskBucket {
-  std::int64_t eb{0};  // end_bucket() of its asks' window end
-  Price cheapest;
-  std::unique_ptr<AskSet> keys;  // never empty; on the heap, so that walks keep pointers while buckets shift
-  RunBounds runs;
+// One resting ask of a pool as a fixed-window bid's walk tests it, in 24 bytes (a walk reads every ask of
+// an admitted pool): its effective price and window_fits' fields, the times as 32-bit values, conservative
+// (a key that window_fits admits always passes): the run hull's start clamped into [0, 2^32 - 1], its end
+// the same with 2^32 - 1 standing for "no bound", min_duration clamped down, max_run as in the key.
+constexpr std::uint32_t kNoEnd = std::numeric_limits<std::uint32_t>::max();
+
+struct AskFilter {
+  Price effective;
+  std::uint32_t run_start{0};
+  std::uint32_t run_end{0};
+  std::int32_t max_run{0};
+  std::uint32_t min_duration{0};
+  // False when the ask cannot serve [ws, we) (window_fits on its key would be false), given ws >= now >= 0
+  // and we > ws.
+  bool fits(Seconds ws, Seconds we) const {
+    const std::int64_t len = (we - ws).value;
+    return ws.value >= run_start && (we.value <= run_end || run_end == kNoEnd) && len >= min_duration &&
+           (max_run == kAnyRun || len <= max_run);
+  }
+  bool operator==(const AskFilter&) const = default;
 };
 
-// The first bucket of `v` (ascending eb) with eb >= `eb`.
-template <class V>
-auto bucket_from(V& v, std::int64_t eb) {
-  return std::partition_point(v.begin(), v.end(), [&](const AskBucket& b) { return b.eb < eb; });
+// The rest of the ask's key, read only for the asks that pass their filter (parallel to the filters).
+struct AskRef {
+  Seq priority{0};
+  OrderId id;
+  LiveOrder* lo{nullptr};
+};
+
+AskFilter filter_of(const AskKey& k) {
+  const auto u32 = [](std::int64_t v) {
+    return static_cast<std::uint32_t>(std::clamp<std::int64_t>(v, 0, std::int64_t{kNoEnd}));
+  };
+  return AskFilter{k.effective, u32(k.run_start().value), u32(k.run_end().value), k.max_run, u32(k.min_duration.value)};
 }
 
 // A pool's live lease, in (price, id) order: the order preemption considers them in. A lease's price never
@@ -443,17 +467,11 @@ struct LivePool {
   OrderList asks;  // open asks
   ChunkedSet<LeaseRef, std::less<LeaseRef>> leases;  // not ended
   std::size_t ask_pool_slot{0};  // its place in its Book's ask_pools while it has resting asks
-  // This pool's resting asks, so a bid walks only the pools it admits: all of them by end_bucket() of their
-  // window end (a fixed-window bid skips the buckets that end before its window does; no empty sets), and
-  // those a duration bid could use now (spot_now). Each set in ask priority order.
+  // This pool's resting asks (all of them are in its AskPool's filters and refs) and those a duration bid
+  // could use now (spot_now), in ask priority order.
   std::int64_t book_count{0};
-  std::vector<AskBucket> book_asks;  // ascending eb: a walk's setup reads it from contiguous memory
   AskSet book_spot_asks;
 };
-
-// Asks are bucketed by window end in 30-day steps of absolute time (times are never negative).
-constexpr std::int64_t kEndBucket = 30 * 86'400;
-std::int64_t end_bucket(Seconds t) { return t.value / kEndBucket; }
 
 using BidSet = ChunkedSet<BidKey, BidOrder>;
 
@@ -473,14 +491,20 @@ struct BidGroup {
   std::map<std::string, BidSets> by_region;
 };
 
-// The summaries below let a walk pass over a pool without touching it (its LivePool and bucket vector are
-// elsewhere in memory): price, end buckets and run bounds of all its resting asks, and of those in
+// A pool's resting asks as a fixed-window bid walks them: an AskFilter and an AskRef each, in two parallel
+// arrays in no order (each LiveOrder keeps its index, book_slot; erase moves the last entry into the hole).
+// The summaries let a walk pass over the pool without reading an entry: a lower bound of its asks' prices
+// (exact after inserts; an erase of the cheapest recomputes it when the pool has at most kExactCheapest
+// asks, else leaves it lower) and their run bounds, and the cheapest price and run bounds of those in
 // book_spot_asks (spot_cheapest: max when it is empty).
+constexpr std::size_t kExactCheapest = 64;
+
 struct AskPool {
   LivePool* lp{nullptr};
-  Price cheapest;                // over all its resting asks
-  std::int64_t last_bucket{0};   // the latest end bucket among them
+  Price cheapest;                // <= every filter's effective
   RunBounds runs;
+  std::vector<AskFilter> filters;
+  std::vector<AskRef> refs;
   Price spot_cheapest{std::numeric_limits<std::int64_t>::max()};
   RunBounds spot_runs;
 };
@@ -519,15 +543,22 @@ std::string constraint_key(const BidConstraints& c) {
   return k;
 }
 
-// A k-way merge of bid sets in one priority order (BidOrder). Each head is advanced before its key is
-// returned, so the caller may erase or re-insert the key it was just given: the head it came from is put
-// back, re-sought by the key it was at, on the next call.
+// A k-way merge of bid sets in one priority order (BidOrder), over the bids whose window an ask's window
+// can hold (Impl::window_fits on the key, given the ask's start, end and min_duration and the time `now`)
+// and priced at `floor` or more: each head skips the others in its set's contiguous chunks before it goes
+// back into the heap (an ask walk met ~9 bids out of window for every one that fit, each a heap pop and
+// push). Each head is advanced before its key is returned, so the caller may erase or re-insert the key it
+// was just given: the head it came from is put back, re-sought by the key it was at, on the next call.
 class BidWalk {
  public:
-  // Sets whose best bid is below `floor` are left out (a walk stops there anyway).
+  BidWalk(Seconds a_start, Seconds a_end, Seconds a_min_duration, Seconds now)
+      : from_(std::max(a_start, now)), to_(a_end), min_(a_min_duration), now_(now) {}
+  // Sets whose best bid is below `floor` are left out (the same floor for every set of a walk).
   void add(const BidSet& s, bool duration, Price floor) {
+    floor_ = floor;
     if (s.empty() || s.begin()->price < floor) return;
-    heads_.push_back(Head{&s, s.begin(), *s.begin(), s.version(), duration});
+    Head h{&s, s.begin(), {}, 0, duration};
+    if (settle(h)) heads_.push_back(h);
   }
   void start() { std::make_heap(heads_.begin(), heads_.end(), later); }
   std::optional<BidKey> next() {
@@ -538,18 +569,13 @@ class BidWalk {
     heads_.pop_back();
     const BidKey k = h.key;
     ++h.it;
-    if (h.it != h.s->end()) {
-      h.key = *h.it;
-      h.version = h.s->version();
-      pending_ = h;
-    }
+    if (settle(h)) pending_ = h;
     return k;
   }
   // Leaves the duration bids out from here on.
   void drop_duration() {
     if (pending_) {
-      reseek(*pending_);
-      heads_.push_back(*pending_);
+      if (reseek(*pending_)) heads_.push_back(*pending_);
       pending_.reset();
     }
     std::erase_if(heads_, [](const Head& h) { return h.duration; });
@@ -560,21 +586,49 @@ class BidWalk {
   struct Head {
     const BidSet* s{nullptr};
     BidSet::const_iterator it;
-    BidKey key;  // *it, kept to re-seek after the set changed
+    BidKey key;  // *it once settled, kept to re-seek after the set changed
     std::uint64_t version{0};
     bool duration{false};
   };
-  static void reseek(Head& h) {
-    if (h.version != h.s->version()) h.it = h.s->lower_bound(h.key);
+  // window_fits(b, a_start, a_end, a_min_duration) of Impl, with max(a_start, now) precomputed.
+  bool fits(const BidKey& b) const {
+    const bool fixed = b.duration.value == 0;
+    const Seconds ws = fixed ? b.start : now_;
+    const Seconds we = fixed ? b.end : now_ + b.duration;
+    return ws >= from_ && we <= to_ && we > ws && we - ws >= min_;
+  }
+  // Moves h to its next key that fits, priced at floor_ or more; false when it has none.
+  bool settle(Head& h) const {
+    for (const auto end = h.s->end(); h.it != end; ++h.it) {
+      if (h.it->price < floor_) return false;
+      if (fits(*h.it)) {
+        h.key = *h.it;
+        h.version = h.s->version();
+        return true;
+      }
+    }
+    return false;
+  }
+  // After the caller changed h's set: back to the key it was at (or the next that fits).
+  bool reseek(Head& h) const {
+    if (h.version == h.s->version()) return true;
+    h.it = h.s->lower_bound(h.key);
+    return settle(h);
   }
   void restore_pending() {
     if (!pending_) return;
-    reseek(*pending_);
-    heads_.push_back(*pending_);
+    if (reseek(*pending_)) {
+      heads_.push_back(*pending_);
+      std::push_heap(heads_.begin(), heads_.end(), later);
+    }
     pending_.reset();
-    std::push_heap(heads_.begin(), heads_.end(), later);
   }
   static bool later(const Head& x, const Head& y) { return BidOrder{}(y.key, x.key); }  // min-heap
+  Seconds from_;
+  Seconds to_;
+  Seconds min_;
+  Seconds now_;
+  Price floor_;
   std::vector<Head> heads_;
   std::optional<Head> pending_;
 };
@@ -1201,24 +1255,37 @@ struct Engine::Impl {
   bool spot_now(const RestOrder& a) const { return a.window_start <= now && a.free.at(now) > 0; }
 
   // Visits, in ask priority order, the resting asks of `b` a bid could use (a duration bid: those in
-  // book_spot_asks) with effective <= limit whose pool satisfies `c`
-  // and whose window can hold the bid's (window_fits; a bid's window does not change during a walk): the
-  // others eligible_qty would reject. A k-way merge over the admitted pools' book_asks buckets that end
-  // late enough / book_spot_asks, each head already moved past keys that do not fit. A walk never leaves a
-  // head on a set that fn could empty (fn changes only the key it was given, and a head whose set had no
-  // other fitting key was dropped before fn ran), so erasing emptied buckets is safe. fn(key) returns false to stop. Like a walk of the
-  // one set, fn may erase or re-insert the key it was given (a fill changes only that ask; the heads point
-  // at other keys: the head of the set fn changed is re-sought by the key it was at, as ChunkedSet's
-  // iterators do not survive a change); pool attributes do not change during a walk.
+  // book_spot_asks) with effective <= limit whose pool satisfies `c` and whose window can hold the bid's
+  // (window_fits; a bid's window does not change during a walk): the others eligible_qty would reject.
+  // fn(key) returns false to stop; like a walk of one set, fn may erase or re-insert the ask of the key it
+  // was given (a fill changes only that ask), never another; pool attributes do not change during a walk.
+  //
+  // A duration bid: a k-way merge over the admitted pools' book_spot_asks, each head already moved past
+  // keys that do not fit; the head of the set fn changed is re-sought by the key it was at (ChunkedSet's
+  // iterators do not survive a change), and a head whose set had no other fitting key was dropped before
+  // fn ran. A fixed-window bid: every slot of every admitted pool is tested from contiguous memory, those
+  // that fit become candidates (copies: fn's changes to the slots cannot disturb them), visited from a
+  // min-heap; its keys carry the order fields (effective, priority, id, lo, pool) only.
   struct AskHead {
     const AskSet* s{nullptr};
     AskSet::const_iterator it;
     AskKey key;  // *it once settled, kept to re-seek after fn changed the set
     std::uint64_t version{0};
   };
-  // walk_asks' heap of heads, one vector per nesting depth, reused: a fresh vector per walk was a malloc
+  struct AskCandidate {
+    Price effective;
+    Seq priority{0};
+    OrderId id;
+    LiveOrder* lo{nullptr};
+    const LivePool* pool{nullptr};
+  };
+  // walk_asks' heaps, one pair of vectors per nesting depth, reused: a fresh vector per walk was a malloc
   // per placement (and, reserved, a page-faulting one).
-  mutable std::deque<std::vector<AskHead>> head_stack;  // a deque: a nested walk's emplace_back keeps references
+  struct WalkScratch {
+    std::vector<AskHead> heads;
+    std::vector<AskCandidate> candidates;
+  };
+  mutable std::deque<WalkScratch> head_stack;  // a deque: a nested walk's emplace_back keeps references
   mutable std::size_t head_depth{0};
 
   template <class F>
@@ -1226,8 +1293,7 @@ struct Engine::Impl {
     using It = AskSet::const_iterator;
     using Head = AskHead;
     if (head_depth == head_stack.size()) head_stack.emplace_back();
-    std::vector<Head>& heads = head_stack[head_depth];
-    heads.clear();
+    WalkScratch& scratch = head_stack[head_depth];
     struct DepthGuard {
       std::size_t& d;
       explicit DepthGuard(std::size_t& x) : d(x) { ++d; }
@@ -1235,9 +1301,51 @@ struct Engine::Impl {
       DepthGuard(const DepthGuard&) = delete;
       DepthGuard& operator=(const DepthGuard&) = delete;
     } guard(head_depth);
-    const bool spot = bid.is_duration_bid();
     const Seconds ws = bid_start(bid);
     const Seconds we = bid_end(bid);
+    if (!bid.is_duration_bid()) {
+      // window_fits needs ws >= now and we > ws whatever the ask.
+      if (ws < now || we <= ws) return;
+      std::vector<AskCandidate>& cands = scratch.candidates;
+      cands.clear();
+      const std::size_t n_pools = b.ask_pools.size();
+      for (std::size_t i = 0; i < n_pools; ++i) {
+        const AskPool& ap = b.ask_pools[i];
+        if (ap.cheapest > limit || !ap.runs.may_fit(ws, we)) continue;
+        // The pools are far apart in memory: start loading the next pool's filters while this one's are read.
+        if (i + 1 < n_pools) __builtin_prefetch(b.ask_pools[i + 1].filters.data());
+        bool admitted = false;
+        const std::size_t n = ap.filters.size();
+        for (std::size_t j = 0; j < n; ++j) {
+          const AskFilter& f = ap.filters[j];
+          if (f.effective > limit || !f.fits(ws, we)) continue;
+          if (!admitted) {
+            if (!pool_satisfies(ap.lp->p, c)) break;
+            admitted = true;
+          }
+          const AskRef& r = ap.refs[j];
+          cands.push_back(AskCandidate{f.effective, r.priority, r.id, r.lo, ap.lp});
+        }
+      }
+      const auto later = [](const AskCandidate& x, const AskCandidate& y) {  // min-heap on (effective, priority, id)
+        if (x.effective.value != y.effective.value) return x.effective.value > y.effective.value;
+        if (x.priority != y.priority) return x.priority > y.priority;
+        return x.id.value > y.id.value;
+      };
+      std::make_heap(cands.begin(), cands.end(), later);
+      while (!cands.empty()) {
+        std::pop_heap(cands.begin(), cands.end(), later);
+        const AskCandidate x = cands.back();
+        cands.pop_back();
+        AskKey k{x.effective, x.priority, x.id};
+        k.lo = x.lo;
+        k.pool = x.pool;
+        if (!fn(k)) return;
+      }
+      return;
+    }
+    std::vector<Head>& heads = scratch.heads;
+    heads.clear();
     // Moves h to its next fitting key within the limit; false when it has none.
     const auto settle = [&](Head& h) {
       for (const It end = h.s->end(); h.it != end; ++h.it) {
@@ -1250,32 +1358,13 @@ struct Engine::Impl {
       }
       return false;
     };
-    const std::int64_t first_bucket = end_bucket(we);  // asks in earlier buckets end before `we`
     for (const AskPool& ap : b.ask_pools) {
-      if (spot) {
-        if (ap.spot_cheapest > limit || !ap.spot_runs.may_fit(ws, we)) continue;
-      } else if (ap.cheapest > limit || ap.last_bucket < first_bucket || !ap.runs.may_fit(ws, we)) {
-        continue;
-      }
+      if (ap.spot_cheapest > limit || !ap.spot_runs.may_fit(ws, we)) continue;
       const LivePool* lp = ap.lp;
-      if (spot) {
-        const AskSet& s = lp->book_spot_asks;
-        if (!pool_satisfies(lp->p, c)) continue;
-        Head h{&s, s.begin(), {}, 0};
-        if (settle(h)) heads.push_back(h);
-        continue;
-      }
-      bool admitted = false;
-      for (auto it = bucket_from(lp->book_asks, first_bucket); it != lp->book_asks.end(); ++it) {
-        if (it->cheapest > limit || !it->runs.may_fit(ws, we)) continue;
-        const AskSet& s = *it->keys;
-        if (!admitted) {
-          if (!pool_satisfies(lp->p, c)) break;
-          admitted = true;
-        }
-        Head h{&s, s.begin(), {}, 0};
-        if (settle(h)) heads.push_back(h);
-      }
+      const AskSet& s = lp->book_spot_asks;
+      if (!pool_satisfies(lp->p, c)) continue;
+      Head h{&s, s.begin(), {}, 0};
+      if (settle(h)) heads.push_back(h);
     }
     const auto later = [](const Head& x, const Head& y) { return y.key < x.key; };  // min-heap on key
     std::make_heap(heads.begin(), heads.end(), later);
@@ -1341,16 +1430,17 @@ struct Engine::Impl {
       } else {
         const AskKey k{lo.o.effective_price, lo.o.priority, lo.o.id};
         LivePool* lp = lo.hooked_pool;
-        auto bucket = bucket_from(lp->book_asks, end_bucket(lo.o.window_end));
-        bucket->keys->erase(k);
-        if (bucket->keys->empty()) {
-          lp->book_asks.erase(bucket);
-        } else {
-          bucket->cheapest = bucket->keys->begin()->effective;
+        AskPool& ap = b.ask_pools[lp->ask_pool_slot];
+        const std::uint32_t at = lo.book_slot;
+        if (at + 1 != ap.filters.size()) {
+          ap.filters[at] = ap.filters.back();
+          ap.refs[at] = ap.refs.back();
+          ap.refs[at].lo->book_slot = at;
         }
+        ap.filters.pop_back();
+        ap.refs.pop_back();
         if (lo.in_spot) {
           lp->book_spot_asks.erase(k);
-          AskPool& ap = b.ask_pools[lp->ask_pool_slot];
           if (lp->book_spot_asks.empty()) {
             ap.spot_runs = RunBounds{};
             ap.spot_cheapest = Price(std::numeric_limits<std::int64_t>::max());
@@ -1360,17 +1450,15 @@ struct Engine::Impl {
         }
         if (--lp->book_count == 0) {
           const std::size_t i = lp->ask_pool_slot;
-          b.ask_pools[i] = b.ask_pools.back();
-          b.ask_pools[i].lp->ask_pool_slot = i;
-          b.ask_pools.pop_back();
-        } else {
-          AskPool& ap = b.ask_pools[lp->ask_pool_slot];
-          ap.last_bucket = lp->book_asks.back().eb;
-          if (k.effective == ap.cheapest) {
-            Price cheapest(std::numeric_limits<std::int64_t>::max());
-            for (const AskBucket& other : lp->book_asks) cheapest = std::min(cheapest, other.cheapest);
-            ap.cheapest = cheapest;
+          if (i + 1 != b.ask_pools.size()) {
+            b.ask_pools[i] = std::move(b.ask_pools.back());
+            b.ask_pools[i].lp->ask_pool_slot = i;
           }
+          b.ask_pools.pop_back();
+        } else if (k.effective == ap.cheapest && ap.filters.size() <= kExactCheapest) {
+          Price cheapest(std::numeric_limits<std::int64_t>::max());
+          for (const AskFilter& other : ap.filters) cheapest = std::min(cheapest, other.effective);
+          ap.cheapest = cheapest;
         }
         lo.hooked_pool = nullptr;
         lo.in_spot = false;
@@ -1460,24 +1548,16 @@ struct Engine::Impl {
                    o.request.min_duration};
           summarize_runs(o, k);
           lo.in_spot = spot_now(o);
-          const std::int64_t eb = end_bucket(o.window_end);
           if (lp.book_count++ == 0) {
             lp.ask_pool_slot = b.ask_pools.size();
-            b.ask_pools.push_back(AskPool{&lp, k.effective, eb, {}, Price(std::numeric_limits<std::int64_t>::max()), {}});
-          } else {
-            AskPool& ap = b.ask_pools[lp.ask_pool_slot];
-            ap.cheapest = std::min(ap.cheapest, k.effective);
-            ap.last_bucket = std::max(ap.last_bucket, eb);
+            b.ask_pools.push_back(AskPool{&lp, k.effective, {}, {}, {}, Price(std::numeric_limits<std::int64_t>::max()), {}});
           }
           AskPool& ap = b.ask_pools[lp.ask_pool_slot];
+          ap.cheapest = std::min(ap.cheapest, k.effective);
           ap.runs.widen(k);
-          auto bucket = bucket_from(lp.book_asks, eb);
-          if (bucket == lp.book_asks.end() || bucket->eb != eb) {
-            bucket = lp.book_asks.insert(bucket, AskBucket{eb, k.effective, std::make_unique<AskSet>(), {}});
-          }
-          bucket->keys->insert(k);
-          bucket->cheapest = std::min(bucket->cheapest, k.effective);
-          bucket->runs.widen(k);
+          lo.book_slot = static_cast<std::uint32_t>(ap.filters.size());
+          ap.filters.push_back(filter_of(k));
+          ap.refs.push_back(AskRef{k.priority, k.id, &lo});
           if (lo.in_spot) {
             lp.book_spot_asks.insert(k);
             ap.spot_runs.widen(k);
@@ -1903,7 +1983,7 @@ struct Engine::Impl {
   bool ask_would_take(const RestOrder& ask) const {
     const Book& book = (*ask.book);
     const Pool& pool = pools.at(ask.request.pool).p;
-    BidWalk walk;
+    BidWalk walk(ask.window_start, ask.window_end, ask.request.min_duration, now);
     bids_for(book, pool, ask.effective_price, spot_now(ask), walk);
     while (const auto k = walk.next()) {
       if (k->price < ask.effective_price) break;
@@ -1925,7 +2005,7 @@ struct Engine::Impl {
       RestOrder trial = ask.o;
       std::vector<PlannedFill> plan;
       bool complete = !ask_has_piece(trial);
-      BidWalk walk;
+      BidWalk walk(a_start, a_end, a_min, now);
       bids_for(book, pool, ask.o.effective_price, spot_now(ask.o), walk);
       while (const auto k = walk.next()) {
         if (complete || k->price < ask.o.effective_price) break;
@@ -1953,7 +2033,7 @@ struct Engine::Impl {
       return;
     }
     // Duration bids need GPUs free now; once the ask has none at this instant, none of them can use it.
-    BidWalk walk;
+    BidWalk walk(a_start, a_end, a_min, now);
     bids_for(book, pool, ask.o.effective_price, spot_now(ask.o), walk);
     while (ask.o.is_open()) {
       const auto k = walk.next();
@@ -2478,9 +2558,7 @@ struct Engine::Impl {
     if (!c.halted) {
       std::vector<OrderId> ids;
       for (const AskPool& ap : it->second.ask_pools) {
-        for (const AskBucket& bucket : ap.lp->book_asks) {
-          for (const AskKey& k : *bucket.keys) ids.push_back(k.id);
-        }
+        for (const AskRef& r : ap.refs) ids.push_back(r.id);
       }
       match_woken(std::move(ids));  // sorts them into ask priority
     }
@@ -2637,11 +2715,10 @@ struct Engine::Impl {
       }
       const AskKey ak{o.effective_price, o.priority, o.id};
       if (in && o.is_sell()) {
-        in = lo.hooked_pool == &pools.at(o.request.pool);
+        in = lo.hooked_pool == &pools.at(o.request.pool) && lo.hooked_pool->book_count > 0;
         if (in) {
-          const std::int64_t eb = end_bucket(o.window_end);
-          auto bucket = bucket_from(lo.hooked_pool->book_asks, eb);
-          in = bucket != lo.hooked_pool->book_asks.end() && bucket->eb == eb && bucket->keys->count(ak) == 1;
+          const std::vector<AskRef>& refs = o.book->ask_pools[lo.hooked_pool->ask_pool_slot].refs;
+          in = lo.book_slot < refs.size() && refs[lo.book_slot].lo == &lo;
         }
       }
       if (!in) fail("open order not in book: " + to_string(to_order(o)));
@@ -2673,39 +2750,36 @@ struct Engine::Impl {
       for (const BidGroup& g : b.bid_groups) in_groups += g.resting;
       for (std::size_t i = 0; i < b.ask_pools.size(); ++i) {
         const AskPool& ap = b.ask_pools[i];
-        Price cheapest(std::numeric_limits<std::int64_t>::max());
-        std::int64_t n = 0;
-        for (std::size_t j = 0; j < ap.lp->book_asks.size(); ++j) {
-          const AskBucket& bucket = ap.lp->book_asks[j];
-          const AskSet& keys = *bucket.keys;
-          if (keys.empty() || bucket.cheapest != keys.begin()->effective ||
-              (j > 0 && ap.lp->book_asks[j - 1].eb >= bucket.eb)) {
-            fail("ask bucket of pool " + std::to_string(ap.lp->p.id.value) + " out of step");
+        if (ap.refs.size() != ap.filters.size()) fail("ask pool arrays of pool " + std::to_string(ap.lp->p.id.value));
+        for (std::size_t j = 0; j < ap.refs.size(); ++j) {
+          const AskRef& r = ap.refs[j];
+          const RestOrder& o = r.lo->o;
+          AskKey fresh{o.effective_price, o.priority, o.id, r.lo, ap.lp, o.window_start, o.window_end,
+                       o.request.min_duration};
+          summarize_runs(o, fresh);
+          if (r.lo->book_slot != j || r.lo->hooked_pool != ap.lp || !r.lo->in_book || o.book != &b ||
+              !(ap.filters[j] == filter_of(fresh)) || r.priority != o.priority || r.id != o.id) {
+            fail("ask slot stale: " + std::to_string(r.id.value));
           }
-          cheapest = std::min(cheapest, keys.empty() ? cheapest : keys.begin()->effective);
-          n += static_cast<std::int64_t>(keys.size());
-          for (const AskKey& k : keys) {
-            if (end_bucket(k.end) != bucket.eb) fail("ask in the wrong end bucket: " + std::to_string(k.id.value));
-            if (!bucket.runs.bounds(k) || !ap.runs.bounds(k)) {
-              fail("ask bucket run bounds miss: " + std::to_string(k.id.value));
-            }
-            AskKey fresh = k;
-            summarize_runs(k.lo->o, fresh);
-            if (fresh.run_lead != k.run_lead || fresh.run_tail != k.run_tail || fresh.max_run != k.max_run) {
-              fail("ask key's run summary stale: " + std::to_string(k.id.value));
-            }
+          if (!ap.runs.bounds(fresh) || ap.cheapest > o.effective_price) {
+            fail("ask pool summary misses ask " + std::to_string(r.id.value));
           }
         }
         for (const AskKey& k : ap.lp->book_spot_asks) {
           if (!ap.spot_runs.bounds(k)) fail("spot ask run bounds miss: " + std::to_string(k.id.value));
+          AskKey fresh = k;
+          summarize_runs(k.lo->o, fresh);
+          if (fresh.run_lead != k.run_lead || fresh.run_tail != k.run_tail || fresh.max_run != k.max_run) {
+            fail("spot ask key's run summary stale: " + std::to_string(k.id.value));
+          }
         }
         const AskSet& spot = ap.lp->book_spot_asks;
         if (spot.empty() ? ap.spot_cheapest.value != std::numeric_limits<std::int64_t>::max()
                          : ap.spot_cheapest != spot.begin()->effective) {
           fail("spot cheapest of pool " + std::to_string(ap.lp->p.id.value) + " out of step");
         }
-        const bool last_ok = !ap.lp->book_asks.empty() && ap.lp->book_asks.back().eb == ap.last_bucket;
-        if (ap.lp->ask_pool_slot != i || n == 0 || n != ap.lp->book_count || cheapest != ap.cheapest || !last_ok) {
+        const auto n = static_cast<std::int64_t>(ap.refs.size());
+        if (ap.lp->ask_pool_slot != i || n == 0 || n != ap.lp->book_count) {
           fail("ask pool index of pool " + std::to_string(ap.lp->p.id.value) + " out of step");
         }
       }

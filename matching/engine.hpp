@@ -90,15 +90,16 @@
 //    `owed` is the projected bill while the lease runs, `billed` the final one once it ended.
 //
 // Indexing. Orders are found by id in a hash map (cancel and amend never scan a price level). Asks rest in
-// their pool: by 30-day bucket of their window end, and (a subset) those a duration bid can use now
-// (started, GPUs free at this instant), each set in (effective price, priority) order; the market keeps the
-// list of pools with resting asks, each with its cheapest ask and latest end bucket. An incoming bid walks a
-// k-way merge over the pools that satisfy its constraints, skipping pools and buckets priced out or ending
-// before its window does, and asks whose window cannot hold it (book keys carry the window). Bids rest in
+// their pool as compact entries in two arrays (price, hull and longest run of free lots, min piece; ids),
+// and those a duration bid can use now (started, GPUs free now) also in a set in (effective price,
+// priority) order; the market lists the pools with resting asks, with bounds of their prices and free runs.
+// An incoming fixed-window bid tests the slots of the pools not skipped by those bounds and visits the fitting
+// asks of pools that satisfy its constraints from a heap in priority order; a duration bid merges the spot
+// sets of those pools, skipping asks whose window cannot hold it (book keys carry the window). Bids rest in
 // groups of equal constraints (regions set aside), per group in a set per region they name (or one for no
 // region), fixed-window and duration bids apart, in (price desc, priority) order; an incoming ask walks a
-// merge over the groups its pool satisfies, in its pool's region, and skips duration bids once it has
-// nothing free now. A pool's leases are kept in (price, id) order for preemption. Time events (expiries,
+// merge over the groups its pool satisfies, in its pool's region (each set's head skips bids out of its
+// window), and drops duration bids once it has nothing free now. A pool's leases are kept in (price, id) order for preemption. Time events (expiries,
 // starts, steps of free capacity, lease transitions, verification expiries) sit in a min-heap, so the time
 // step is proportional to what happens. Per pool: the step function of its commitments (asks' free
 // capacity + leases) for the no-overselling check.
