@@ -70,21 +70,23 @@
 //    cancel_both both. A resting order cancelled by STP is cancelled (self_trade); the incoming order is
 //    rejected (self_trade) only when it is being placed and has no fill, else cancelled (self_trade).
 //  - A sell's fok: all-or-none means the walk must leave it with no sellable piece (it would be filled).
-//  - Amend: quantity may only go down (> filled for bids; for sells the cut must be free over the rest
-//    of the window and leave a piece the ask can still sell — nothing left to sell is a cancel); an amend that changes nothing still answers OrderUpdated; the status never
-//    changes by an amend alone. A post_only order whose new price would trade: rejected
-//    (would_take) and left unchanged. A new price re-matches the order as incoming (3).
-//  - Preemption: only at the placement of an interruptible, non-single_pool, non-post_only bid (or an
-//    amend of its price), after free capacity. Candidates: leases on spot-tier pools of the market whose
-//    pool satisfies the bid, in state reserved or active, price < bid price, whose buyer and provider
-//    are not the bidding account, whose selling ask is open or filled (not cancelled or expired), with the
-//    new window W' inside the ask's clipped window, at least the ask's min_duration long, and inside
-//    [max(lease.start, now + notice), lease.end) (so the freed GPUs cover it). W' = [now + notice, + duration) for a duration bid; a fixed window preempts only if its start
-//    >= now + notice, W' = the window. Price = max(ask effective price, lease price + tick) <= bid price,
-//    the ask's list price being its current one if open, else the one it ended with, under the pool's
-//    current discount. Order: lease price, then lease id. Quantity: min(need, lease GPUs) down to
-//    lcm(bid chunk, ask chunk). The preempted lease keeps its id and the GPUs taken (status preempted,
-//    ends_at = now + notice, owed = seconds used); an untouched rest is split off into a new lease.
+//  - Amend: quantity may only go down (> filled for bids; for sells the cut must be free over the rest of
+//    the window and leave a piece the ask can still sell — nothing left to sell is a cancel); an amend that
+//    changes nothing still answers OrderUpdated; the status never changes by an amend alone. A post_only
+//    order whose new price would trade: rejected (would_take) and left unchanged. A new price re-matches
+//    the order as incoming (3).
+//  - Preemption: only at the placement of an interruptible, non-single_pool, non-post_only bid (or an amend
+//    of its price), after free capacity. Candidates: leases on spot-tier pools of the market whose pool
+//    satisfies the bid, in state reserved or active, price < bid price, whose buyer and provider are not
+//    the bidding account, whose selling ask is open or filled (not cancelled or expired), with the new
+//    window W' inside the ask's clipped window, at least the ask's min_duration long, and inside
+//    [max(lease.start, now + notice), lease.end) (so the freed GPUs cover it). W' = [now + notice, +
+//    duration) for a duration bid; a fixed window preempts only if its start >= now + notice, W' = the
+//    window. Price = max(ask effective price, lease price + tick) <= bid price, the ask's list price being
+//    its current one if open, else the one it ended with, under the pool's current discount. Order: lease
+//    price, then lease id. Quantity: min(need, lease GPUs) down to lcm(bid chunk, ask chunk). The preempted
+//    lease keeps its id and the GPUs taken (status preempted, ends_at = now + notice, owed = seconds used);
+//    an untouched rest is split off into a new lease.
 //  - Lease billing: firm: the whole window, whatever happens; interruptible (spot-tier pool) released
 //    by its buyer: max(seconds used, min(min_bill, window)); preempted: seconds used up to ends_at.
 //    `owed` is the projected bill while the lease runs, `billed` the final one once it ended.
@@ -93,16 +95,17 @@
 // their pool as compact entries in two arrays (price, hull and longest run of free lots, min piece; ids),
 // and those a duration bid can use now (started, GPUs free now) also in a set in (effective price,
 // priority) order; the market lists the pools with resting asks, with bounds of their prices and free runs.
-// An incoming fixed-window bid tests the slots of the pools not skipped by those bounds and visits the fitting
-// asks of pools that satisfy its constraints from a heap in priority order; a duration bid merges the spot
-// sets of those pools, skipping asks whose window cannot hold it (book keys carry the window). Bids rest in
-// groups of equal constraints (regions set aside), per group in a set per region they name (or one for no
-// region), fixed-window and duration bids apart, in (price desc, priority) order; an incoming ask walks a
-// merge over the groups its pool satisfies, in its pool's region (each set's head skips bids out of its
-// window), and drops duration bids once it has nothing free now. A pool's leases are kept in (price, id) order for preemption. Time events (expiries,
-// starts, steps of free capacity, lease transitions, verification expiries) sit in a min-heap, so the time
-// step is proportional to what happens. Per pool: the step function of its commitments (asks' free
-// capacity + leases) for the no-overselling check.
+// An incoming fixed-window bid tests the slots of the pools not skipped by those bounds and visits the
+// fitting asks of pools that satisfy its constraints from a heap in priority order; a duration bid merges
+// the spot sets of those pools, skipping asks whose window cannot hold it (book keys carry the window).
+// Bids rest in groups of equal constraints (regions set aside), per group in a set per region they name (or
+// one for no region), fixed-window and duration bids apart, in (price desc, priority) order; an incoming
+// ask walks a merge over the groups its pool satisfies, in its pool's region (each set's head skips bids
+// out of its window), and drops duration bids once it has nothing free now. A pool's leases are kept in
+// (price, id) order for preemption. Time events (expiries, starts, steps of free capacity, lease
+// transitions, verification expiries) sit in a min-heap, so the time step is proportional to what happens.
+// Per pool: the step function of its commitments (asks' free capacity + leases) for the no-overselling
+// check.
 //
 // Restore. The state is fully described by EngineState (pools, open orders, live leases, counters,
 // limits, halts, policy, view sequences); snapshot() and restore() round-trip it, and the digest of a
