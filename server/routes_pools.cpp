@@ -38,15 +38,13 @@ void add_schedule(json::object& j, const PoolCapacity& cap, Seconds now) {
     bounds.push_back(now);
     std::sort(bounds.begin(), bounds.end());
     bounds.erase(std::unique(bounds.begin(), bounds.end()), bounds.end());
+    std::int64_t last_leased = -1, last_offered = -1;  // of the piece shown last
     for (std::size_t i = 0; i + 1 < bounds.size(); ++i) {
       const Seconds from = bounds[i];
-      const std::int64_t leased = cap.leased.at(from), offered = cap.offered.at(from), free = cap.unallocated.at(from);
-      if (!schedule.empty()) {  // equal neighbours are one piece
-        auto& last = schedule.back().as_object();
-        if (last["leased_gpus"].as_int64() == leased && last["offered_gpus"].as_int64() == offered) {
-          last["to"] = wire::time_string(bounds[i + 1]);
-          continue;
-        }
+      const std::int64_t leased = cap.leased.at(from), offered = cap.offered.at(from);
+      if (leased == last_leased && offered == last_offered) {  // equal neighbours are one piece
+        schedule.back().as_object()["to"] = wire::time_string(bounds[i + 1]);
+        continue;
       }
       if (schedule.size() == kSchedulePieces) {
         truncated = true;
@@ -56,7 +54,9 @@ void add_schedule(json::object& j, const PoolCapacity& cap, Seconds now) {
                                       {"to", wire::time_string(bounds[i + 1])},
                                       {"leased_gpus", leased},
                                       {"offered_gpus", offered},
-                                      {"free_gpus", free}});
+                                      {"free_gpus", cap.unallocated.at(from)}});
+      last_leased = leased;
+      last_offered = offered;
     }
   }
   j["schedule"] = std::move(schedule);
