@@ -10,6 +10,7 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
 #include <boost/beast/ssl/ssl_stream.hpp>
+#include <boost/url/parse.hpp>
 #include <spdlog/spdlog.h>
 
 #include <array>
@@ -132,6 +133,14 @@ class HttpSession : public Session, public std::enable_shared_from_this<HttpSess
     const Request& req = parser_->get();
     method_ = req.method_string();
     std::string_view target = req.target();
+    // Beast lets through targets Boost.URL refuses (a bare '%', '{', bytes over 0x7F): refused here,
+    // never read as a request without its query (a market-scoped cancel-all must not cancel everything).
+    if (!boost::urls::parse_origin_form(target)) {
+      route_ = "(unrouted)";
+      return send(error_response(Status::bad_request, "malformed_request",
+                                 "the request target is not a valid URL path and query (RFC 3986: percent-encode "
+                                 "reserved and non-ASCII characters)"));
+    }
     auto path = target.substr(0, target.find('?'));
     if (path == "/v1/ws" && server_.websocket()) return upgrade();
     auto match = server_.router().match(req.method(), path);

@@ -53,6 +53,11 @@ std::optional<std::string> JsonFields::string(std::string_view name, Need need, 
     fail("invalid_field", name, std::string(name) + " is longer than " + std::to_string(max_length) + " characters");
     return std::nullopt;
   }
+  // PostgreSQL's text and jsonb cannot hold U+0000: refused here rather than failing a whole commit.
+  if (s.find('\0') != boost::json::string::npos) {
+    fail("invalid_field", name, std::string(name) + " must not contain the NUL character (\\u0000)");
+    return std::nullopt;
+  }
   return std::string(s);
 }
 
@@ -141,7 +146,8 @@ std::optional<std::int64_t> JsonFields::time(std::string_view name, Need need) {
   std::optional<std::int64_t> t;
   if (v->is_string()) t = parse_rfc3339(v->get_string());
   if (!t) {
-    fail("invalid_field", name, std::string(name) + " must be an RFC 3339 time, e.g. \"2027-01-01T00:00:00Z\"");
+    fail("invalid_field", name,
+         std::string(name) + " must be an RFC 3339 time in whole seconds, e.g. \"2027-01-01T00:00:00Z\"");
     return std::nullopt;
   }
   return t;
@@ -158,9 +164,10 @@ std::optional<std::vector<std::string>> JsonFields::strings(std::string_view nam
   }
   std::vector<std::string> out;
   for (const auto& item : v->get_array()) {
-    if (!item.is_string() || item.get_string().size() > max_length) {
+    if (!item.is_string() || item.get_string().size() > max_length ||
+        item.get_string().find('\0') != boost::json::string::npos) {
       fail("invalid_field", name, std::string(name) + " must hold strings of at most " + std::to_string(max_length) +
-                                      " characters");
+                                      " characters, without NUL (\\u0000)");
       return std::nullopt;
     }
     out.emplace_back(item.get_string());

@@ -52,5 +52,8 @@ class Router {
 };
 
 std::vector<std::string_view> split_path(std::string_view path);
+// A path segment percent-decoded ("a%3Ab" is "a:b"); nothing for a broken escape, a control character
+// or bytes that are not UTF-8.
+std::optional<std::string> decode_segment(std::string_view raw);
 
 }  // namespace gpuex::http

@@ -109,6 +109,11 @@ TEST_CASE("a table of malformed and hostile requests gets the expected status an
       {"negative limits", "PUT", "/v1/accounts/" + buyer.account_id + "/limits", R"({"max_open_gpus": -1, "max_open_notional": "10", "max_open_orders": 5})", "admin", 400, "invalid_field"},
       {"test clock without --test-clock", "POST", "/v1/admin/clock", R"({"advance_s": 60})", "admin", 404, "not_found"},
       {"unknown route", "GET", "/v1/../../etc/passwd", "", "none", 404, "not_found"},
+      {"a bare % in the query of a market-scoped cancel-all", "DELETE", "/v1/orders?market=H100-SXM-80G&x=%", "", "buyer", 400, "malformed_request"},
+      {"a broken escape in a path", "GET", "/v1/orders/by-client-id/run%3", "", "buyer", 400, "malformed_request"},
+      {"raw bytes over 0x7F in a path", "GET", "/v1/orders/by-client-id/\xff\xfe", "", "buyer", 400, "malformed_request"},
+      {"NUL in verification evidence", "POST", "/v1/pools/" + pool_id + "/verify", R"({"verified": true, "expires_at": "2030-01-01T00:00:00Z", "evidence": "a\u0000b"})", "admin", 400, "invalid_field"},
+      {"NUL in an account name", "POST", "/v1/accounts", R"({"name": "a\u0000b", "scopes": ["read"]})", "admin", 400, "invalid_field"},
       {"wrong method", "PUT", "/v1/orders", "{}", "buyer", 405, "method_not_allowed"},
   };
   REQUIRE(cases.size() >= 40);
