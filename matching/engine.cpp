@@ -2973,6 +2973,15 @@ const Order* Engine::order(OrderId id) const {
   return &o;
 }
 
+std::optional<Order> Engine::order_now(OrderId id) const {
+  const Order* o = order(id);
+  if (!o) return std::nullopt;
+  Order out = *o;
+  impl_->refresh_ask_accounting(out);
+  if (!out.is_buy()) out.free.trim_before(std::max(impl_->now, out.window_start));
+  return out;
+}
+
 std::vector<Order> Engine::open_orders(AccountId account, const std::optional<MarketId>& market) const {
   std::vector<Order> out;
   auto it = impl_->accounts.find(account);

@@ -236,6 +236,9 @@ class Engine {
   // apply(). The engine keeps open orders in a compact form: order() builds the Order it points to (in a
   // cache the next apply() clears), so it is not safe to call from two threads at once.
   const Order* order(OrderId id) const;
+  // The open order as a read shows it now: a sell's lapsed/free GPU-seconds brought to now() and its
+  // free steps from now on (the past ones are lapsed).
+  std::optional<Order> order_now(OrderId id) const;
   std::vector<Order> open_orders(AccountId account, const std::optional<MarketId>& market = {}) const;
   const Lease* lease(LeaseId id) const;  // leases that have not ended
   std::vector<Lease> leases(AccountId account) const;  // as buyer or provider, id order

@@ -411,6 +411,10 @@ void EngineRunner::run() {
         continue;
       }
       if (s.idempotency && !admit_key(s)) continue;
+      // What time did since the last command (expiries, lease steps, verifications ending) is applied
+      // first as a tick of its own: the admit check sees it, and the command's events, from which its
+      // answer is built, are only the command's.
+      apply(AccountId(0), Tick{}, nullptr, batch);
       if (s.admit && !s.admit(engine_)) {
         if (s.done) s.done(Result{Outcome::refused, nullptr, 0, std::nullopt});
         continue;

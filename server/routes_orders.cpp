@@ -104,6 +104,35 @@ http::Response existing_order(json::value order, json::array fills) {
   return http::json_response(http::Status::ok, {{"order", std::move(order)}, {"fills", std::move(fills)}});
 }
 
+// A stored order document is as of the order's last event, but an open sell's lapsed and remaining
+// hours and its free steps move with the clock without one: such documents (the whole answer, or each
+// of `list`) are replaced by the engine's view now, answered once what that view holds has committed.
+void answer_orders_now(Services& services, AccountId account, json::value body, const char* list,
+                       http::Respond respond) {
+  auto open_sells = [list](json::value& b) {
+    std::vector<json::value*> out;
+    auto consider = [&out](json::value& doc) {
+      const auto& o = doc.as_object();
+      const auto& status = o.at("status").as_string();
+      if (o.at("side").as_string() == "sell" && (status == "open" || status == "partially_filled")) out.push_back(&doc);
+    };
+    if (!list) consider(b);
+    else for (auto& doc : b.as_object().at(list).as_array()) consider(doc);
+    return out;
+  };
+  if (open_sells(body).empty()) return respond(http::json_response(http::Status::ok, std::move(body)));
+  answer_committed(
+      services,
+      [body = std::move(body), open_sells, account](const Engine& engine) mutable {
+        for (json::value* doc : open_sells(body)) {
+          auto o = engine.order_now(OrderId(std::stoll(std::string(doc->as_object().at("id").as_string()))));
+          if (o && o->account == account) *doc = wire::order_json(*o);
+        }
+        return http::json_response(http::Status::ok, std::move(body));
+      },
+      std::move(respond));
+}
+
 // An open order of this account, of a side its key may trade.
 EngineRunner::Admit own_open_order(OrderId id, AccountId account, Scopes scopes) {
   return [id, account, scopes](const Engine& engine) {
@@ -211,21 +240,21 @@ void add_order_routes(http::Router& router, Services& services) {
     auto market = market_filter(services, ctx);
     if (auto* err = std::get_if<http::Response>(&market)) return respond(std::move(*err));
     services.queries.submit(
-        [respond, account = ctx.principal->account_id, p = std::get<Page>(page), status,
+        [&services, respond, account = ctx.principal->account_id, p = std::get<Page>(page), status,
          market = std::get<store::Param>(market)](store::PgConnection& db) {
           auto rows = db.exec(kListOrders, {std::to_string(account), std::to_string(p.before), market, status,
                                             std::to_string(p.limit + 1)});
-          respond(http::json_response(http::Status::ok, page_json(rows, p, "orders")));
+          answer_orders_now(services, AccountId(account), page_json(rows, p, "orders"), "orders", respond);
         },
         [respond](const std::string&) { respond(store_unavailable_response()); });
   }));
 
   auto get_one = [&services](const char* sql, std::string key, http::RequestContext& ctx, http::Respond respond) {
     services.queries.submit(
-        [respond, sql, key, account = ctx.principal->account_id](store::PgConnection& db) {
+        [&services, respond, sql, key, account = ctx.principal->account_id](store::PgConnection& db) {
           auto row = db.exec(sql, {key, std::to_string(account)});
           if (row.rows() == 0) return respond(not_found("order"));
-          respond(http::json_response(http::Status::ok, json::parse(row.text(0, 0))));
+          answer_orders_now(services, AccountId(account), json::parse(row.text(0, 0)), nullptr, respond);
         },
         [respond](const std::string&) { respond(store_unavailable_response()); });
   };

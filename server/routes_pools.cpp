@@ -66,8 +66,8 @@ void add_schedule(json::object& j, const PoolCapacity& cap, Seconds now) {
 // The pool with its capacity now (GPUs held by leases, offered by open asks, and unallocated) and, when
 // asked for, its schedule ahead (GET /v1/pools/{id}).
 json::object pool_with_capacity(const Engine& engine, const Pool& pool, bool with_schedule) {
-  auto j = wire::pool_json(pool);
   const Seconds now = engine.now();
+  auto j = wire::pool_json(pool, now);
   const Seconds until = with_schedule ? now + kScheduleHorizon : now + Seconds(1);
   if (auto cap = engine.pool_capacity(pool.id, now, until)) {
     j["leased_gpus"] = cap->leased.at(now);
@@ -98,7 +98,7 @@ http::Response pool_answer(const EventSink& events, http::Status ok) {
   }
   const auto* p = changed_pool(events);
   if (!p) return http::error_response(http::Status::conflict, "no_change", "the pool did not change");
-  return http::json_response(ok, wire::pool_json(p->pool));
+  return http::json_response(ok, wire::pool_json(p->pool, p->pool.updated_at));
 }
 
 EngineRunner::Admit own_pool(PoolId id, AccountId account) {

@@ -319,13 +319,13 @@ json::object order_json(const Order& o) {
   return j;
 }
 
-json::object pool_json(const Pool& p) {
+json::object pool_json(const Pool& p, Seconds now) {
   // The pool as registered, then what the exchange knows of it.
   json::object j = pool_spec_body(p.spec);
   j["id"] = std::to_string(p.id.value);
   j["provider"] = std::to_string(p.provider.value);
   j["gpus"] = p.gpus().value;
-  j["verified"] = p.verified;
+  j["verified"] = p.verified_at(now);
   j["verified_until"] = p.verified ? json::value(time_string(p.verified_until)) : json::value(nullptr);
   j["evidence"] = p.verified ? json::value(p.evidence) : json::value(nullptr);
   j["green_tier"] = to_string(p.green_tier);

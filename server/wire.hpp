@@ -37,7 +37,8 @@ boost::json::object order_request_body(const matching::OrderRequest& request);
 boost::json::object pool_spec_body(const matching::PoolSpec& spec);
 
 boost::json::object order_json(const matching::Order& order);
-boost::json::object pool_json(const matching::Pool& pool);
+// `verified` is whether the verification holds at `now` (it lapses at verified_until).
+boost::json::object pool_json(const matching::Pool& pool, matching::Seconds now);
 // A lease as `account` sees it (role buyer or provider).
 boost::json::object lease_json(const matching::Lease& lease, matching::AccountId account);
 // A trade as one side's fill.

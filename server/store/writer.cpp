@@ -287,7 +287,7 @@ std::size_t Writer::write(Pipeline& pipe, const std::vector<Batch>& batches, con
     BinaryArray id(T::int8), provider(T::int8), market(T::text), retired(T::boolean), doc(T::jsonb);
     for (const auto& [pid, p] : rows.pools) {
       id.add(pid.value), provider.add(p->provider.value), market.add(p->spec.market.value), retired.add(p->retired);
-      doc.add(json::serialize(wire::pool_json(*p)));
+      doc.add(json::serialize(wire::pool_json(*p, p->updated_at)));
     }
     pipe.send(kUpsertPools, {&id, &provider, &market, &retired, &doc});
     written += rows.pools.size();
