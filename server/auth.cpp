@@ -165,4 +165,10 @@ void KeyStore::revoke(const std::string& key_id) {
   cache_[key_id].revoked = true;  // a tombstone if it was not cached
 }
 
+bool KeyStore::revoked(const std::string& key_id) {
+  std::lock_guard lock(mutex_);
+  auto it = cache_.find(key_id);
+  return it != cache_.end() && it->second.revoked;
+}
+
 }  // namespace gpuex

@@ -49,6 +49,8 @@ class KeyStore {
 
   // Forget a key now (after it was revoked in the database).
   void revoke(const std::string& key_id);
+  // Whether this server revoked the key (WebSocket connections it authenticated close then).
+  bool revoked(const std::string& key_id);
 
  private:
   struct Entry {

@@ -173,7 +173,7 @@ class WsSession : public http::Session,
     std::string text = beast::buffers_to_string(in_.data());
     in_.consume(in_.size());
     if (!closing()) handle(text, ws_.got_text());
-    if (!switch_busy_) read();  // else switch_answered() reads on
+    if (!switch_busy_ && !auth_busy_) read();  // else switch_answered() or the key check reads on
   }
 
   void handle(const std::string& text, bool is_text) {
@@ -301,20 +301,28 @@ class WsSession : public http::Session,
     const json::value* key = m.if_contains("key");
     if (!key || !key->is_string()) return bad("missing_field", "\"key\" is your API key", "key");
     if (principal_) return bad("already_authenticated", "this connection is already authenticated");
+    // No further message is read until the key is checked: a subscribe to a private channel sent right
+    // behind the auth is judged as authenticated.
+    auth_busy_ = true;
     context_.keys.authenticate(key->as_string(), [self = this->shared_from_this()](KeyStore::Outcome outcome,
                                                                                  Principal p) {
       net::post(self->ws_.get_executor(), [self, outcome, p = std::move(p)]() mutable {
-        if (outcome == KeyStore::Outcome::store_unavailable) {
-          return self->reply({{"type", "error"},
-                              {"code", "store_unavailable"},
-                              {"message", "the key cannot be checked: PostgreSQL does not answer"}});
-        }
-        if (outcome != KeyStore::Outcome::ok) return self->bad("unauthenticated", "unknown or revoked API key", "key");
-        if (self->principal_) return self->bad("already_authenticated", "this connection is already authenticated");
-        self->principal_ = std::move(p);
-        self->reply(self->auth_reply());
+        self->auth_answered(outcome, std::move(p));
+        self->auth_busy_ = false;
+        if (!self->ended_) self->read();
       });
     });
+  }
+
+  void auth_answered(KeyStore::Outcome outcome, Principal p) {
+    if (outcome == KeyStore::Outcome::store_unavailable) {
+      return reply({{"type", "error"},
+                    {"code", "store_unavailable"},
+                    {"message", "the key cannot be checked: PostgreSQL does not answer"}});
+    }
+    if (outcome != KeyStore::Outcome::ok) return bad("unauthenticated", "unknown or revoked API key", "key");
+    principal_ = std::move(p);
+    reply(auth_reply());
   }
 
   json::object auth_reply() const {
@@ -555,6 +563,10 @@ class WsSession : public http::Session,
       return close(websocket::close_code::policy_error,
                    "idle: nothing received for " + std::to_string(config().ws_idle_timeout.count()) + " ms");
     }
+    // A revoked key stops working at once, on connections it opened too (within one timer period).
+    if (principal_ && context_.keys.revoked(principal_->key_id)) {
+      return close(websocket::close_code::policy_error, "the API key was revoked");
+    }
     {
       std::lock_guard lock(mutex_);
       if (closing_) return;
@@ -584,6 +596,7 @@ class WsSession : public http::Session,
   // Strand only.
   std::optional<Principal> principal_;
   std::optional<std::int64_t> switch_id_;  // the armed dead man's switch
+  bool auth_busy_ = false;                 // a key check is in flight: reading waits for it
   bool switch_busy_ = false;               // the store has not answered a switch request yet
   bool ended_ = false;
   bool close_sent_ = false;

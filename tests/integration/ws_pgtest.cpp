@@ -637,6 +637,30 @@ TEST_CASE("ws: bad messages get an error that names the problem, limits are enfo
   }
 }
 
+TEST_CASE("ws: an auth and a subscribe sent together are answered in order, and a revoked key's connection is closed") {
+  Exchange x;
+  auto admin = x.account("ops", "admin");
+  WsClient ws(x.port());
+  // The key was never used on this server: its check goes to PostgreSQL while the subscribe waits.
+  ws.send(json::object{{"op", "auth"}, {"key", x.buyer2.api_key}});
+  ws.send(json::object{{"op", "subscribe"}, {"channels", json::array{"orders"}}});
+  auto first = ws.next();
+  REQUIRE(first);
+  CHECK(first->at("type").as_string() == "auth");
+  CHECK(first->at("account_id").as_string() == x.buyer2.account_id);
+  auto second = ws.next();
+  REQUIRE(second);
+  CHECK(second->at("type").as_string() == "subscribed");
+  CHECK(second->at("channels").as_array() == json::array{"orders"});
+
+  REQUIRE(x.call(admin, "DELETE", "/v1/keys/" + x.buyer2.key_id).status == 200);
+  auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (!ws.ended() && std::chrono::steady_clock::now() < deadline) ws.next(1s);
+  REQUIRE(ws.ended());
+  CHECK(ws.ended()->code == 1008);
+  CHECK(ws.ended()->reason == "the API key was revoked");
+}
+
 TEST_CASE("ws: every message sent and received matches schema/ws.json") {
   Exchange x({"--ws-heartbeat-ms", "200"});
   auto path = scratch_path("ws-messages.jsonl");
