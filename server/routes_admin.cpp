@@ -7,6 +7,7 @@
 #include "server/decimal.hpp"
 #include "server/json_fields.hpp"
 #include "server/routes.hpp"
+#include "server/wire.hpp"
 
 namespace gpuex {
 
@@ -72,7 +73,7 @@ void add_admin_routes(http::Router& router, Services& services) {
       char hex[20];
       std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(engine.digest()));
       return http::json_response(http::Status::ok, {{"digest", hex}, {"last_seq", engine.last_seq()},
-                                                    {"engine_time", engine.now().value}});
+                                                    {"engine_time", wire::time_string(engine.now())}});
     }, respond);
   }));
 
@@ -90,7 +91,7 @@ void add_admin_routes(http::Router& router, Services& services) {
       run_command(
           services, AccountId(ctx.principal->account_id), Tick{}, nullptr,
           [&services](const EventSink&, Seq) {
-            return http::json_response(http::Status::ok, {{"server_time", services.runner.server_time()}});
+            return http::json_response(http::Status::ok, {{"server_time", wire::time_string(Seconds(services.runner.server_time()))}});
           },
           [] { return not_found("clock"); }, std::move(respond));
     }));
