@@ -264,12 +264,16 @@ void EngineRunner::read(std::function<void(const Engine&)> fn) {
   wake_.notify_one();
 }
 
-void EngineRunner::apply(AccountId account, CommandBody body, Done done, store::Batch& batch,
-                         std::optional<Idempotency> idempotency, std::vector<std::int64_t> fired_switches) {
-  const bool is_tick = std::holds_alternative<Tick>(body);
+std::int64_t EngineRunner::stamp() {
   // A time that never goes backwards: the later of the clock and the previous stamp.
   last_now_ = std::max(last_now_, server_time());
-  Command cmd{next_seq_, Seconds(last_now_), account, std::move(body)};
+  return last_now_;
+}
+
+void EngineRunner::apply(AccountId account, CommandBody body, Done done, store::Batch& batch, std::int64_t now,
+                         std::optional<Idempotency> idempotency, std::vector<std::int64_t> fired_switches) {
+  const bool is_tick = std::holds_alternative<Tick>(body);
+  Command cmd{next_seq_, Seconds(now), account, std::move(body)};
   EventSink events;
   engine_.apply(cmd, events);
   // A tick that changed nothing is not sequenced (DESIGN.md §2).
@@ -304,7 +308,9 @@ bool EngineRunner::admit_key(Submit& s) {
     return false;
   };
   // A store check older than this may have missed a key committed and forgotten here since.
-  if (SteadyClock::now() - s.idempotency->checked_at > kRememberEndedIds / 2) return reply(Outcome::stale_check);
+  if (SteadyClock::now() - s.idempotency->checked_at > kRememberEndedIds / 2 || s.idempotency->checked_at < rebuilt_at_) {
+    return reply(Outcome::stale_check);
+  }
   std::lock_guard lock(committed_mutex_);
   auto it = keys_.find({s.account.value, s.idempotency->key});
   if (it == keys_.end()) return true;
@@ -346,8 +352,11 @@ void EngineRunner::rebuild() {
     }
     try {
       auto db = store::PgConnection::connect(options_.dsn, std::chrono::seconds(2));
+      writer_.fence(db);
       auto r = recover(db);
       writer_.reset();
+      // Idempotency-Key checks made before now may have missed a key whose commit failed to answer.
+      rebuilt_at_ = SteadyClock::now();
       rebuild_needed_ = false;
       accepting_ = true;
       spdlog::info("engine: rebuilt from PostgreSQL after a failed commit ({} commands, {} ms); taking writes again",
@@ -412,26 +421,27 @@ void EngineRunner::run() {
       }
       if (s.idempotency && !admit_key(s)) continue;
       // What time did since the last command (expiries, lease steps, verifications ending) is applied
-      // first as a tick of its own: the admit check sees it, and the command's events, from which its
-      // answer is built, are only the command's.
-      apply(AccountId(0), Tick{}, nullptr, batch);
+      // first as a tick of its own, at the command's time: the admit check sees it, and the command's
+      // events, from which its answer is built, are only the command's.
+      const std::int64_t now = stamp();
+      apply(AccountId(0), Tick{}, nullptr, batch, now);
       if (s.admit && !s.admit(engine_)) {
         if (s.done) s.done(Result{Outcome::refused, nullptr, 0, std::nullopt});
         continue;
       }
-      apply(s.account, std::move(s.body), std::move(s.done), batch, std::move(s.idempotency),
+      apply(s.account, std::move(s.body), std::move(s.done), batch, now, std::move(s.idempotency),
             std::move(s.fired_switches));
     }
     if (SteadyClock::now() >= next_tick) {
       next_tick = SteadyClock::now() + options_.tick_interval;
-      if (accepting_) apply(AccountId(0), Tick{}, nullptr, batch);
+      if (accepting_) apply(AccountId(0), Tick{}, nullptr, batch, stamp());
       forget_committed_ids();
     }
     if (stopping) {
       // A last tick, always logged, so that replay on restart reaches the same time and state.
       if (accepting_) {
         std::promise<void> written;
-        apply(AccountId(0), Tick{}, [&written](const Result&) { written.set_value(); }, batch);
+        apply(AccountId(0), Tick{}, [&written](const Result&) { written.set_value(); }, batch, stamp());
         writer_.submit(std::move(batch));
         written.get_future().wait();
       }

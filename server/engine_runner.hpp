@@ -139,7 +139,9 @@ class EngineRunner {
   using Job = std::variant<Submit, Read>;
 
   void run();
-  void apply(matching::AccountId account, matching::CommandBody body, Done done, store::Batch& batch,
+  // The time to stamp the next command(s) with: server time, never before the previous stamp.
+  std::int64_t stamp();
+  void apply(matching::AccountId account, matching::CommandBody body, Done done, store::Batch& batch, std::int64_t now,
              std::optional<Idempotency> idempotency = std::nullopt, std::vector<std::int64_t> fired_switches = {});
   void rebuild();
   void forget_committed_ids();
@@ -155,6 +157,7 @@ class EngineRunner {
   Options options_;
   matching::Seq next_seq_ = 1;
   std::int64_t last_now_ = 0;
+  std::chrono::steady_clock::time_point rebuilt_at_{};  // engine thread: the last rebuild after a failed commit
 
   std::mutex mutex_;
   std::condition_variable wake_;

@@ -325,12 +325,14 @@ void add_order_routes(http::Router& router, Services& services) {
     auto market = market_filter(services, ctx);
     if (auto* err = std::get_if<http::Response>(&market)) return respond(std::move(*err));
     if (const auto& m = std::get<store::Param>(market)) all.market = MarketId{*m};
+    const AccountId account(ctx.principal->account_id);
     run_command(
-        services, AccountId(ctx.principal->account_id), all, nullptr,
-        [](const EventSink& events, Seq) {
+        services, account, all, nullptr,
+        [account](const EventSink& events, Seq) {
           json::array cancelled;
           for (const auto& e : events) {
-            if (const auto* d = std::get_if<OrderDone>(&e)) cancelled.push_back(wire::order_json(d->order));
+            const auto* d = std::get_if<OrderDone>(&e);
+            if (d && d->order.account == account) cancelled.push_back(wire::order_json(d->order));
           }
           return http::json_response(http::Status::ok, {{"cancelled", std::move(cancelled)}});
         },
