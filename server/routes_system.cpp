@@ -13,13 +13,17 @@ void add_system_routes(http::Router& router, Services& services) {
     respond(http::json_response(http::Status::ok, {{"status", "ok"}}));
   });
 
-  // Ready when PostgreSQL answers: a load balancer sends no orders to a server that cannot store them.
+  // Ready when PostgreSQL answers and the engine takes writes (not waiting to be rebuilt after a failed
+  // commit): a load balancer sends no orders to a server that cannot store them.
   router.add(verb::get, "/readyz", [&services](http::RequestContext&, http::Respond respond) {
-    if (services.health.up()) {
-      respond(http::json_response(http::Status::ok, {{"status", "ready"}}));
-    } else {
+    if (!services.health.up()) {
       respond(http::error_response(http::Status::service_unavailable, "store_unavailable",
                                    "PostgreSQL does not answer"));
+    } else if (!services.runner.accepting()) {
+      respond(http::error_response(http::Status::service_unavailable, "store_unavailable",
+                                   "the engine is being rebuilt from PostgreSQL after a failed commit"));
+    } else {
+      respond(http::json_response(http::Status::ok, {{"status", "ready"}}));
     }
   });
 
