@@ -17,6 +17,8 @@
 #include <optional>
 #include <thread>
 
+#include <sys/resource.h>
+
 #include "server/analytics/rollups.hpp"
 #include "server/auth.hpp"
 #include "server/book_views.hpp"
@@ -119,9 +121,29 @@ int admin_create_account(const ServerConfig& config, const std::string& name, co
   return 0;
 }
 
+// Each connection is a file: the soft open-files limit (often 1,024) is raised to the hard one, and a
+// limit still below --max-connections is said, since connections past it fail to be accepted (EMFILE).
+void raise_open_files_limit(const ServerConfig& config) {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  if (limit.rlim_cur < limit.rlim_max) {
+    rlimit raised = limit;
+    raised.rlim_cur = limit.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  }
+  // Beside the connections: PostgreSQL connections, the listening socket, logs, libraries.
+  const auto needed = static_cast<rlim_t>(config.max_connections) + 64;
+  if (limit.rlim_cur != RLIM_INFINITY && limit.rlim_cur < needed) {
+    spdlog::warn("the open-files limit is {} but --max-connections is {}: connections past the limit will be "
+                 "refused by the kernel (raise `ulimit -n` or lower --max-connections)",
+                 limit.rlim_cur, config.max_connections);
+  }
+}
+
 int serve(const ServerConfig& config) {
   auto tls = make_tls(config);
   (void)parse_listen_address(config.listen);  // fail on a bad address before anything starts
+  raise_open_files_limit(config);
 
   // The database must be there and current before we take traffic.
   matching::EngineConfig engine_config;
@@ -154,7 +176,8 @@ int serve(const ServerConfig& config) {
   KeyStore keys(queries);
   RateLimiter per_key(config.key_rate_per_s, config.key_burst);
   RateLimiter per_ip(config.ip_rate_per_s, config.ip_burst);
-  Gate gate(keys, per_key, per_ip);
+  RateLimiter key_lookups(config.ip_rate_per_s, config.ip_burst);  // store lookups of keys not cached, per IP
+  Gate gate(keys, per_key, per_ip, key_lookups);
 
   // The engine thread and the store writer (DESIGN.md §2); the published books and the WebSocket
   // channels follow commits (the hub applies committed deltas to the views and publishes them).
@@ -164,6 +187,7 @@ int serve(const ServerConfig& config) {
   store::Writer writer(config.dsn, [&runner_ptr](const std::string&) {
     if (runner_ptr) runner_ptr->store_failed();
   });
+  writer.set_answer_timeout(config.store_timeout);
   writer.add_transaction_part(rollups);
   ws::Hub hub(views, [&runner_ptr] { return runner_ptr ? runner_ptr->server_time_ms() : 0; });
   writer.add_listener([&hub](const store::Batch& batch) { hub.publish(batch); });

@@ -127,7 +127,8 @@ bool KeyStore::matches(const Entry& entry, const KeyHash& hash) {
   return !entry.revoked && CRYPTO_memcmp(entry.hash.data(), hash.data(), hash.size()) == 0;
 }
 
-void KeyStore::authenticate(std::string_view key, std::function<void(Outcome, Principal)> done) {
+void KeyStore::authenticate(std::string_view key, std::function<void(Outcome, Principal)> done,
+                            const std::function<bool()>& before_lookup) {
   auto id = key_id_of(key);
   if (!id) return done(Outcome::unknown, {});
   KeyHash hash = hash_key(key);
@@ -139,6 +140,7 @@ void KeyStore::authenticate(std::string_view key, std::function<void(Outcome, Pr
       return done(Outcome::unknown, {});
     }
   }
+  if (before_lookup && !before_lookup()) return done(Outcome::throttled, {});
   queries_.submit(
       [this, id = *id, hash, done](store::PgConnection& db) {
         auto row = db.exec(kSelectKey, {id});

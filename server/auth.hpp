@@ -43,9 +43,13 @@ class KeyStore {
  public:
   explicit KeyStore(store::QueryPool& queries) : queries_(queries) {}
 
-  enum class Outcome { ok, unknown, store_unavailable };
-  // Calls `done` exactly once, possibly on another thread.
-  void authenticate(std::string_view key, std::function<void(Outcome, Principal)> done);
+  // throttled: `before_lookup` refused the store lookup (and answered the client itself).
+  enum class Outcome { ok, unknown, store_unavailable, throttled };
+  // Calls `done` exactly once, possibly on another thread. A key not cached is looked up in the store
+  // only if `before_lookup` (when given) allows it: a flood of made-up keys is throttled before it
+  // reaches PostgreSQL.
+  void authenticate(std::string_view key, std::function<void(Outcome, Principal)> done,
+                    const std::function<bool()>& before_lookup = {});
 
   // Forget a key now (after it was revoked in the database).
   void revoke(const std::string& key_id);

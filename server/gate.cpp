@@ -58,8 +58,16 @@ http::Handler Gate::scoped(Scopes any_of, http::Handler handler) {
       return respond(http::error_response(http::Status::unauthorized, "unauthenticated",
                                           "send your API key as 'Authorization: Bearer <key>'"));
     }
+    // A key the server has not seen yet costs a store lookup, limited per IP before it is made: a flood
+    // of made-up keys is refused (429) without reaching PostgreSQL.
+    auto allow_lookup = [this, &ctx, respond] {
+      auto d = key_lookups_.take(ctx.remote_address);
+      if (!d.allowed) respond(rate_limited_response(d));
+      return d.allowed;
+    };
     keys_.authenticate(*token, [this, any_of, &ctx, handler, respond](KeyStore::Outcome outcome,
                                                                        Principal principal) mutable {
+      if (outcome == KeyStore::Outcome::throttled) return;  // answered 429 already
       if (outcome == KeyStore::Outcome::store_unavailable) {
         return respond(http::error_response(http::Status::service_unavailable, "store_unavailable",
                                             "the key cannot be checked: PostgreSQL does not answer"));
@@ -76,7 +84,7 @@ http::Handler Gate::scoped(Scopes any_of, http::Handler handler) {
       }
       ctx.principal = std::move(principal);
       handler(ctx, std::move(respond));
-    });
+    }, allow_lookup);
   };
 }
 

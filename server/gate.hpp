@@ -10,8 +10,10 @@ namespace gpuex {
 
 class Gate {
  public:
-  Gate(KeyStore& keys, RateLimiter& per_key, RateLimiter& per_ip)
-      : keys_(keys), per_key_(per_key), per_ip_(per_ip) {}
+  // `key_lookups` limits, per IP, the store lookups of keys the server has not cached (made-up keys
+  // among them), apart from the IP's requests.
+  Gate(KeyStore& keys, RateLimiter& per_key, RateLimiter& per_ip, RateLimiter& key_lookups)
+      : keys_(keys), per_key_(per_key), per_ip_(per_ip), key_lookups_(key_lookups) {}
 
   // Public market data: no key, limited per client IP.
   http::Handler open(http::Handler handler);
@@ -22,6 +24,7 @@ class Gate {
   KeyStore& keys_;
   RateLimiter& per_key_;
   RateLimiter& per_ip_;
+  RateLimiter& key_lookups_;
 };
 
 // 429 rate_limited with Retry-After, for a refused decision.

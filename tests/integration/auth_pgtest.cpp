@@ -224,6 +224,33 @@ TEST_CASE("requests without a valid key count against their IP's limit, and thei
   CHECK(forbidden.headers["ratelimit-remaining"] == "8");
 }
 
+TEST_CASE("store lookups of keys the server has not seen are limited per IP before they are made") {
+  TestDatabase db;
+  REQUIRE(run_gpuexd({"migrate", "--dsn", db.dsn()}).exit_code == 0);
+  std::vector<CreatedAccount> readers;
+  for (int i = 0; i < 4; ++i) readers.push_back(create_account(db.dsn(), "reader" + std::to_string(i), "read"));
+  // Lookups and the IP's requests share the per-IP rate and burst, in separate buckets.
+  Gpuexd server(db.dsn(), {"--ip-rate", "0.01", "--ip-burst", "3", "--key-rate", "0.01", "--key-burst", "10"}, false);
+  HttpClient client(server.port());
+
+  // Three keys used for the first time: three lookups; the IP's own bucket is untouched.
+  for (int i = 0; i < 3; ++i) CHECK(client.request("GET", "/v1/orders", "", bearer(readers[i].api_key)).status == 200);
+  CHECK(client.get("/v1/markets").headers["ratelimit-remaining"] == "2");
+  // No lookup left: a made-up key is refused before the store is asked, as is a real key not seen yet...
+  const std::string& key = readers[0].api_key;
+  const std::string made_up = key.substr(0, key.size() - 1) + (key.back() == '0' ? "1" : "0");
+  auto refused = client.request("GET", "/v1/orders", "", bearer("gpx_k_00000000000000ff_" + std::string(64, 'a')));
+  CHECK(refused.status == 429);
+  CHECK(error_code(refused) == "rate_limited");
+  CHECK(client.request("GET", "/v1/orders", "", bearer(readers[3].api_key)).status == 429);
+  // ...while keys already seen need no lookup and keep working, each on its own bucket.
+  CHECK(client.request("GET", "/v1/orders", "", bearer(readers[1].api_key)).status == 200);
+  // A wrong secret for a key id already cached is judged without the store: 401, charged to the IP.
+  auto wrong = client.request("GET", "/v1/orders", "", bearer(made_up));
+  CHECK(wrong.status == 401);
+  CHECK(wrong.headers["ratelimit-remaining"] == "1");
+}
+
 TEST_CASE("an Idempotency-Key makes account and key creation happen once, and never shows a secret twice") {
   TestDatabase db;
   REQUIRE(run_gpuexd({"migrate", "--dsn", db.dsn()}).exit_code == 0);
