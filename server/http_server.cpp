@@ -1,6 +1,7 @@
 // See http_server.hpp.
 #include "server/http_server.hpp"
 
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
 #include <spdlog/spdlog.h>
@@ -51,11 +52,16 @@ void HttpServer::accept() {
   acceptor_.async_accept(net::make_strand(ioc_), [this](boost::system::error_code ec, tcp::socket socket) {
     if (ec) {
       if (ec == net::error::operation_aborted || stopping_) return;
-      // Out of file descriptors and the like: log, and keep accepting.
-      spdlog::warn("http: accept failed: {}", ec.message());
-    } else {
-      on_accept(std::move(socket));
+      // Out of file descriptors and the like: the pending connection stays queued, so accepting again
+      // at once would fail again in a tight loop. Wait a little (and log at most that often).
+      spdlog::warn("http: accept failed: {}; accepting again in 100 ms", ec.message());
+      auto pause = std::make_shared<net::steady_timer>(ioc_, std::chrono::milliseconds(100));
+      pause->async_wait([this, pause](boost::system::error_code) {
+        if (!stopping_) accept();
+      });
+      return;
     }
+    on_accept(std::move(socket));
     if (!stopping_) accept();
   });
 }
