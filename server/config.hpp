@@ -30,6 +30,7 @@ struct ServerConfig {
   bool test_clock = false;                  // POST /v1/admin/clock may move server time forward
   std::int64_t snapshot_every = 1'000'000;   // commands between engine snapshots (0: none)
   std::chrono::milliseconds snapshot_retry{10'000};  // a snapshot the store refused is tried again after this
+  std::chrono::milliseconds store_timeout{30'000};   // a commit PostgreSQL does not answer within this fails
 
   // HTTP limits.
   std::size_t body_limit = 64 * 1024;

@@ -62,6 +62,11 @@ int main(int argc, char** argv) {
                     "A snapshot the store did not take is tried again after this (twice at most)")
       ->check(CLI::Range(10, 3'600'000))
       ->capture_default_str();
+  serve->add_option("--store-timeout-ms", config.store_timeout,
+                    "A commit PostgreSQL does not answer within this fails: writes get 503 and the engine is "
+                    "rebuilt from the store once it answers (a frozen or stalled database)")
+      ->check(CLI::Range(100, 3'600'000))
+      ->capture_default_str();
   serve->add_flag("--test-clock", config.test_clock, "Tests only: POST /v1/admin/clock moves server time forward");
   serve->add_option("--shutdown-grace-s", config.shutdown_grace, "In-flight requests get this long on SIGTERM")
       ->capture_default_str();

@@ -1,9 +1,14 @@
 // libpq wrappers: see connection.hpp.
 #include "server/store/connection.hpp"
 
+#include <poll.h>
+
+#include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <climits>
 #include <cstdint>
+#include <cstring>
 
 namespace gpuex::store {
 
@@ -27,10 +32,11 @@ long long PgResult::integer(int row, int col) const {
   return v;
 }
 
-PgConnection PgConnection::connect(const std::string& dsn, std::chrono::seconds connect_timeout) {
+PgConnection PgConnection::connect(const std::string& dsn, std::chrono::seconds connect_timeout,
+                                   const char* application_name) {
   const std::string timeout = std::to_string(connect_timeout.count());
   const char* keys[] = {"dbname", "connect_timeout", "application_name", nullptr};
-  const char* values[] = {dsn.c_str(), timeout.c_str(), "gpuexd", nullptr};
+  const char* values[] = {dsn.c_str(), timeout.c_str(), application_name, nullptr};
   // expand_dbname=1: the dsn may be a URL or key=value string; later keys fill what it leaves out.
   PGconn* raw = PQconnectdbParams(keys, values, 1);
   PgConnection conn(raw);
@@ -137,7 +143,8 @@ const std::string& BinaryArray::bytes() {
   return data_;
 }
 
-Pipeline::Pipeline(PgConnection& conn) : conn_(conn) {
+Pipeline::Pipeline(PgConnection& conn, std::chrono::milliseconds answer_within)
+    : conn_(conn), answer_within_(answer_within) {
   if (PQenterPipelineMode(conn_.raw()) != 1) throw StoreError("cannot enter pipeline mode: " + std::string(PQerrorMessage(conn_.raw())));
 }
 
@@ -197,13 +204,31 @@ void Pipeline::sent() {
   if (++pending_ >= 256) sync();
 }
 
+void Pipeline::await_result(std::chrono::steady_clock::time_point deadline) {
+  if (answer_within_.count() <= 0) return;
+  PGconn* c = conn_.raw();
+  while (PQisBusy(c)) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+    if (left <= 0) {
+      throw StoreError("PostgreSQL did not answer within " + std::to_string(answer_within_.count()) + " ms");
+    }
+    pollfd p{PQsocket(c), POLLIN, 0};
+    const int r = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 1000)));
+    if (r < 0 && errno != EINTR) throw StoreError(std::string("cannot wait for PostgreSQL: ") + std::strerror(errno));
+    if (r > 0 && PQconsumeInput(c) != 1) throw StoreError("connection lost: " + std::string(PQerrorMessage(c)));
+  }
+}
+
 void Pipeline::sync() {
   if (PQpipelineSync(conn_.raw()) != 1) throw StoreError("cannot sync the pipeline: " + std::string(PQerrorMessage(conn_.raw())));
+  const auto deadline = std::chrono::steady_clock::now() + answer_within_;
   std::string first_error;
   int remaining = pending_;
   pending_ = 0;
   // One or more results then a null per statement, then the sync's own result.
   while (remaining > 0) {
+    await_result(deadline);
     PGresult* res = PQgetResult(conn_.raw());
     if (res == nullptr) {
       --remaining;
@@ -215,6 +240,7 @@ void Pipeline::sync() {
     PQclear(res);
     if (PQstatus(conn_.raw()) != CONNECTION_OK) throw StoreError("connection lost: " + std::string(PQerrorMessage(conn_.raw())));
   }
+  await_result(deadline);
   PGresult* res = PQgetResult(conn_.raw());
   bool synced = res && PQresultStatus(res) == PGRES_PIPELINE_SYNC;
   if (res) PQclear(res);

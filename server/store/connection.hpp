@@ -79,9 +79,11 @@ struct Statement {
 
 class PgConnection {
  public:
-  // Connects or throws StoreError; `connect_timeout` bounds the wait on an unreachable server.
+  // Connects or throws StoreError; `connect_timeout` bounds the wait on an unreachable server. The
+  // application name tells an operator (pg_stat_activity) which part of gpuexd a backend serves.
   static PgConnection connect(const std::string& dsn,
-                              std::chrono::seconds connect_timeout = std::chrono::seconds(5));
+                              std::chrono::seconds connect_timeout = std::chrono::seconds(5),
+                              const char* application_name = "gpuexd");
 
   PgResult exec(const char* sql, const std::vector<Param>& params = {});
   void prepare(const Statement& statement);
@@ -93,6 +95,7 @@ class PgConnection {
   std::string port() const { return PQport(conn_.get()); }
   std::string database() const { return PQdb(conn_.get()); }
   PGconn* raw() { return conn_.get(); }
+  int backend_pid() const { return PQbackendPID(conn_.get()); }  // 0 when not connected
 
  private:
   explicit PgConnection(PGconn* conn) : conn_(conn, &PQfinish) {}
@@ -103,7 +106,9 @@ class PgConnection {
 // answer and throws StoreError with the first failure. Leaves pipeline mode when destroyed.
 class Pipeline {
  public:
-  explicit Pipeline(PgConnection& conn);
+  // `answer_within` > 0: sync() throws StoreError when PostgreSQL sends nothing for that long (a frozen
+  // or stalled server), so the caller fails the transaction instead of waiting for ever.
+  explicit Pipeline(PgConnection& conn, std::chrono::milliseconds answer_within = {});
   ~Pipeline();
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
@@ -117,9 +122,11 @@ class Pipeline {
 
  private:
   void sent();
+  void await_result(std::chrono::steady_clock::time_point deadline);
   void send_binary(const char* name_or_sql, bool prepared, const std::vector<BinaryArray*>& arrays);
 
   PgConnection& conn_;
+  std::chrono::milliseconds answer_within_;
   int pending_ = 0;  // statements sent since the last sync
 };
 

@@ -142,6 +142,24 @@ void Writer::submit(Batch batch) {
   wake_.notify_one();
 }
 
+void Writer::fence(PgConnection& db) {
+  std::optional<int> pid;
+  {
+    std::lock_guard lock(mutex_);
+    pid = abandoned_backend_;
+  }
+  if (!pid) return;
+  const std::string p = std::to_string(*pid);
+  // pg_terminate_backend(pid, timeout) waits up to the timeout for the backend to exit.
+  auto r = db.exec("SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE pid = $1::integer", {p});
+  if (r.rows() > 0 && r.text(0, 0) != std::string("t")) {
+    throw StoreError("the backend (pid " + p + ") of the failed transaction is still running; it may yet commit");
+  }
+  if (r.rows() > 0) spdlog::info("store: terminated the backend (pid {}) of the failed transaction", p);
+  std::lock_guard lock(mutex_);
+  abandoned_backend_.reset();
+}
+
 void Writer::reset() {
   std::lock_guard lock(mutex_);
   failed_ = false;
@@ -199,17 +217,21 @@ void Writer::run() {
     }
     try {
       if (!conn || !conn->healthy()) {
-        conn = PgConnection::connect(dsn_, std::chrono::seconds(2));
+        conn = PgConnection::connect(dsn_, std::chrono::seconds(2), "gpuexd writer");
         prepare(*conn, parts_);
       }
       for (auto* part : parts_) part->before(*conn, batches);
-      Pipeline pipe(*conn);
+      Pipeline pipe(*conn, answer_timeout_);
       pipe.send("BEGIN");
       statements = write(pipe, batches, parts_);
       pipe.send("COMMIT");
       pipe.sync();
     } catch (const std::exception& e) {
       spdlog::error("store: a batch of {} commands did not commit: {}", batches.size(), e.what());
+      if (conn && conn->backend_pid() > 0) {
+        std::lock_guard lock(mutex_);
+        abandoned_backend_ = conn->backend_pid();
+      }
       conn.reset();  // a connection in an unknown state is not reused
       for (auto* part : parts_) part->rolled_back();
       {

@@ -3,6 +3,7 @@
 // registered. It knows nothing of HTTP or WebSocket.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -83,6 +84,14 @@ class Writer {
   void add_listener(Listener listener) { listeners_.push_back(std::move(listener)); }
   // Parts of every transaction, in registration order (register before start; `part` outlives the writer's run).
   void add_transaction_part(TransactionPart& part) { parts_.push_back(&part); }
+  // A transaction PostgreSQL sends nothing back for within this long fails (its outcome unknown: the
+  // engine is rebuilt from what the store holds). Zero: wait for ever. Before start().
+  void set_answer_timeout(std::chrono::milliseconds timeout) { answer_timeout_ = timeout; }
+  // Before the engine reads the store again after a failure: the backend of the connection the failed
+  // transaction was sent on must be gone, or that transaction may still commit behind the read (a
+  // frozen server that resumes, a COMMIT whose answer was lost). Terminates it and waits; throws
+  // StoreError while it lives on.
+  void fence(PgConnection& db);
   void start();
   void submit(Batch batch);
   // Once a batch failed, every later one fails too until reset() (the engine was rebuilt).
@@ -118,6 +127,8 @@ class Writer {
   std::string dsn_;
   FailureListener on_failure_;
   std::size_t max_batches_;
+  std::chrono::milliseconds answer_timeout_{0};
+  std::optional<int> abandoned_backend_;  // guarded by mutex_: see fence()
   std::vector<Listener> listeners_;
   std::vector<TransactionPart*> parts_;
   mutable std::mutex mutex_;

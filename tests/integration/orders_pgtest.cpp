@@ -325,16 +325,6 @@ void random_load(Market& m, std::uint32_t seed, int orders) {
 }
 
 // The seq and digest a clean stop logged, and those a start recovered, from the servers' logs.
-std::pair<std::string, std::string> stopped_at(const std::string& log) {
-  std::smatch m;
-  REQUIRE(std::regex_search(log, m, std::regex("engine stopped at seq (\\d+), state digest ([0-9a-f]+)")));
-  return {m[1].str(), m[2].str()};
-}
-std::pair<std::string, std::string> recovered_at(const std::string& log) {
-  std::smatch m;
-  REQUIRE(std::regex_search(log, m, std::regex("recovered the engine .* at seq (\\d+), state digest ([0-9a-f]+)")));
-  return {m[1].str(), m[2].str()};
-}
 
 }  // namespace
 

@@ -1,10 +1,12 @@
 // PostgreSQL stops under a running gpuexd: /readyz says so, gpuexd stays up, and recovers by itself.
+#include <signal.h>
 #include <unistd.h>
 
 #include <boost/json.hpp>
 #include <catch2/catch.hpp>
 #include <thread>
 
+#include "server/store/connection.hpp"
 #include "support/cluster.hpp"
 #include "support/http_client.hpp"
 #include "support/ws_client.hpp"
@@ -111,4 +113,46 @@ TEST_CASE("readyz follows PostgreSQL down and up while gpuexd keeps running, and
   CHECK(client.request("GET", "/v1/admin/state-digest", "", bearer(ops.api_key)).status == 200);
   CHECK(server.process().running());
   CHECK(server.stop() == 0);
+}
+
+TEST_CASE("a frozen writer backend: the write is answered 503 in bounded time, and the engine waits for that backend to be gone before reading the store") {
+  TestDatabase db;
+  REQUIRE(run_gpuexd({"migrate", "--dsn", db.dsn()}).exit_code == 0);
+  auto buyer = create_account(db.dsn(), "buyer", "trade,read");
+  auto ops = create_account(db.dsn(), "ops", "admin");
+  Gpuexd server(db.dsn(), {"--store-timeout-ms", "1000"}, false);
+  HttpClient client(server.port());
+  const std::string bid = R"({"side": "buy", "market": "H100-SXM-80G", "price": "1.0000", "quantity": 1, "duration": 3600})";
+  REQUIRE(client.request("POST", "/v1/orders", bid, bearer(buyer.api_key)).status == 201);
+  REQUIRE(client.request("GET", "/v1/admin/state-digest", "", bearer(ops.api_key)).status == 200);  // key cached
+
+  // The writer's backend stops (as a frozen or stalled server would): its socket stays open, nothing answers.
+  auto conn = gpuex::store::PgConnection::connect(db.dsn());
+  auto row = conn.exec("SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                       "AND application_name = 'gpuexd writer'");
+  REQUIRE(row.rows() == 1);
+  const auto pid = static_cast<pid_t>(row.integer(0, 0));
+  REQUIRE(::kill(pid, SIGSTOP) == 0);
+  auto frozen = client.request("POST", "/v1/orders", bid, bearer(buyer.api_key));
+  CHECK(frozen.status == 503);
+  CHECK(frozen.json().at("error").at("code").as_string() == "store_unavailable");
+  // Whether that transaction commits is unknown while its backend lives: no writes, not ready.
+  CHECK(wait_for_status(server.port(), "/readyz", 503, std::chrono::seconds(5)));
+  CHECK(client.request("POST", "/v1/orders", bid, bearer(buyer.api_key)).status == 503);
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  CHECK(client.get("/readyz").status == 503);
+
+  REQUIRE(::kill(pid, SIGCONT) == 0);
+  CHECK(wait_for_status(server.port(), "/readyz", 200, std::chrono::seconds(20)));
+  bool accepted = false;
+  for (int i = 0; i < 100 && !accepted; ++i) {
+    accepted = client.request("POST", "/v1/orders", bid, bearer(buyer.api_key)).status == 201;
+    if (!accepted) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  CHECK(accepted);
+  CHECK(server.log().find("terminated the backend") != std::string::npos);
+  // The engine and the store agree: the state a clean stop leaves is the one a restart recovers.
+  REQUIRE(server.stop() == 0);
+  Gpuexd again(db.dsn(), {}, false);
+  CHECK(recovered_at(again.log()) == stopped_at(server.log()));
 }

@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <thread>
 
 #include <boost/json.hpp>
@@ -136,6 +137,18 @@ void TestExchange::start(std::vector<std::string> args) {
 HttpReply TestExchange::call(const CreatedAccount& who, const std::string& method, const std::string& path,
                              const boost::json::value& body) {
   return http->request(method, path, body.is_null() ? "" : boost::json::serialize(body), bearer(who.api_key));
+}
+
+std::pair<std::string, std::string> stopped_at(const std::string& log) {
+  std::smatch m;
+  REQUIRE(std::regex_search(log, m, std::regex("engine stopped at seq (\\d+), state digest ([0-9a-f]+)")));
+  return {m[1].str(), m[2].str()};
+}
+
+std::pair<std::string, std::string> recovered_at(const std::string& log) {
+  std::smatch m;
+  REQUIRE(std::regex_search(log, m, std::regex("recovered the engine .* at seq (\\d+), state digest ([0-9a-f]+)")));
+  return {m[1].str(), m[2].str()};
 }
 
 }  // namespace gpuex::test

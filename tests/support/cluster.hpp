@@ -64,6 +64,10 @@ CreatedAccount create_account(const std::string& dsn, const std::string& name, c
 // An Authorization header for `key`.
 std::vector<std::pair<std::string, std::string>> bearer(const std::string& key);
 
+// From gpuexd's log: the (seq, state digest) a clean stop logged, and the one recovery logged on start.
+std::pair<std::string, std::string> stopped_at(const std::string& log);
+std::pair<std::string, std::string> recovered_at(const std::string& log);
+
 // Wall-clock Unix seconds, and a time as the API writes it (RFC 3339 UTC), for order windows.
 std::int64_t unix_now();
 std::string at(std::int64_t unix_seconds);
