@@ -2982,6 +2982,12 @@ std::optional<Order> Engine::order_now(OrderId id) const {
   return out;
 }
 
+std::size_t Engine::live_pools(AccountId provider) const {
+  std::size_t n = 0;
+  for (const auto& [id, lp] : impl_->pools) n += lp.p.provider == provider && !lp.p.retired;
+  return n;
+}
+
 std::vector<Order> Engine::open_orders(AccountId account, const std::optional<MarketId>& market) const {
   std::vector<Order> out;
   auto it = impl_->accounts.find(account);

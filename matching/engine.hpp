@@ -239,6 +239,7 @@ class Engine {
   // The open order as a read shows it now: a sell's lapsed/free GPU-seconds brought to now() and its
   // free steps from now on (the past ones are lapsed).
   std::optional<Order> order_now(OrderId id) const;
+  std::size_t live_pools(AccountId provider) const;  // the provider's pools not retired
   std::vector<Order> open_orders(AccountId account, const std::optional<MarketId>& market = {}) const;
   const Lease* lease(LeaseId id) const;  // leases that have not ended
   std::vector<Lease> leases(AccountId account) const;  // as buyer or provider, id order

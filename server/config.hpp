@@ -37,6 +37,7 @@ struct ServerConfig {
   std::size_t header_limit = 16 * 1024;
   std::chrono::seconds idle_timeout{60};    // keep-alive connection with nothing to read
   std::chrono::seconds read_timeout{15};    // a request must arrive whole within this
+  std::size_t max_pools_per_provider = 1'000;  // pools not retired
   std::size_t max_connections = 10'000;
   std::size_t max_connections_per_ip = 1'000;
 
@@ -44,6 +45,7 @@ struct ServerConfig {
   std::chrono::milliseconds ws_heartbeat{5'000};     // heartbeat on a channel idle this long
   std::chrono::milliseconds ws_idle_timeout{60'000}; // close a connection that sent nothing this long
   std::size_t ws_queue_limit = 4'096;                // messages waiting for a slow reader, then close
+  std::size_t ws_queue_bytes = 16 * 1024 * 1024;      // ...or bytes of them (book snapshots are large)
   int ws_send_buffer = 64 * 1024;                    // the socket's kernel send buffer (0: the OS's)
   std::size_t ws_max_subscriptions = 100;            // channels per connection
   std::size_t ws_message_limit = 16 * 1024;          // bytes in one client message (close 1009 above)

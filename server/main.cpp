@@ -90,6 +90,14 @@ int main(int argc, char** argv) {
   serve->add_option("--ws-queue", config.ws_queue_limit, "WebSocket: messages queued for a slow reader before it is closed")
       ->check(CLI::Range(std::size_t{1}, std::size_t{1'000'000}))
       ->capture_default_str();
+  serve->add_option("--max-pools-per-provider", config.max_pools_per_provider,
+                    "Pools (not retired) one provider may have; more is 422 pool_limit")
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1'000'000}))
+      ->capture_default_str();
+  serve->add_option("--ws-queue-bytes", config.ws_queue_bytes,
+                    "WebSocket: bytes of messages queued for a slow reader before it is closed")
+      ->check(CLI::Range(std::size_t{64 * 1024}, std::size_t{1} << 30))
+      ->capture_default_str();
   serve->add_option("--ws-send-buffer", config.ws_send_buffer,
                     "WebSocket: kernel send buffer per connection in bytes (0: the OS default, which grows to MBs)")
       ->check(CLI::Range(0, 64 * 1024 * 1024))

@@ -32,6 +32,7 @@ struct Services {
   ws::Hub& hub;
   std::map<std::string, matching::MarketSpec> markets;  // by id
   bool test_clock = false;
+  std::size_t max_pools_per_provider = 1'000;  // not retired
 };
 
 // Builds the response to a command from its events (a pure function of them).

@@ -121,10 +121,19 @@ void add_pool_routes(http::Router& router, Services& services) {
     PoolSpec spec = wire::read_pool_spec(fields);
     if (auto err = fields.finish()) return respond(std::move(*err));
     if (!services.markets.count(spec.market.value)) return respond(not_found("market", "market"));
+    const std::size_t limit = services.max_pools_per_provider;
     run_command(
-        services, ctx, AddPool{std::move(spec)}, nullptr,
+        services, ctx, AddPool{std::move(spec)},
+        [provider = AccountId(ctx.principal->account_id), limit](const Engine& engine) {
+          return engine.live_pools(provider) < limit;
+        },
         [](const EventSink& events, Seq) { return pool_answer(events, http::Status::created); },
-        [] { return not_found("market", "market"); }, std::move(respond));
+        [limit] {
+          return http::error_response(http::Status::unprocessable_entity, "pool_limit",
+                                      "a provider may have at most " + std::to_string(limit) +
+                                          " pools that are not retired; retire one first");
+        },
+        std::move(respond));
   }));
 
   router.add(verb::get, "/v1/pools", services.gate.scoped(provide, [&services](http::RequestContext& ctx,

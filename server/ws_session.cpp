@@ -409,7 +409,8 @@ class WsSession : public http::Session,
   // asked for; with `wake` false the caller does that later (start_writing) if this returns true.
   bool enqueue_locked(const Message& message, bool wake = true) {
     if (closing_) return false;
-    if (out_.size() + in_flight_ >= config().ws_queue_limit) {
+    if (out_.size() + in_flight_ >= config().ws_queue_limit ||
+        queued_bytes_ + in_flight_bytes_ + message->size() > config().ws_queue_bytes) {
       // A reader this far behind is closed, not buffered without bound.
       closing_ = true;
       out_.clear();
@@ -417,6 +418,7 @@ class WsSession : public http::Session,
       return false;
     }
     out_.push_back(message);
+    queued_bytes_ += message->size();
     if (writing_ || wake_pending_) return false;
     wake_pending_ = true;
     if (!wake) return true;
@@ -449,12 +451,15 @@ class WsSession : public http::Session,
         std::lock_guard lock(mutex_);
         if (out_.empty()) {
           in_flight_ = 0;
+          in_flight_bytes_ = 0;
           writing_ = false;
           if (closing_ && close_code_) start_close();
           return;
         }
         sending_.swap(out_);
         in_flight_ = sending_.size();
+        in_flight_bytes_ = queued_bytes_;
+        queued_bytes_ = 0;
       }
       iov_.clear();
       for (const auto& m : sending_) iov_.emplace_back(m->data(), m->size());
@@ -464,6 +469,7 @@ class WsSession : public http::Session,
           self->sending_.clear();
           std::lock_guard lock(self->mutex_);
           self->in_flight_ = 0;
+          self->in_flight_bytes_ = 0;
           self->writing_ = false;
           return;  // the read side sees the failure and ends the session
         }
@@ -481,7 +487,8 @@ class WsSession : public http::Session,
   }
 
   void close_slow_consumer() {
-    spdlog::info("ws: closing a slow consumer at {} ({} messages queued)", ip_, config().ws_queue_limit);
+    spdlog::info("ws: closing a slow consumer at {} (its queue reached {} messages or {} bytes)", ip_,
+                 config().ws_queue_limit, config().ws_queue_bytes);
     context_.hub.count_slow_consumer();
     close(websocket::close_code::policy_error, "slow consumer: the outbound queue is full");
   }
@@ -608,6 +615,8 @@ class WsSession : public http::Session,
   std::mutex mutex_;
   std::vector<Message> out_;  // queued, not yet handed to the socket
   std::size_t in_flight_ = 0;  // frames of the write in flight (count against the queue limit)
+  std::size_t queued_bytes_ = 0;     // bytes of out_
+  std::size_t in_flight_bytes_ = 0;  // bytes of the write in flight
   bool writing_ = false;       // the strand's write loop runs
   bool wake_pending_ = false;  // a post to start it is on its way
   bool closing_ = false;

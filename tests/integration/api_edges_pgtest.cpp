@@ -134,3 +134,18 @@ TEST_CASE("an open ask read later shows the hours that passed as lapsed and offe
   REQUIRE(listed.at("orders").as_array().size() == 1);
   check_aged(listed.at("orders").as_array()[0].as_object());
 }
+
+TEST_CASE("a provider has at most --max-pools-per-provider pools not retired") {
+  Exchange x({"--max-pools-per-provider", "2"});
+  const std::string first = str(x.pool(x.provider).at("id"));
+  x.pool(x.provider);
+  auto third = x.call(x.provider, "POST", "/v1/pools",
+                      {{"market", "H100-SXM-80G"}, {"region", "IS"}, {"tier", "bare_metal"}, {"gpus_per_node", 8},
+                       {"nodes", 1}, {"pue", "1.1"}, {"renewable_pct", 90}, {"carbon_g_per_kwh", 50}});
+  INFO(third.body);
+  CHECK(third.status == 422);
+  CHECK(third.json().at("error").at("code") == "pool_limit");
+  x.pool(x.other);  // another provider's count is its own
+  x.ok(200, x.call(x.provider, "DELETE", "/v1/pools/" + first));
+  x.pool(x.provider);  // a retired pool leaves room
+}

@@ -363,6 +363,21 @@ TEST_CASE("ws: a consumer that never reads is disconnected while another subscri
   CHECK(x.server->log().find("closing a slow consumer") != std::string::npos);
 }
 
+TEST_CASE("ws: a reader that lets large messages pile up is closed by the queue's byte limit, long before its message limit") {
+  Exchange x({"--ws-queue-bytes", "65536"});
+  auto pool = x.pool();
+  for (int i = 0; i < 400; ++i) x.ask(pool, price(30000 + i), 1);  // a deep book: ~10 KB per snapshot
+  WsClient slow(x.port(), {}, 4096);
+  // Subscribing again sends a fresh snapshot each time (how a client recovers from a gap); this one never reads.
+  for (int i = 0; i < 40; ++i) slow.send(json::object{{"op", "subscribe"}, {"channels", json::array{kBook}}});
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (x.metric("gpuex_ws_slow_consumers_total") == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(100ms);
+  }
+  CHECK(x.metric("gpuex_ws_slow_consumers_total") == 1);  // with 80 messages queued at most, of 4,096 allowed
+  CHECK(x.server->log().find("closing a slow consumer") != std::string::npos);
+}
+
 TEST_CASE("ws: the dead man's switch cancels all of the account's open orders when its connection is killed") {
   Exchange x;
   auto pool = x.pool();
