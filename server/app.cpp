@@ -140,10 +140,28 @@ void raise_open_files_limit(const ServerConfig& config) {
   }
 }
 
+// One server per database: a second would log commands beside the first, and its start would fire the
+// dead man's switches the first one holds (as if left by a crash). The session lock is held by a
+// connection kept for the server's life; a server killed a moment ago may still hold it while its
+// backend notices, so a start waits a little for it.
+std::optional<store::PgConnection> hold_serving_lock(const ServerConfig& config) {
+  constexpr const char* kTryLock = "SELECT pg_try_advisory_lock(7474017)";  // migrations use 7474016
+  auto db = connect_with_wait(config);
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    if (db.exec(kTryLock).text(0, 0) == std::string("t")) return db;
+    if (attempt == 0) spdlog::warn("another gpuexd serves this database; waiting up to 10 s for it to end");
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  spdlog::critical("another gpuexd serves {}: refusing to start beside it", store::describe_dsn(config.dsn));
+  return std::nullopt;
+}
+
 int serve(const ServerConfig& config) {
   auto tls = make_tls(config);
   (void)parse_listen_address(config.listen);  // fail on a bad address before anything starts
   raise_open_files_limit(config);
+  auto serving_lock = hold_serving_lock(config);
+  if (!serving_lock) return 2;
 
   // The database must be there and current before we take traffic.
   matching::EngineConfig engine_config;
@@ -213,7 +231,9 @@ int serve(const ServerConfig& config) {
       spdlog::info("dead man's switch: cancelled the open orders of {} account(s) armed when the last run ended", n);
     }
   }
-  Services services{health, queries, metrics, keys, gate, runner, writer, views, hub, markets, config.test_clock};
+  Services services{health,   queries, metrics, keys,    gate,
+                    runner,   writer,  views,   hub,     markets,
+                    config.test_clock, config.max_pools_per_provider};
 
   http::Router router;
   add_system_routes(router, services);

@@ -123,6 +123,21 @@ TEST_CASE("serve refuses a database with unapplied migrations unless told to mig
   CHECK(client.get("/v1/markets").status == 200);
 }
 
+TEST_CASE("a second gpuexd on the same database refuses to start, and one starts once the first is gone") {
+  TestDatabase db;
+  auto first = std::make_unique<Gpuexd>(db.dsn());
+  auto second = run_gpuexd({"serve", "--dsn", db.dsn(), "--listen", "127.0.0.1:0"});
+  CHECK(second.exit_code == 2);
+  CHECK_THAT(second.output, Catch::Contains("another gpuexd serves"));
+  CHECK(HttpClient(first->port()).get("/v1/markets").status == 200);  // the first is untouched
+
+  first->process().signal(SIGKILL);  // its lock goes with its connection
+  first->process().wait(std::chrono::seconds(10));
+  first.reset();
+  Gpuexd again(db.dsn(), {}, false);
+  CHECK(HttpClient(again.port()).get("/v1/markets").status == 200);
+}
+
 TEST_CASE("migrate applies every migration exactly once") {
   TestDatabase db;
   auto first = run_gpuexd({"migrate", "--dsn", db.dsn()});
