@@ -68,7 +68,8 @@ void add_admin_routes(http::Router& router, Services& services) {
 
   router.add(verb::get, "/v1/admin/state-digest", services.gate.scoped(admin, [&services](http::RequestContext&,
                                                                                          http::Respond respond) {
-    // The digest of committed state, comparable with the one a restart recovers.
+    // The digest of committed state as of the engine's time now (a tick that changed nothing still moves
+    // that time unlogged): after a clean stop, the one a restart recovers.
     answer_committed(services, [](const Engine& engine) {
       char hex[20];
       std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(engine.digest()));
