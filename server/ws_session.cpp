@@ -82,10 +82,7 @@ class WsSession : public http::Session,
     if (it != subscriptions_.end()) it->second.last_seq = seq;
   }
 
-  // From the hub, after a batch (on the writer's completion thread, or on this strand while subscribing).
-  void wake() override {
-    if (!write_now()) start_writing();
-  }
+  void wake() override { start_writing(); }
 
  private:
   const ServerConfig& config() const { return context_.config; }
@@ -419,42 +416,6 @@ class WsSession : public http::Session,
     return false;
   }
 
-  // The hub's thread: writes what is queued right here, without a post to the strand and a handler
-  // of its own for every session woken, when nothing else writes on this connection (the common case
-  // for a subscriber that keeps up). False: the strand must do it (start_writing).
-  bool write_now() {
-    std::lock_guard lock(mutex_);
-    if (writing_ || closing_ || out_.empty()) return false;
-    now_iov_.clear();
-    for (const auto& m : out_) now_iov_.emplace_back(m->data(), m->size());
-    beast::error_code ec;
-    switch (ws_.next_layer().try_write_now(now_iov_, ec)) {
-      case FrameGate<NextLayer>::Now::busy:
-        return false;
-      case FrameGate<NextLayer>::Now::written:
-        break;
-      case FrameGate<NextLayer>::Now::failed:
-        break;  // the read side sees the failure and ends the session
-      case FrameGate<NextLayer>::Now::partial:
-        // The strand writes the rest asynchronously, then whatever queued meanwhile (write_next).
-        context_.hub.count_write();
-        wake_pending_ = false;
-        writing_ = true;
-        sending_.clear();  // the strand leaves these alone while it is not writing
-        sending_.swap(out_);
-        in_flight_ = sending_.size();
-        iov_.swap(now_iov_);
-        net::post(ws_.get_executor(), [self = this->shared_from_this()] {
-          self->ws_.next_layer().continue_frames(self->iov_, [self](beast::error_code e) { self->written(e); });
-        });
-        return true;
-    }
-    context_.hub.count_write();
-    wake_pending_ = false;
-    out_.clear();
-    return true;
-  }
-
   // Any thread: the strand starts writing (unless it already is).
   void start_writing() {
     net::post(ws_.get_executor(), [self = this->shared_from_this()] {
@@ -490,22 +451,18 @@ class WsSession : public http::Session,
       iov_.clear();
       for (const auto& m : sending_) iov_.emplace_back(m->data(), m->size());
       context_.hub.count_write();
-      bool written = ws_.next_layer().write_frames(
-          iov_, [self = this->shared_from_this()](beast::error_code ec) { self->written(ec); });
+      bool written = ws_.next_layer().write_frames(iov_, [self = this->shared_from_this()](beast::error_code ec) {
+        if (ec) {
+          self->sending_.clear();
+          std::lock_guard lock(self->mutex_);
+          self->in_flight_ = 0;
+          self->writing_ = false;
+          return;  // the read side sees the failure and ends the session
+        }
+        self->write_next();
+      });
       if (!written) return;  // the rest goes out asynchronously; its handler goes on
     }
-  }
-
-  // Strand: an asynchronous write of ours ended.
-  void written(beast::error_code ec) {
-    if (ec) {
-      sending_.clear();
-      std::lock_guard lock(mutex_);
-      in_flight_ = 0;
-      writing_ = false;
-      return;  // the read side sees the failure and ends the session
-    }
-    write_next();
   }
 
   // ---- closing ------------------------------------------------------------------------------
@@ -623,7 +580,6 @@ class WsSession : public http::Session,
   beast::flat_buffer in_;
   std::vector<Message> sending_;           // the frames of the write in flight
   std::vector<net::const_buffer> iov_;     // ... as buffers
-  std::vector<net::const_buffer> now_iov_;  // write_now's, under mutex_
 
   // Strand only.
   std::optional<Principal> principal_;
