@@ -185,8 +185,6 @@ class Receiver {
   static constexpr unsigned kBuffers = 8192;  // a power of two
   static constexpr unsigned kBufferSize = 2048;
   static constexpr unsigned short kGroup = 1;
-  static constexpr unsigned kWaitFor = 64;
-  static constexpr std::chrono::nanoseconds kWaitAtMost{200'000};  // adds at most 0.2 ms to a delay
 
   explicit Receiver(std::vector<std::shared_ptr<Subscriber>>& subs) : subs_(subs), data_(std::size_t{kBuffers} * kBufferSize) {
     io_uring_params p{};
@@ -224,11 +222,9 @@ class Receiver {
   // `measuring` goes off has ended once it moved on).
   void run(const std::atomic<bool>& stop, std::atomic<std::uint64_t>& rounds) {
     while (!stop.load(std::memory_order_relaxed)) {
-      // Woken once kWaitFor arrivals are ready, or after kWaitAtMost: fewer wake-ups of this thread
-      // (each one the sender's cost too), and several arrivals of a socket in one recv.
-      __kernel_timespec timeout{0, kWaitAtMost.count()};
+      __kernel_timespec timeout{0, 50'000'000};
       io_uring_cqe* cqe = nullptr;
-      int r = io_uring_submit_and_wait_timeout(&ring_, &cqe, kWaitFor, &timeout, nullptr);
+      int r = io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &timeout, nullptr);
       if (r < 0 && r != -ETIME && r != -EINTR) die("io_uring_submit_and_wait_timeout", r);
       unsigned head = 0, seen = 0;
       int recycled = 0;
