@@ -6,8 +6,6 @@
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/strand.hpp>
-#include <boost/asio/io_context.hpp>
 #include <boost/beast/core/buffers_to_string.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/write.hpp>
@@ -39,67 +37,9 @@ constexpr auto kHandshakeTime = std::chrono::seconds(10);
 
 Message make_message(const json::object& body) { return text_frame(json::serialize(body)); }
 
-// A session the hub woke, to be written by whichever I/O thread comes.
-class Woken {
- public:
-  virtual ~Woken() = default;
-  virtual void write_woken() = 0;
-};
-
-// The sessions the hub woke after a batch, one queue per io_context: the I/O threads write them in
-// a few handlers (each takes half of what waits while there is much, so both threads share a large
-// fan-out), instead of one post to each session's strand and one handler per session.
-class WakeQueue : public net::execution_context::service {
- public:
-  using key_type = WakeQueue;
-  static inline net::execution_context::id id;
-
-  explicit WakeQueue(net::execution_context& context) : net::execution_context::service(context) {}
-
-  void add(std::shared_ptr<Woken> session, const net::io_context::executor_type& executor) {
-    {
-      std::lock_guard lock(mutex_);
-      waiting_.push_back(std::move(session));
-      if (posted_) return;
-      posted_ = true;
-    }
-    net::post(executor, [this, executor] { drain(executor); });
-  }
-
- private:
-  static constexpr std::size_t kShare = 64;  // below this, one handler takes all
-
-  void shutdown() override {
-    std::lock_guard lock(mutex_);
-    waiting_.clear();
-  }
-
-  void drain(const net::io_context::executor_type& executor) {
-    std::vector<std::shared_ptr<Woken>> mine;
-    {
-      std::lock_guard lock(mutex_);
-      std::size_t take = waiting_.size() <= kShare ? waiting_.size() : (waiting_.size() + 1) / 2;
-      mine.assign(std::make_move_iterator(waiting_.end() - static_cast<std::ptrdiff_t>(take)),
-                  std::make_move_iterator(waiting_.end()));
-      waiting_.resize(waiting_.size() - take);
-      if (waiting_.empty()) {
-        posted_ = false;
-      } else {
-        net::post(executor, [this, executor] { drain(executor); });
-      }
-    }
-    for (auto& s : mine) s->write_woken();
-  }
-
-  std::mutex mutex_;
-  std::vector<std::shared_ptr<Woken>> waiting_;
-  bool posted_ = false;  // a drain is on its way
-};
-
 template <class NextLayer>
 class WsSession : public http::Session,
                   public Subscriber,
-                  public Woken,
                   public std::enable_shared_from_this<WsSession<NextLayer>> {
  public:
   WsSession(NextLayer stream, http::Request upgrade, std::string ip, HttpServer& server, Context& context)
@@ -110,14 +50,7 @@ class WsSession : public http::Session,
         context_(context),
         timer_(ws_.get_executor()),
         close_deadline_(ws_.get_executor()),
-        inbound_(context.config.ws_message_burst) {
-    // The io_context under the connection's strand: the wake queue's handlers run there, on any thread.
-    using Strand = net::strand<net::io_context::executor_type>;
-    if (const auto* strand = ws_.get_executor().template target<Strand>()) {
-      io_executor_ = strand->get_inner_executor();
-      wake_queue_ = &net::use_service<WakeQueue>(io_executor_->context());
-    }
-  }
+        inbound_(context.config.ws_message_burst) {}
 
   ~WsSession() override { server_.remove_session(this, ip_); }
 
@@ -149,16 +82,7 @@ class WsSession : public http::Session,
     if (it != subscriptions_.end()) it->second.last_seq = seq;
   }
 
-  // From the hub, after a batch (on the writer's completion thread, or on this strand while subscribing).
-  void wake() override {
-    if (!wake_queue_) return start_writing();
-    wake_queue_->add(this->shared_from_this(), *io_executor_);
-  }
-
-  // An I/O thread, from the wake queue.
-  void write_woken() override {
-    if (!write_now()) start_writing();
-  }
+  void wake() override { start_writing(); }
 
  private:
   const ServerConfig& config() const { return context_.config; }
@@ -492,42 +416,6 @@ class WsSession : public http::Session,
     return false;
   }
 
-  // Any thread (the wake queue's): writes what is queued right here, without a post to the strand and
-  // a handler of its own for every session woken, when nothing else writes on this connection (the
-  // common case for a subscriber that keeps up). False: the strand must do it (start_writing).
-  bool write_now() {
-    std::lock_guard lock(mutex_);
-    if (writing_ || closing_ || out_.empty()) return false;
-    now_iov_.clear();
-    for (const auto& m : out_) now_iov_.emplace_back(m->data(), m->size());
-    beast::error_code ec;
-    switch (ws_.next_layer().try_write_now(now_iov_, ec)) {
-      case FrameGate<NextLayer>::Now::busy:
-        return false;
-      case FrameGate<NextLayer>::Now::written:
-        break;
-      case FrameGate<NextLayer>::Now::failed:
-        break;  // the read side sees the failure and ends the session
-      case FrameGate<NextLayer>::Now::partial:
-        // The strand writes the rest asynchronously, then whatever queued meanwhile (write_next).
-        context_.hub.count_write();
-        wake_pending_ = false;
-        writing_ = true;
-        sending_.clear();  // the strand leaves these alone while it is not writing
-        sending_.swap(out_);
-        in_flight_ = sending_.size();
-        iov_.swap(now_iov_);
-        net::post(ws_.get_executor(), [self = this->shared_from_this()] {
-          self->ws_.next_layer().continue_frames(self->iov_, [self](beast::error_code e) { self->written(e); });
-        });
-        return true;
-    }
-    context_.hub.count_write();
-    wake_pending_ = false;
-    out_.clear();
-    return true;
-  }
-
   // Any thread: the strand starts writing (unless it already is).
   void start_writing() {
     net::post(ws_.get_executor(), [self = this->shared_from_this()] {
@@ -563,22 +451,18 @@ class WsSession : public http::Session,
       iov_.clear();
       for (const auto& m : sending_) iov_.emplace_back(m->data(), m->size());
       context_.hub.count_write();
-      bool written = ws_.next_layer().write_frames(
-          iov_, [self = this->shared_from_this()](beast::error_code ec) { self->written(ec); });
+      bool written = ws_.next_layer().write_frames(iov_, [self = this->shared_from_this()](beast::error_code ec) {
+        if (ec) {
+          self->sending_.clear();
+          std::lock_guard lock(self->mutex_);
+          self->in_flight_ = 0;
+          self->writing_ = false;
+          return;  // the read side sees the failure and ends the session
+        }
+        self->write_next();
+      });
       if (!written) return;  // the rest goes out asynchronously; its handler goes on
     }
-  }
-
-  // Strand: an asynchronous write of ours ended.
-  void written(beast::error_code ec) {
-    if (ec) {
-      sending_.clear();
-      std::lock_guard lock(mutex_);
-      in_flight_ = 0;
-      writing_ = false;
-      return;  // the read side sees the failure and ends the session
-    }
-    write_next();
   }
 
   // ---- closing ------------------------------------------------------------------------------
@@ -696,9 +580,6 @@ class WsSession : public http::Session,
   beast::flat_buffer in_;
   std::vector<Message> sending_;           // the frames of the write in flight
   std::vector<net::const_buffer> iov_;     // ... as buffers
-  std::vector<net::const_buffer> now_iov_;  // write_now's, under mutex_
-  std::optional<net::io_context::executor_type> io_executor_;  // set with wake_queue_
-  WakeQueue* wake_queue_ = nullptr;  // null: the connection's executor is not a strand of an io_context
 
   // Strand only.
   std::optional<Principal> principal_;
