@@ -22,11 +22,27 @@ constexpr const char* kOrderById = "SELECT doc::text FROM orders WHERE id = $1 A
 constexpr const char* kFillsOfOrder = R"sql(
 SELECT CASE WHEN buy_order_id = $1 THEN buyer_fill ELSE seller_fill END::text
 FROM trades WHERE (buy_order_id = $1 AND buyer_id = $2) OR (sell_order_id = $1 AND seller_id = $2) ORDER BY id)sql";
-constexpr const char* kListOrders = R"sql(
+// Both listings read orders_account_listing (account_id, open, id DESC; migration 0012): the open
+// orders its `true` entries, all orders its `true` and `false` entries merged by id, each side
+// stopping at the page size. "IS TRUE" / "IS FALSE" are the forms the planner matches against the
+// index's boolean key (a bare `status IN (...)` would be a filter over every order of the account).
+constexpr const char* kListOpenOrders = R"sql(
 SELECT doc::text, id FROM orders
-WHERE account_id = $1 AND id < $2 AND ($3::text IS NULL OR market = $3)
-  AND ($4 = 'all' OR status IN ('open', 'partially_filled'))
-ORDER BY id DESC LIMIT $5)sql";
+WHERE account_id = $1 AND (status IN ('open', 'partially_filled')) IS TRUE AND id < $2
+  AND ($3::text IS NULL OR market = $3)
+ORDER BY id DESC LIMIT $4)sql";
+constexpr const char* kListAllOrders = R"sql(
+SELECT doc::text, id FROM (
+  (SELECT doc, id FROM orders
+   WHERE account_id = $1 AND (status IN ('open', 'partially_filled')) IS TRUE AND id < $2
+     AND ($3::text IS NULL OR market = $3)
+   ORDER BY id DESC LIMIT $4)
+  UNION ALL
+  (SELECT doc, id FROM orders
+   WHERE account_id = $1 AND (status IN ('open', 'partially_filled')) IS FALSE AND id < $2
+     AND ($3::text IS NULL OR market = $3)
+   ORDER BY id DESC LIMIT $4)) listed
+ORDER BY id DESC LIMIT $4)sql";
 constexpr const char* kListFills = R"sql(
 SELECT CASE WHEN buyer_id = $1 THEN buyer_fill ELSE seller_fill END::text, id FROM trades
 WHERE (buyer_id = $1 OR seller_id = $1) AND id < $2 AND ($3::text IS NULL OR market = $3) AND at >= $4
@@ -242,8 +258,8 @@ void add_order_routes(http::Router& router, Services& services) {
     services.queries.submit(
         [&services, respond, account = ctx.principal->account_id, p = std::get<Page>(page), status,
          market = std::get<store::Param>(market)](store::PgConnection& db) {
-          auto rows = db.exec(kListOrders, {std::to_string(account), std::to_string(p.before), market, status,
-                                            std::to_string(p.limit + 1)});
+          auto rows = db.exec(status == "all" ? kListAllOrders : kListOpenOrders,
+                              {std::to_string(account), std::to_string(p.before), market, std::to_string(p.limit + 1)});
           answer_orders_now(services, AccountId(account), page_json(rows, p, "orders"), "orders", respond);
         },
         [respond](const std::string&) { respond(store_unavailable_response()); });

@@ -241,6 +241,61 @@ TEST_CASE("amend lowers quantity, cancel ends the order, and other accounts see 
   CHECK(all.size() == 1);
 }
 
+TEST_CASE("GET /v1/orders lists open and all orders newest first, page by page, by market too") {
+  Market m;
+  auto pool = m.pool("DE");
+  m.ask(pool, "1.0000", 2);
+  std::vector<std::string> ids;  // the buyer's orders in the order placed
+  auto bid = [&](const char* market, const char* price, int gpus) {
+    auto r = m.post(m.buyer, "/v1/orders",
+                    {{"side", "buy"}, {"market", market}, {"price", price}, {"quantity", gpus}, {"duration", 3600}});
+    INFO(r.body);
+    REQUIRE(r.status == 201);
+    ids.emplace_back(r.json().at("order").at("id").as_string());
+    return std::string(r.json().at("order").at("status").as_string());
+  };
+  CHECK(bid("H100-SXM-80G", "2.0000", 6) == "partially_filled");  // 0: takes the ask's 2 GPUs, 4 rest
+  for (const char* price : {"1.1000", "1.2000", "1.3000", "1.4000", "1.5000", "1.6000"}) {
+    CHECK(bid("H100-SXM-80G", price, 1) == "open");  // 1-6
+  }
+  CHECK(bid("H100-PCIE-80G", "1.1000", 1) == "open");  // 7
+  CHECK(bid("H100-PCIE-80G", "1.2000", 1) == "open");  // 8
+  for (int i : {2, 5, 7}) {
+    REQUIRE(m.http->request("DELETE", "/v1/orders/" + ids[static_cast<std::size_t>(i)], "", bearer(m.buyer.api_key)).status == 200);
+  }
+  // What each listing must hold, newest (highest id) first, from what the test did above.
+  auto expect = [&](std::initializer_list<int> placed) {
+    std::vector<std::string> out;
+    for (int i : placed) out.push_back(ids[static_cast<std::size_t>(i)]);
+    return out;
+  };
+  // Every page of a listing, `limit` orders at a time, following next_cursor.
+  auto list = [&](const std::string& query, int limit) {
+    std::vector<std::string> got;
+    std::string cursor;
+    for (int page = 0; page < 20; ++page) {
+      auto r = m.get(m.buyer, "/v1/orders?" + query + "&limit=" + std::to_string(limit) + cursor);
+      INFO(query << " " << r.body);
+      REQUIRE(r.status == 200);
+      auto body = r.json().as_object();
+      for (const auto& o : body.at("orders").as_array()) got.emplace_back(o.at("id").as_string());
+      if (body.at("next_cursor").is_null()) return got;
+      cursor = "&cursor=" + std::string(body.at("next_cursor").as_string());
+    }
+    FAIL("more pages than orders");
+    return got;
+  };
+  for (int limit : {1, 2, 3, 100}) {
+    INFO("limit " << limit);
+    CHECK(list("status=open", limit) == expect({8, 6, 4, 3, 1, 0}));
+    CHECK(list("status=all", limit) == expect({8, 7, 6, 5, 4, 3, 2, 1, 0}));
+    CHECK(list("status=open&market=H100-SXM-80G", limit) == expect({6, 4, 3, 1, 0}));
+    CHECK(list("status=all&market=H100-PCIE-80G", limit) == expect({8, 7}));
+    CHECK(list("status=all&market=H100-SXM-80G", limit) == expect({6, 5, 4, 3, 2, 1, 0}));
+  }
+  CHECK(list("status=open", 2) == list("", 2));  // open is the default
+}
+
 TEST_CASE("a change to an order whose row is missing fails its batch instead of being skipped") {
   Market m;
   auto a = m.post(m.buyer, "/v1/orders", spot_bid("1.5000", 6));
