@@ -517,8 +517,6 @@ struct AskPool {
 // only if one of its runs holds it (runs are disjoint, so at most one does).
 struct RunEntry {
   Price effective;
-  Seq priority{0};
-  OrderId id;
   Seconds start;
   Seconds end;
   Seconds min_duration;
@@ -529,12 +527,10 @@ struct RunEntry {
 
 // The free runs of a market's resting asks, in cells by the week (kRunSlot) of their start and of their end,
 // so that a window [ws, we) reads only cells whose runs may hold it (start week <= ws's, end week >= we's)
-// instead of every ask of every pool its price admits. A cell's entries are sorted by (effective, priority,
-// id, start), the walk's order: a walk merges the cells lazily and stops at its limit price, and an ask
-// leaving the book finds its entries by binary search (its runs are recomputed from its free capacity, which
-// does not change while it rests). Cells and rows that empty are erased, except during a walk (its heads
-// point into them): then the next erase outside a walk sweeps them (`has_empty`). `version` counts changes,
-// so that a walk knows when its heads must re-seek. check_invariants compares the index with a recomputation.
+// instead of every ask of every pool its price admits. A cell's entries are sorted by (effective, lo, start):
+// a walk stops at its limit price, and an ask leaving the book finds its entries by binary search (its runs
+// are recomputed from its free capacity, which does not change while it rests). Empty cells and rows are
+// erased. check_invariants compares the whole index with a recomputation.
 constexpr std::int64_t kRunSlot = 7 * 86'400;
 
 inline std::int64_t run_slot(Seconds t) {
@@ -544,8 +540,7 @@ inline std::int64_t run_slot(Seconds t) {
 
 inline bool run_entry_less(const RunEntry& x, const RunEntry& y) {
   if (x.effective.value != y.effective.value) return x.effective.value < y.effective.value;
-  if (x.priority != y.priority) return x.priority < y.priority;
-  if (x.id.value != y.id.value) return x.id.value < y.id.value;
+  if (x.lo != y.lo) return std::less<const LiveOrder*>()(x.lo, y.lo);
   return x.start.value < y.start.value;
 }
 
@@ -555,8 +550,6 @@ using RunRow = std::map<std::int64_t, RunCell>;  // by end week
 struct RunIndex {
   std::map<std::int64_t, RunRow> rows;  // by start week
   std::size_t size{0};
-  std::uint64_t version{0};
-  bool has_empty{false};
 };
 
 struct Book {
@@ -1314,25 +1307,27 @@ struct Engine::Impl {
   // A duration bid: a k-way merge over the admitted pools' book_spot_asks, each head already moved past
   // keys that do not fit; the head of the set fn changed is re-sought by the key it was at (ChunkedSet's
   // iterators do not survive a change), and a head whose set had no other fitting key was dropped before
-  // fn ran. A fixed-window bid: a k-way merge over the cells of its market's RunIndex that may hold a run
-  // holding its window, each head moved past entries that do not fit; when fn changed the index, every head
-  // re-seeks the entry it was at. Its keys carry the order fields (effective, priority, id, lo, pool) only.
+  // fn ran. A fixed-window bid: every slot of every admitted pool is tested from contiguous memory, those
+  // that fit become candidates (copies: fn's changes to the slots cannot disturb them), visited from a
+  // min-heap; its keys carry the order fields (effective, priority, id, lo, pool) only.
   struct AskHead {
     const AskSet* s{nullptr};
     AskSet::const_iterator it;
     AskKey key;  // *it once settled, kept to re-seek after fn changed the set
     std::uint64_t version{0};
   };
-  struct RunHead {
-    const RunCell* cell{nullptr};
-    std::size_t i{0};
-    RunEntry e;  // (*cell)[i] once settled, kept to re-seek after fn changed the index
+  struct AskCandidate {
+    Price effective;
+    Seq priority{0};
+    OrderId id;
+    LiveOrder* lo{nullptr};
+    const LivePool* pool{nullptr};
   };
   // walk_asks' heaps, one pair of vectors per nesting depth, reused: a fresh vector per walk was a malloc
   // per placement (and, reserved, a page-faulting one).
   struct WalkScratch {
     std::vector<AskHead> heads;
-    std::vector<RunHead> run_heads;
+    std::vector<AskCandidate> candidates;
   };
   mutable std::deque<WalkScratch> head_stack;  // a deque: a nested walk's emplace_back keeps references
   mutable std::size_t head_depth{0};
@@ -1356,66 +1351,42 @@ struct Engine::Impl {
     if (!bid.is_duration_bid()) {
       // window_fits needs ws >= now and we > ws whatever the ask.
       if (ws < now || we <= ws) return;
-      // A k-way merge of the cells that may hold runs holding [ws, we): start week at most ws's, end week at
-      // least we's. Each head stops at the next entry of its cell that holds the window, is priced within the
-      // limit and whose pool satisfies the constraints (judged once per pool per walk).
-      std::vector<RunHead>& heads = scratch.run_heads;
-      heads.clear();
+      std::vector<AskCandidate>& cands = scratch.candidates;
+      cands.clear();
+      // The runs that hold [ws, we): in cells whose start week is at most ws's and end week at least we's.
       const std::uint64_t mark = ++walk_count;
       const std::int64_t ws_slot = run_slot(ws);
       const std::int64_t we_slot = run_slot(we);
       const Seconds len = we - ws;
-      const auto settle = [&](RunHead& h) {
-        const RunCell& cell = *h.cell;
-        for (const std::size_t n = cell.size(); h.i < n; ++h.i) {
-          const RunEntry& e = cell[h.i];
-          if (e.effective > limit) return false;
-          if (e.start > ws || e.end < we || len < e.min_duration) continue;
-          const LivePool* lp = e.pool;
-          if (lp->walk_mark != mark) {
-            lp->walk_mark = mark;
-            lp->walk_ok = pool_satisfies(lp->p, c);
-          }
-          if (!lp->walk_ok) continue;
-          h.e = e;
-          return true;
-        }
-        return false;
-      };
       for (auto row = b.free_runs.rows.begin(); row != b.free_runs.rows.end() && row->first <= ws_slot; ++row) {
         for (auto cell = row->second.lower_bound(we_slot); cell != row->second.end(); ++cell) {
-          RunHead h{&cell->second, 0, {}};
-          if (settle(h)) heads.push_back(h);
+          for (const RunEntry& e : cell->second) {
+            if (e.effective > limit) break;
+            if (e.start > ws || e.end < we || len < e.min_duration) continue;
+            const LivePool* lp = e.pool;
+            if (lp->walk_mark != mark) {
+              lp->walk_mark = mark;
+              lp->walk_ok = pool_satisfies(lp->p, c);
+            }
+            if (!lp->walk_ok) continue;
+            cands.push_back(AskCandidate{e.effective, e.lo->o.priority, e.lo->o.id, e.lo, lp});
+          }
         }
       }
-      const auto later = [](const RunHead& x, const RunHead& y) { return run_entry_less(y.e, x.e); };
-      std::make_heap(heads.begin(), heads.end(), later);
-      while (!heads.empty()) {
-        std::pop_heap(heads.begin(), heads.end(), later);
-        RunHead& h = heads.back();
-        AskKey k{h.e.effective, h.e.priority, h.e.id};
-        k.lo = h.e.lo;
-        k.pool = h.e.pool;
-        ++h.i;
-        if (settle(h)) {
-          std::push_heap(heads.begin(), heads.end(), later);
-        } else {
-          heads.pop_back();
-        }
-        const std::uint64_t version = b.free_runs.version;
+      const auto later = [](const AskCandidate& x, const AskCandidate& y) {  // min-heap on (effective, priority, id)
+        if (x.effective.value != y.effective.value) return x.effective.value > y.effective.value;
+        if (x.priority != y.priority) return x.priority > y.priority;
+        return x.id.value > y.id.value;
+      };
+      std::make_heap(cands.begin(), cands.end(), later);
+      while (!cands.empty()) {
+        std::pop_heap(cands.begin(), cands.end(), later);
+        const AskCandidate x = cands.back();
+        cands.pop_back();
+        AskKey k{x.effective, x.priority, x.id};
+        k.lo = x.lo;
+        k.pool = x.pool;
         if (!fn(k)) return;
-        if (version != b.free_runs.version) {
-          // fn changed the index (a fill re-indexes the ask it was given): every head re-seeks its entry by
-          // key. Entries fn added sort at or before k, which every head is past.
-          std::size_t kept = 0;
-          for (RunHead& x : heads) {
-            x.i = static_cast<std::size_t>(std::lower_bound(x.cell->begin(), x.cell->end(), x.e, run_entry_less) -
-                                           x.cell->begin());
-            if (settle(x)) heads[kept++] = x;
-          }
-          heads.resize(kept);
-          std::make_heap(heads.begin(), heads.end(), later);
-        }
       }
       return;
     }
@@ -1574,51 +1545,35 @@ struct Engine::Impl {
   }
 
   static RunEntry run_entry(LiveOrder& lo, const LivePool* lp, Seconds from, Seconds to) {
-    return RunEntry{lo.o.effective_price, lo.o.priority, lo.o.id, from, to, lo.o.request.min_duration, &lo, lp};
+    return RunEntry{lo.o.effective_price, from, to, lo.o.request.min_duration, &lo, lp};
   }
 
   // Puts a resting ask's runs into its book's RunIndex (hook) or takes them out (unhook; its free capacity
   // is what it was when hooked).
   static void index_runs(Book& b, LiveOrder& lo, const LivePool* lp) {
-    RunIndex& x = b.free_runs;
     for_each_run(lo.o, [&](Seconds from, Seconds to) {
-      RunCell& cell = x.rows[run_slot(from)][run_slot(to)];
+      RunCell& cell = b.free_runs.rows[run_slot(from)][run_slot(to)];
       const RunEntry e = run_entry(lo, lp, from, to);
       cell.insert(std::upper_bound(cell.begin(), cell.end(), e, run_entry_less), e);
-      ++x.size;
+      ++b.free_runs.size;
     });
-    ++x.version;
   }
-  void unindex_runs(Book& b, LiveOrder& lo, const LivePool* lp) {
-    RunIndex& x = b.free_runs;
-    const bool walking = head_depth > 0;
+  static void unindex_runs(Book& b, LiveOrder& lo, const LivePool* lp) {
     for_each_run(lo.o, [&](Seconds from, Seconds to) {
-      auto row = x.rows.find(run_slot(from));
-      if (row == x.rows.end()) throw std::logic_error("free run index: no row");
+      auto row = b.free_runs.rows.find(run_slot(from));
+      if (row == b.free_runs.rows.end()) throw std::logic_error("free run index: no row");
       auto cell = row->second.find(run_slot(to));
       if (cell == row->second.end()) throw std::logic_error("free run index: no cell");
       const RunEntry e = run_entry(lo, lp, from, to);
       auto it = std::lower_bound(cell->second.begin(), cell->second.end(), e, run_entry_less);
       if (it == cell->second.end() || !(*it == e)) throw std::logic_error("free run index: no entry");
       cell->second.erase(it);
-      --x.size;
+      --b.free_runs.size;
       if (cell->second.empty()) {
-        if (walking) {
-          x.has_empty = true;
-        } else {
-          row->second.erase(cell);
-          if (row->second.empty()) x.rows.erase(row);
-        }
+        row->second.erase(cell);
+        if (row->second.empty()) b.free_runs.rows.erase(row);
       }
     });
-    ++x.version;
-    if (x.has_empty && !walking) {
-      x.has_empty = false;
-      for (auto row = x.rows.begin(); row != x.rows.end();) {
-        std::erase_if(row->second, [](const auto& c) { return c.second.empty(); });
-        row = row->second.empty() ? x.rows.erase(row) : std::next(row);
-      }
-    }
   }
 
   // Fills an ask key's run summary from the ask's free capacity: the runs of time with at least one lot
@@ -2957,7 +2912,7 @@ struct Engine::Impl {
       for (const auto& [start_week, row] : b.free_runs.rows) {
         if (row.empty()) fail("free run index: empty row");
         for (const auto& [end_week, cell] : row) {
-          if (cell.empty() && !b.free_runs.has_empty) fail("free run index: empty cell");
+          if (cell.empty()) fail("free run index: empty cell");
           for (std::size_t j = 1; j < cell.size(); ++j) {
             if (!run_entry_less(cell[j - 1], cell[j])) fail("free run index: cell out of order");
           }
