@@ -530,7 +530,9 @@ struct RunEntry {
 // instead of every ask of every pool its price admits. A cell's entries are sorted by (effective, lo, start):
 // a walk stops at its limit price, and an ask leaving the book finds its entries by binary search (its runs
 // are recomputed from its free capacity, which does not change while it rests). Empty cells and rows are
-// erased. check_invariants compares the whole index with a recomputation.
+// erased. A market's index is built by its first fixed-window bid's walk and kept from then on (`enabled`):
+// a market of duration bids only, like the plain workload's, never pays for it. check_invariants compares
+// the whole index with a recomputation.
 constexpr std::int64_t kRunSlot = 7 * 86'400;
 
 inline std::int64_t run_slot(Seconds t) {
@@ -550,6 +552,7 @@ using RunRow = std::map<std::int64_t, RunCell>;  // by end week
 struct RunIndex {
   std::map<std::int64_t, RunRow> rows;  // by start week
   std::size_t size{0};
+  bool enabled{false};
 };
 
 struct Book {
@@ -562,7 +565,7 @@ struct Book {
   // Pools with resting asks (order irrelevant: walks merge by key), each with the lowest effective price
   // among them, so that a walk skips a pool priced out without touching it.
   std::vector<AskPool> ask_pools;
-  RunIndex free_runs;  // every run of every resting ask, for fixed-window bids
+  mutable RunIndex free_runs;  // every run of every resting ask, for fixed-window bids (built by a walk)
 };
 
 // The key of a bid's constraint group: every constraint but its regions, serialized.
@@ -1353,6 +1356,12 @@ struct Engine::Impl {
       if (ws < now || we <= ws) return;
       std::vector<AskCandidate>& cands = scratch.candidates;
       cands.clear();
+      if (!b.free_runs.enabled) {  // the market's first fixed-window bid: index every resting ask's runs
+        b.free_runs.enabled = true;
+        for (const AskPool& ap : b.ask_pools) {
+          for (const AskRef& r : ap.refs) index_runs(b, *r.lo, ap.lp);
+        }
+      }
       // The runs that hold [ws, we): in cells whose start week is at most ws's and end week at least we's.
       const std::uint64_t mark = ++walk_count;
       const std::int64_t ws_slot = run_slot(ws);
@@ -1550,7 +1559,8 @@ struct Engine::Impl {
 
   // Puts a resting ask's runs into its book's RunIndex (hook) or takes them out (unhook; its free capacity
   // is what it was when hooked).
-  static void index_runs(Book& b, LiveOrder& lo, const LivePool* lp) {
+  static void index_runs(const Book& b, LiveOrder& lo, const LivePool* lp) {
+    if (!b.free_runs.enabled) return;
     for_each_run(lo.o, [&](Seconds from, Seconds to) {
       RunCell& cell = b.free_runs.rows[run_slot(from)][run_slot(to)];
       const RunEntry e = run_entry(lo, lp, from, to);
@@ -1559,6 +1569,7 @@ struct Engine::Impl {
     });
   }
   static void unindex_runs(Book& b, LiveOrder& lo, const LivePool* lp) {
+    if (!b.free_runs.enabled) return;
     for_each_run(lo.o, [&](Seconds from, Seconds to) {
       auto row = b.free_runs.rows.find(run_slot(from));
       if (row == b.free_runs.rows.end()) throw std::logic_error("free run index: no row");
@@ -2888,9 +2899,11 @@ struct Engine::Impl {
           fail("ask pool index of pool " + std::to_string(ap.lp->p.id.value) + " out of step");
         }
       }
-      // The free-run index holds exactly the runs of the resting asks, recomputed, each in its cell.
+      // The free-run index (once built) holds exactly the runs of the resting asks, recomputed, each in its
+      // cell; before, it is empty.
       std::size_t runs = 0;
       for (const AskPool& ap : b.ask_pools) {
+        if (!b.free_runs.enabled) break;
         for (const AskRef& r : ap.refs) {
           for_each_run(r.lo->o, [&](Seconds from, Seconds to) {
             ++runs;
