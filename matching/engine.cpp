@@ -478,6 +478,9 @@ struct LivePool {
   // could use now (spot_now), in ask priority order.
   std::int64_t book_count{0};
   AskSet book_spot_asks;
+  // A fixed-window bid's walk judges the pool's constraints once (walk_mark = the walk's number).
+  mutable std::uint64_t walk_mark{0};
+  mutable bool walk_ok{false};
 };
 
 using BidSet = ChunkedSet<BidKey, BidOrder>;
@@ -516,6 +519,49 @@ struct AskPool {
   RunBounds spot_runs;
 };
 
+// One run of a resting ask's free capacity (a maximal stretch of time with at least one lot, its min_chunk,
+// free throughout; summarize_runs' runs) as a fixed-window bid's walk reads it: the ask can serve [ws, we)
+// only if one of its runs holds it (runs are disjoint, so at most one does).
+struct RunEntry {
+  Price effective;
+  Seconds start;
+  Seconds end;
+  Seconds min_duration;
+  LiveOrder* lo{nullptr};
+  const LivePool* pool{nullptr};
+  bool operator==(const RunEntry&) const = default;
+};
+
+// The free runs of a market's resting asks, in cells by the week (kRunSlot) of their start and of their end,
+// so that a window [ws, we) reads only cells whose runs may hold it (start week <= ws's, end week >= we's)
+// instead of every ask of every pool its price admits. A cell's entries are sorted by (effective, lo, start):
+// a walk stops at its limit price, and an ask leaving the book finds its entries by binary search (its runs
+// are recomputed from its free capacity, which does not change while it rests). Empty cells and rows are
+// erased. A market's index is built by its first fixed-window bid's walk and kept from then on (`enabled`):
+// a market of duration bids only, like the plain workload's, never pays for it. check_invariants compares
+// the whole index with a recomputation.
+constexpr std::int64_t kRunSlot = 7 * 86'400;
+
+inline std::int64_t run_slot(Seconds t) {
+  const std::int64_t v = t.value;
+  return v >= 0 ? v / kRunSlot : -((-v + kRunSlot - 1) / kRunSlot);
+}
+
+inline bool run_entry_less(const RunEntry& x, const RunEntry& y) {
+  if (x.effective.value != y.effective.value) return x.effective.value < y.effective.value;
+  if (x.lo != y.lo) return std::less<const LiveOrder*>()(x.lo, y.lo);
+  return x.start.value < y.start.value;
+}
+
+using RunCell = std::vector<RunEntry>;
+using RunRow = std::map<std::int64_t, RunCell>;  // by end week
+
+struct RunIndex {
+  std::map<std::int64_t, RunRow> rows;  // by start week
+  std::size_t size{0};
+  bool enabled{false};
+};
+
 struct Book {
   MarketSpec spec;
   bool halted{false};
@@ -526,6 +572,7 @@ struct Book {
   // Pools with resting asks (order irrelevant: walks merge by key), each with the lowest effective price
   // among them, so that a walk skips a pool priced out without touching it.
   std::vector<AskPool> ask_pools;
+  mutable RunIndex free_runs;  // every run of every resting ask, for fixed-window bids (built by a walk)
 };
 
 // The key of a bid's constraint group: every constraint but its regions, serialized.
@@ -1294,6 +1341,7 @@ struct Engine::Impl {
   };
   mutable std::deque<WalkScratch> head_stack;  // a deque: a nested walk's emplace_back keeps references
   mutable std::size_t head_depth{0};
+  mutable std::uint64_t walk_count{0};  // numbers fixed-window walks (LivePool::walk_mark)
 
   template <class F>
   void walk_asks(const Book& b, const RestOrder& bid, Price limit, const BidConstraints& c, F&& fn) const {
@@ -1315,23 +1363,30 @@ struct Engine::Impl {
       if (ws < now || we <= ws) return;
       std::vector<AskCandidate>& cands = scratch.candidates;
       cands.clear();
-      const std::size_t n_pools = b.ask_pools.size();
-      for (std::size_t i = 0; i < n_pools; ++i) {
-        const AskPool& ap = b.ask_pools[i];
-        if (ap.cheapest > limit || !ap.runs.may_fit(ws, we)) continue;
-        // The pools are far apart in memory: start loading the next pool's filters while this one's are read.
-        if (i + 1 < n_pools) __builtin_prefetch(b.ask_pools[i + 1].filters.data());
-        bool admitted = false;
-        const std::size_t n = ap.filters.size();
-        for (std::size_t j = 0; j < n; ++j) {
-          const AskFilter& f = ap.filters[j];
-          if (f.effective > limit || !f.fits(ws, we)) continue;
-          if (!admitted) {
-            if (!pool_satisfies(ap.lp->p, c)) break;
-            admitted = true;
+      if (!b.free_runs.enabled) {  // the market's first fixed-window bid: index every resting ask's runs
+        b.free_runs.enabled = true;
+        for (const AskPool& ap : b.ask_pools) {
+          for (const AskRef& r : ap.refs) index_runs(b, *r.lo, ap.lp);
+        }
+      }
+      // The runs that hold [ws, we): in cells whose start week is at most ws's and end week at least we's.
+      const std::uint64_t mark = ++walk_count;
+      const std::int64_t ws_slot = run_slot(ws);
+      const std::int64_t we_slot = run_slot(we);
+      const Seconds len = we - ws;
+      for (auto row = b.free_runs.rows.begin(); row != b.free_runs.rows.end() && row->first <= ws_slot; ++row) {
+        for (auto cell = row->second.lower_bound(we_slot); cell != row->second.end(); ++cell) {
+          for (const RunEntry& e : cell->second) {
+            if (e.effective > limit) break;
+            if (e.start > ws || e.end < we || len < e.min_duration) continue;
+            const LivePool* lp = e.pool;
+            if (lp->walk_mark != mark) {
+              lp->walk_mark = mark;
+              lp->walk_ok = pool_satisfies(lp->p, c);
+            }
+            if (!lp->walk_ok) continue;
+            cands.push_back(AskCandidate{e.effective, e.lo->o.priority, e.lo->o.id, e.lo, lp});
           }
-          const AskRef& r = ap.refs[j];
-          cands.push_back(AskCandidate{f.effective, r.priority, r.id, r.lo, ap.lp});
         }
       }
       const auto later = [](const AskCandidate& x, const AskCandidate& y) {  // min-heap on (effective, priority, id)
@@ -1437,6 +1492,7 @@ struct Engine::Impl {
       } else {
         const AskKey k{lo.o.effective_price, lo.o.priority, lo.o.id};
         LivePool* lp = lo.hooked_pool;
+        unindex_runs(b, lo, lp);
         AskPool& ap = b.ask_pools[lp->ask_pool_slot];
         const std::uint32_t at = lo.book_slot;
         if (at + 1 != ap.filters.size()) {
@@ -1477,6 +1533,65 @@ struct Engine::Impl {
       lo.counted = false;
     }
     return was;
+  }
+
+  // Calls f(from, to) for each run of an ask's free capacity: a maximal stretch of adjacent pieces with at
+  // least one lot (min_chunk) free, in time order (the runs summarize_runs summarizes).
+  template <class F>
+  static void for_each_run(const RestOrder& a, F&& f) {
+    const std::int64_t lot = a.request.min_chunk.value;
+    bool in_run = false;
+    Seconds from{};
+    Seconds last{};
+    for (const Step& p : a.free.pieces()) {
+      if (p.gpus < lot) {
+        if (in_run) f(from, last);
+        in_run = false;
+        continue;
+      }
+      if (in_run && p.from != last) {
+        f(from, last);
+        in_run = false;
+      }
+      if (!in_run) from = p.from;
+      in_run = true;
+      last = p.to;
+    }
+    if (in_run) f(from, last);
+  }
+
+  static RunEntry run_entry(LiveOrder& lo, const LivePool* lp, Seconds from, Seconds to) {
+    return RunEntry{lo.o.effective_price, from, to, lo.o.request.min_duration, &lo, lp};
+  }
+
+  // Puts a resting ask's runs into its book's RunIndex (hook) or takes them out (unhook; its free capacity
+  // is what it was when hooked).
+  static void index_runs(const Book& b, LiveOrder& lo, const LivePool* lp) {
+    if (!b.free_runs.enabled) return;
+    for_each_run(lo.o, [&](Seconds from, Seconds to) {
+      RunCell& cell = b.free_runs.rows[run_slot(from)][run_slot(to)];
+      const RunEntry e = run_entry(lo, lp, from, to);
+      cell.insert(std::upper_bound(cell.begin(), cell.end(), e, run_entry_less), e);
+      ++b.free_runs.size;
+    });
+  }
+  static void unindex_runs(Book& b, LiveOrder& lo, const LivePool* lp) {
+    if (!b.free_runs.enabled) return;
+    for_each_run(lo.o, [&](Seconds from, Seconds to) {
+      auto row = b.free_runs.rows.find(run_slot(from));
+      if (row == b.free_runs.rows.end()) throw std::logic_error("free run index: no row");
+      auto cell = row->second.find(run_slot(to));
+      if (cell == row->second.end()) throw std::logic_error("free run index: no cell");
+      const RunEntry e = run_entry(lo, lp, from, to);
+      auto it = std::lower_bound(cell->second.begin(), cell->second.end(), e, run_entry_less);
+      if (it == cell->second.end() || !(*it == e)) throw std::logic_error("free run index: no entry");
+      cell->second.erase(it);
+      --b.free_runs.size;
+      if (cell->second.empty()) {
+        row->second.erase(cell);
+        if (row->second.empty()) b.free_runs.rows.erase(row);
+      }
+    });
   }
 
   // Fills an ask key's run summary from the ask's free capacity: the runs of time with at least one lot
@@ -1570,6 +1685,7 @@ struct Engine::Impl {
             ap.spot_runs.widen(k);
             ap.spot_cheapest = std::min(ap.spot_cheapest, k.effective);
           }
+          index_runs(b, lo, &lp);
           lo.hooked_pool = &lp;
         }
         lo.in_book = true;
@@ -2789,6 +2905,42 @@ struct Engine::Impl {
         if (ap.lp->ask_pool_slot != i || n == 0 || n != ap.lp->book_count) {
           fail("ask pool index of pool " + std::to_string(ap.lp->p.id.value) + " out of step");
         }
+      }
+      // The free-run index (once built) holds exactly the runs of the resting asks, recomputed, each in its
+      // cell; before, it is empty.
+      std::size_t runs = 0;
+      for (const AskPool& ap : b.ask_pools) {
+        if (!b.free_runs.enabled) break;
+        for (const AskRef& r : ap.refs) {
+          for_each_run(r.lo->o, [&](Seconds from, Seconds to) {
+            ++runs;
+            const RunEntry e = run_entry(*r.lo, ap.lp, from, to);
+            bool found = false;
+            auto row = b.free_runs.rows.find(run_slot(from));
+            if (row != b.free_runs.rows.end()) {
+              auto cell = row->second.find(run_slot(to));
+              if (cell != row->second.end()) {
+                auto it = std::lower_bound(cell->second.begin(), cell->second.end(), e, run_entry_less);
+                found = it != cell->second.end() && *it == e;
+              }
+            }
+            if (!found) fail("free run of ask " + std::to_string(r.id.value) + " not indexed");
+          });
+        }
+      }
+      std::size_t indexed = 0;
+      for (const auto& [start_week, row] : b.free_runs.rows) {
+        if (row.empty()) fail("free run index: empty row");
+        for (const auto& [end_week, cell] : row) {
+          if (cell.empty()) fail("free run index: empty cell");
+          for (std::size_t j = 1; j < cell.size(); ++j) {
+            if (!run_entry_less(cell[j - 1], cell[j])) fail("free run index: cell out of order");
+          }
+          indexed += cell.size();
+        }
+      }
+      if (indexed != runs || indexed != b.free_runs.size) {
+        fail("free run index holds " + std::to_string(indexed) + " runs, the asks have " + std::to_string(runs));
       }
       if (b.halted) continue;
       for (const RestOrder* bid : open_bids[m]) {
