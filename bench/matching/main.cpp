@@ -7,7 +7,7 @@
 //            tier, fabric, SLA and energy drawn by the same seeded loader the replay tool uses),
 //            forward windows up to 6 months, bids with a mix of constraints, 100,000 resting orders;
 //            ~65 % places (1 in 4 crossing), ~35 % cancels.
-#include <malloc.h>
+#include <jemalloc/jemalloc.h>
 #include <time.h>
 
 #include <algorithm>
@@ -120,11 +120,16 @@ double pct(std::vector<std::uint32_t>& ns, double p) {
   return ns[i] / 1000.0;
 }
 
-// Heap in use: small blocks (uordblks) and blocks malloc served by mmap (hblkhd, e.g. large vectors and the
-// engine's order slabs); counting only the first would miss memory that grows with the book.
+// Heap in use: the bytes jemalloc (gpuexd's allocator, linked here too) has handed out and not had back,
+// large blocks such as the engine's order slabs included.
 std::size_t heap_in_use() {
-  const struct mallinfo2 m = mallinfo2();
-  return m.uordblks + m.hblkhd;
+  std::uint64_t epoch = 1;
+  std::size_t size = sizeof epoch;
+  mallctl("epoch", &epoch, &size, &epoch, size);  // refreshes the statistics
+  std::size_t allocated = 0;
+  size = sizeof allocated;
+  if (mallctl("stats.allocated", &allocated, &size, nullptr, 0) != 0) return 0;
+  return allocated;
 }
 
 double thread_cpu_seconds() {
@@ -339,8 +344,9 @@ int main(int argc, char** argv) {
       std::printf("  CPU time of this thread: %.2f s: %.0f commands per CPU-second (wall figures also count time the OS gave other processes)\n",
                   r.cpu_seconds, cpu_rate);
       std::printf("  latency per command: p50 %.2f us, p99 %.2f us, p99.9 %.2f us\n", r.p50_us, r.p99_us, r.p999_us);
-      std::printf("  memory: %.0f bytes per resting order (heap growth while the book filled); %zu resting at the end\n",
-                  r.bytes_per_resting_order, r.resting);
+      std::printf("  memory: %.0f bytes per resting order (heap growth while the book filled, jemalloc's allocated bytes; "
+                  "allocator as gpuexd's: jemalloc, %s); %zu resting at the end\n",
+                  r.bytes_per_resting_order, malloc_conf, r.resting);
     }
   }
   return 0;
