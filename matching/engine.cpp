@@ -18,7 +18,6 @@
 
 #include "matching/chunked_set.hpp"
 #include "matching/digest.hpp"
-#include "matching/huge_pages.hpp"
 #include "matching/money.hpp"
 #include "matching/step_tree.hpp"
 
@@ -237,8 +236,8 @@ struct OrderList {
 // The open orders by id (terminal ones until their command ends): LiveOrders in blocks of slots that are
 // reused (one 4 MiB allocation per ~10,000 orders instead of a ~700-byte node each, and addresses stay
 // stable while an order lives), found through an open-addressing table of (id, slot) with linear probing
-// and backward-shift erase. Blocks and table are in huge pages where the kernel offers them (huge_pages.hpp):
-// the book's growth was a page fault every ten orders. The subset of std::unordered_map's interface the engine uses; iteration order is
+// and backward-shift erase. (The book's growth costs page faults; gpuexd's allocator keeps the heap in
+// huge pages, alloc/.) The subset of std::unordered_map's interface the engine uses; iteration order is
 // the slots' (unspecified, as before: every caller that needs an order sorts).
 class OrderMap {
  public:
@@ -310,7 +309,7 @@ class OrderMap {
       s = free_.back();
       free_.pop_back();
     } else {
-      if (slots_ % kBlock == 0) blocks_.emplace_back(static_cast<Storage*>(big_alloc(kBlock * sizeof(Storage))));  // not zeroed: slots are constructed on use
+      if (slots_ % kBlock == 0) blocks_.push_back(std::make_unique_for_overwrite<Storage[]>(kBlock));  // no zeroing: slots are constructed on use
       s = slots_++;
       used_.push_back(false);
     }
@@ -356,15 +355,10 @@ class OrderMap {
   struct Storage {
     alignas(value_type) unsigned char bytes[sizeof(value_type)];
   };
-  // A block and malloc's header in exactly 4 MiB: malloc maps it on its own, and Linux places a mapping
-  // whose length is a multiple of 2 MiB on a 2 MiB boundary, so the block is two whole huge pages.
-  static constexpr std::uint32_t kBlock = static_cast<std::uint32_t>(((std::size_t{4} << 20) - 32) / sizeof(Storage));
-  struct BlockFree {
-    void operator()(Storage* p) const { big_free(p); }
-  };
+  static constexpr std::uint32_t kBlock = static_cast<std::uint32_t>((std::size_t{4} << 20) / sizeof(Storage));
 
   value_type* slot(std::uint32_t i) const {
-    return std::launder(reinterpret_cast<value_type*>(blocks_[i / kBlock].get()[i % kBlock].bytes));
+    return std::launder(reinterpret_cast<value_type*>(blocks_[i / kBlock][i % kBlock].bytes));
   }
   std::uint32_t next_used(std::uint32_t i) const {
     while (i < slots_ && !used_[i]) ++i;
@@ -379,7 +373,7 @@ class OrderMap {
     table_[h] = Entry{id, s};
   }
   void grow() {
-    std::vector<Entry, HugePageAllocator<Entry>> old = std::move(table_);
+    std::vector<Entry> old = std::move(table_);
     const std::size_t n = old.empty() ? 1024 : old.size() * 2;
     table_.assign(n, Entry{});
     mask_ = n - 1;
@@ -389,11 +383,11 @@ class OrderMap {
     }
   }
 
-  std::vector<std::unique_ptr<Storage, BlockFree>> blocks_;
+  std::vector<std::unique_ptr<Storage[]>> blocks_;
   std::vector<bool> used_;
   std::vector<std::uint32_t> free_;
   std::uint32_t slots_{0};
-  std::vector<Entry, HugePageAllocator<Entry>> table_;
+  std::vector<Entry> table_;
   std::size_t mask_{0};
   int shift_{64};
   std::size_t count_{0};
