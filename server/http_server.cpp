@@ -74,12 +74,12 @@ void HttpServer::on_accept(tcp::socket socket) {
   {
     std::lock_guard lock(mutex_);
     if (sessions_.size() >= config_.max_connections) {
-      refuse(std::move(socket), "the server has reached its connection limit");
+      refuse(std::move(socket), ip, "the server has reached its connection limit");
       return;
     }
     auto& count = per_ip_[ip];
     if (count >= config_.max_connections_per_ip) {
-      refuse(std::move(socket), "too many connections from this address");
+      refuse(std::move(socket), ip, "too many connections from this address");
       return;
     }
     ++count;
@@ -87,11 +87,23 @@ void HttpServer::on_accept(tcp::socket socket) {
   http::start_session(std::move(socket), tls_, *this, std::move(ip));
 }
 
-void HttpServer::refuse(tcp::socket socket, std::string_view why) {
+void HttpServer::set_rate_limit_headers(boost::beast::http::fields& fields, const std::string& ip) const {
+  if (!ip_limiter_ || fields.find("RateLimit-Limit") != fields.end()) return;
+  const auto d = ip_limiter_->peek(ip);
+  fields.set("RateLimit-Limit", std::to_string(d.limit));
+  fields.set("RateLimit-Remaining", std::to_string(d.remaining));
+}
+
+void HttpServer::refuse(tcp::socket socket, const std::string& ip, std::string_view why) {
   // A plain 429 before closing, so a well-behaved client backs off instead of retrying at once.
+  boost::beast::http::fields limits;
+  set_rate_limit_headers(limits, ip);
   auto text = std::make_shared<std::string>(
-      "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
-      "Connection: close\r\nContent-Length: ");
+      "HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nRetry-After: 1\r\n");
+  for (const auto& field : limits) {
+    *text += std::string(field.name_string()) + ": " + std::string(field.value()) + "\r\n";
+  }
+  *text += "Connection: close\r\nContent-Length: ";
   std::string body = R"({"error":{"code":"rate_limited","message":")" + std::string(why) + "\"}}";
   *text += std::to_string(body.size()) + "\r\n\r\n" + body;
   auto sock = std::make_shared<tcp::socket>(std::move(socket));

@@ -4,6 +4,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl/context.hpp>
+#include <boost/beast/http/fields.hpp>
 
 #include <atomic>
 #include <memory>
@@ -51,12 +52,14 @@ class HttpServer {
   // The per-IP limiter whose state answers carry in RateLimit-* when no limit was charged for them
   // (API.md: the headers are on every response).
   void set_ip_limiter(const RateLimiter* limiter) { ip_limiter_ = limiter; }
-  const RateLimiter* ip_limiter() const { return ip_limiter_; }
+  // Sets RateLimit-Limit / RateLimit-Remaining from that limiter's state for `ip`, unless the answer
+  // already carries them (a limit was charged for it).
+  void set_rate_limit_headers(boost::beast::http::fields& fields, const std::string& ip) const;
 
  private:
   void accept();
   void on_accept(boost::asio::ip::tcp::socket socket);
-  void refuse(boost::asio::ip::tcp::socket socket, std::string_view why);
+  void refuse(boost::asio::ip::tcp::socket socket, const std::string& ip, std::string_view why);
 
   boost::asio::io_context& ioc_;
   const ServerConfig& config_;

@@ -176,11 +176,7 @@ class HttpSession : public Session, public std::enable_shared_from_this<HttpSess
     bool keep_alive = !closing_ && !server_.stopping() && parser_->get().keep_alive();
     res.keep_alive(keep_alive);
     res.set(bhttp::field::server, "gpuexd/" GPUEX_VERSION);
-    if (const auto* limiter = server_.ip_limiter(); limiter && res.find("RateLimit-Limit") == res.end()) {
-      const auto d = limiter->peek(ip_);
-      res.set("RateLimit-Limit", std::to_string(d.limit));
-      res.set("RateLimit-Remaining", std::to_string(d.remaining));
-    }
+    server_.set_rate_limit_headers(res, ip_);
     if (parser_->get().method() == bhttp::verb::head) {  // the headers GET would send, no body
       auto length = res.body().size();
       res.body().clear();

@@ -119,6 +119,7 @@ class WsSession : public http::Session,
 
   void refuse_upgrade(http::Response res) {
     res.keep_alive(false);
+    server_.set_rate_limit_headers(res, ip_);
     auto shared = std::make_shared<http::Response>(std::move(res));
     beast::get_lowest_layer(ws_).expires_after(kHandshakeTime);
     http::bhttp::async_write(ws_.next_layer(), *shared,
@@ -135,8 +136,11 @@ class WsSession : public http::Session,
     beast::get_lowest_layer(ws_).expires_never();
     websocket::stream_base::timeout timeouts{kHandshakeTime, websocket::stream_base::none(), false};
     ws_.set_option(timeouts);
-    ws_.set_option(websocket::stream_base::decorator(
-        [](websocket::response_type& res) { res.set(http::bhttp::field::server, "gpuexd/" GPUEX_VERSION); }));
+    // Runs during the accept only; `this` outlives it (a captured shared_ptr would keep the session alive).
+    ws_.set_option(websocket::stream_base::decorator([this](websocket::response_type& res) {
+      res.set(http::bhttp::field::server, "gpuexd/" GPUEX_VERSION);
+      server_.set_rate_limit_headers(res, ip_);
+    }));
     ws_.read_message_max(config().ws_message_limit);
     // What waits for a slow reader is bounded by our queue plus this, not by the kernel's autotuning.
     beast::error_code ignored;

@@ -597,7 +597,7 @@ TEST_CASE("ws: private channels carry only the subscriber's own orders, fills an
     WsClient no_read = authed(x.port(), x.reader);
     no_read.send(json::object{{"op", "subscribe"}, {"channels", json::array{"fills"}}});
     CHECK(no_read.expect("error").at("code").as_string() == "forbidden");
-    CHECK(upgrade_status(x.port(), bearer("gpx_k_0000000000000000_" + std::string(64, '0'))) == 401);
+    CHECK(upgrade(x.port(), bearer("gpx_k_0000000000000000_" + std::string(64, '0'))).status == 401);
   }
 }
 

@@ -10,6 +10,7 @@
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
+#include <cctype>
 #include <ostream>
 #include <stdexcept>
 
@@ -215,7 +216,7 @@ void WsClient::kill() {
   s.close(ignored);
 }
 
-unsigned upgrade_status(unsigned short port, const WsClient::Headers& headers) {
+UpgradeAnswer upgrade(unsigned short port, const WsClient::Headers& headers) {
   WsClient::Impl impl;
   websocket::response_type res;
   try {
@@ -223,7 +224,13 @@ unsigned upgrade_status(unsigned short port, const WsClient::Headers& headers) {
   } catch (const std::exception&) {
     // A refused upgrade: `res` holds the server's answer.
   }
-  return res.result_int();
+  UpgradeAnswer answer{res.result_int(), {}};
+  for (const auto& field : res) {
+    std::string name(field.name_string());
+    for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    answer.headers[name] = std::string(field.value());
+  }
+  return answer;
 }
 
 }  // namespace gpuex::test

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <iosfwd>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -68,7 +69,11 @@ class WsClient {
   Impl* impl_;
 };
 
-// The HTTP status of an attempted upgrade to /v1/ws (101 when it worked).
-unsigned upgrade_status(unsigned short port, const WsClient::Headers& headers = {});
+// The server's answer to an attempted upgrade to /v1/ws (status 101 when it worked).
+struct UpgradeAnswer {
+  unsigned status = 0;
+  std::map<std::string, std::string> headers;  // lower-case names
+};
+UpgradeAnswer upgrade(unsigned short port, const WsClient::Headers& headers = {});
 
 }  // namespace gpuex::test
