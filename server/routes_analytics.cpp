@@ -28,6 +28,7 @@ namespace {
 constexpr std::int64_t kDay = 86400;
 constexpr std::int64_t kMaxCandles = 5000;   // per request
 constexpr std::int64_t kMaxIndexDays = 1000;  // per request
+constexpr std::size_t kMaxTenors = 120;        // forward curve: ten years of months
 constexpr std::int64_t kFarFuture = 253402300799;  // 9999-12-31T23:59:59Z
 
 constexpr const char* kSelectTrades = R"sql(
@@ -72,6 +73,7 @@ http::Response csv_response(std::string body) {
   return http::text_response(http::Status::ok, std::move(body), "text/csv; charset=utf-8");
 }
 
+using analytics::ExactPrice;
 using analytics::gpu_hours;
 using analytics::normalized;
 using analytics::numeric;
@@ -193,7 +195,7 @@ void add_analytics_routes(http::Router& router, Services& services) {
     std::int64_t hi = std::get<0>(to).value_or(services.runner.server_time() + 1);
     std::int64_t lo = floor_to(std::get<0>(from).value_or(hi - 100 * *interval), *interval);
     if (lo >= hi) return respond(bad("from", "from must be before to"));
-    if ((hi - lo) / *interval > kMaxCandles) {
+    if ((hi - lo + *interval - 1) / *interval > kMaxCandles) {  // periods started in [lo, hi)
       return respond(bad("from", "at most 5000 candles per request: narrow from and to"));
     }
     bool csv = wants_csv(ctx);
@@ -209,9 +211,9 @@ void add_analytics_routes(http::Router& router, Services& services) {
           for (int i = 0; i < rows.rows(); ++i) {
             auto k = analytics::candle_row(rows, i);
             if (csv) {
-              std::int64_t vwap = k.vwap();
+              auto vwap = k.vwap();
               out += format_rfc3339(k.start) + "," + price(k.open) + "," + price(k.high) + "," + price(k.low) + "," +
-                     price(k.close) + "," + price(vwap) + "," + gpu_hours(k.gpu_seconds) + "," +
+                     price(k.close) + "," + price(vwap.micros()) + "," + gpu_hours(k.gpu_seconds) + "," +
                      std::to_string(k.trades) + "," + normalized(k.open, perf) + "," + normalized(k.high, perf) + "," +
                      normalized(k.low, perf) + "," + normalized(k.close, perf) + "," + normalized(vwap, perf) + "\n";
               continue;
@@ -242,7 +244,8 @@ void add_analytics_routes(http::Router& router, Services& services) {
           std::string month = format_rfc3339(now).substr(0, 7);
           std::int64_t week_from = floor_to(now, kDay) - 6 * kDay;
           struct Tenor {
-            std::optional<std::int64_t> last, last_at, vwap, bid, ask;
+            std::optional<std::int64_t> last, last_at, bid, ask;
+            std::optional<ExactPrice> vwap;
             Int128 week_gs = 0, open_interest = 0;
             std::int64_t week_trades = 0;
           };
@@ -257,7 +260,7 @@ void add_analytics_routes(http::Router& router, Services& services) {
           for (int i = 0; i < week.rows(); ++i) {
             auto& t = tenors[std::string(week.text(i, 0))];
             t.week_gs = numeric(week, i, 1);
-            if (t.week_gs > 0) t.vwap = ratio(numeric(week, i, 2), t.week_gs);
+            if (t.week_gs > 0) t.vwap = ExactPrice(numeric(week, i, 2), t.week_gs);
             t.week_trades = week.integer(i, 3);
           }
           auto oi = db.exec(kSelectOpenInterest, {market, month});
@@ -268,13 +271,15 @@ void add_analytics_routes(http::Router& router, Services& services) {
             std::string name = matching::to_string(bucket);
             if (name < month) continue;
             auto depth = services.views.get(id, bucket, 1);
-            if (depth.bids.empty() && depth.asks.empty() && !tenors.count(name)) continue;
+            bool resting = !depth.bids.empty() || !depth.asks.empty() || depth.constrained_bids.orders > 0;
+            if (!resting && !tenors.count(name)) continue;
             auto& t = tenors[name];
             if (!depth.bids.empty()) t.bid = depth.bids.front().price.value;
             if (!depth.asks.empty()) t.ask = depth.asks.front().price.value;
           }
           json::array curve;
           for (const auto& [name, t] : tenors) {
+            if (curve.size() == kMaxTenors) break;  // the nearest ones (names sort by month)
             json::object o{{"tenor", name}};
             put_price(o, "last", t.last, perf);
             o["last_time"] = t.last_at ? json::value(format_rfc3339(*t.last_at)) : json::value(nullptr);
@@ -305,8 +310,9 @@ void add_analytics_routes(http::Router& router, Services& services) {
           std::int64_t first_hour = floor_to(from + 3599, 3600), last_hour = floor_to(now, 3600);
           auto r = db.exec(kSelectStats, {market, num(from), num(now), num(first_hour), num(last_hour)});
           Int128 gs = numeric(r, 0, 1), green = numeric(r, 0, 5);
-          std::optional<std::int64_t> vwap, high, low;
-          if (gs > 0) vwap = ratio(numeric(r, 0, 2), gs);
+          std::optional<ExactPrice> vwap;
+          std::optional<std::int64_t> high, low;
+          if (gs > 0) vwap = ExactPrice(numeric(r, 0, 2), gs);
           if (!r.is_null(0, 3)) high = r.integer(0, 3), low = r.integer(0, 4);
           json::object o{{"market", market}, {"from", format_rfc3339(from)}, {"to", format_rfc3339(now)},
                          {"trades", r.integer(0, 0)}, {"volume_gpu_hours", gpu_hours(gs)}};
@@ -336,7 +342,9 @@ void add_analytics_routes(http::Router& router, Services& services) {
     std::int64_t hi = std::get<0>(to).value_or(now + 1);
     std::int64_t lo = floor_to(std::get<0>(from).value_or(floor_to(hi - 1, kDay) - 29 * kDay), kDay);
     if (lo >= hi) return respond(bad("from", "from must be before to"));
-    if ((hi - lo) / kDay > kMaxIndexDays) return respond(bad("from", "at most 1000 days per request: narrow from and to"));
+    if ((hi - lo + kDay - 1) / kDay > kMaxIndexDays) {  // days started in [lo, hi)
+      return respond(bad("from", "at most 1000 days per request: narrow from and to"));
+    }
     bool csv = wants_csv(ctx);
     services.queries.submit(
         [=](store::PgConnection& db) {
@@ -347,11 +355,11 @@ void add_analytics_routes(http::Router& router, Services& services) {
           for (int i = 0; i < rows.rows(); ++i) {
             std::int64_t day = rows.integer(i, 0);
             Int128 gs = numeric(rows, i, 1);
-            std::int64_t value = ratio(numeric(rows, i, 2), 18 * gs);
+            ExactPrice value(numeric(rows, i, 2), 18 * gs);
             std::string date = format_rfc3339(day).substr(0, 10);
             bool final = day + kDay <= now;  // later trades cannot change a day that is over
             if (csv) {
-              out += date + "," + price(value) + "," + normalized(value, perf) + "," + gpu_hours(gs) + "," +
+              out += date + "," + price(value.micros()) + "," + normalized(value, perf) + "," + gpu_hours(gs) + "," +
                      std::string(rows.text(i, 3)) + "," + (final ? "true" : "false") + "\n";
               continue;
             }

@@ -26,17 +26,17 @@ Int128 numeric(const store::PgResult& rows, int r, int c) {
   return *v;
 }
 
-std::string normalized(std::int64_t micros, std::int64_t perf) {
-  return format_price(static_cast<std::int64_t>(matching::div_half_even(Int128(micros) * 1'000'000, perf)));
+std::string normalized(ExactPrice price, std::int64_t perf) {
+  return format_price(ratio(price.num * 1'000'000, price.den * perf));
 }
 std::int64_t ratio(Int128 num, Int128 den) { return static_cast<std::int64_t>(matching::div_half_even(num, den)); }
 std::string gpu_hours(Int128 gpu_seconds) { return format_fixed(ratio(gpu_seconds * 1'000'000, 3600), 6, 1); }
 
-void put_price(json::object& o, std::string_view key, std::optional<std::int64_t> micros, std::int64_t perf) {
+void put_price(json::object& o, std::string_view key, std::optional<ExactPrice> price, std::int64_t perf) {
   std::string norm = std::string(key) + "_normalized";
-  if (micros) {
-    o[key] = format_price(*micros);
-    o[norm] = normalized(*micros, perf);
+  if (price) {
+    o[key] = format_price(price->micros());
+    o[norm] = normalized(*price, perf);
   } else {
     o[key] = nullptr;
     o[norm] = nullptr;

@@ -1,6 +1,8 @@
 // See query_pool.hpp.
 #include "server/store/query_pool.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <boost/asio/post.hpp>
 
 namespace gpuex::store {
@@ -49,6 +51,11 @@ void QueryPool::submit(std::function<void(PgConnection&)> job,
       }
       release(std::move(conn));
     } catch (const StoreError& e) {
+      on_error(e.what());
+    } catch (const std::exception& e) {
+      // Not the database's failure but this job's (a row it did not expect): an exception must not
+      // leave the thread pool, which would end the process. The caller answers as for a failed read.
+      spdlog::error("a query job failed: {}", e.what());
       on_error(e.what());
     }
   });

@@ -156,12 +156,17 @@ struct Exchange {
 std::string normalized_of(std::int64_t price_micros) {
   return gpuex::format_price(static_cast<std::int64_t>(half_even(I128(price_micros) * 1000000, 315470)));
 }
+// The same of a price that is a quotient (a VWAP, an index): rounded once, not the rounded price ÷ 0.315470.
+std::string normalized_of(I128 num, I128 den) {
+  return gpuex::format_price(static_cast<std::int64_t>(half_even(num * 1000000, den * 315470)));
+}
 
 // GPU-hours with the API's 6 decimals.
 std::int64_t hours_e6(I128 gpu_seconds) { return static_cast<std::int64_t>(half_even(gpu_seconds * 1000000, 3600)); }
 
-// The daily index of one day's spot trades, per trade (not per price), as micro-dollars.
-std::int64_t trimmed_index(std::vector<std::pair<std::int64_t, I128>> trades /* price, gpu-seconds */) {
+// The daily index of one day's spot trades, per trade (not per price): micro-dollars as an exact
+// quotient (weighted, kept).
+std::pair<I128, I128> trimmed_index_exact(std::vector<std::pair<std::int64_t, I128>> trades /* price, gpu-seconds */) {
   std::sort(trades.begin(), trades.end());
   I128 total = 0;
   for (auto& t : trades) total += t.second;
@@ -175,6 +180,10 @@ std::int64_t trimmed_index(std::vector<std::pair<std::int64_t, I128>> trades /* 
     below += gs;
   }
   REQUIRE(kept == 18 * total);
+  return {weighted, kept};
+}
+std::int64_t trimmed_index(const std::vector<std::pair<std::int64_t, I128>>& trades) {
+  auto [weighted, kept] = trimmed_index_exact(trades);
   return static_cast<std::int64_t>(half_even(weighted, kept));
 }
 
@@ -229,7 +238,7 @@ TEST_CASE("candles, stats, index and trade prints equal what the hand-made trade
         CHECK(micros(c.at("volume_gpu_hours")) == hours_e6(gs));
         CHECK(c.at("trades").as_int64() == static_cast<std::int64_t>(ts.size()));
         CHECK(c.at("close_normalized").as_string() == normalized_of(ts.back().price));
-        CHECK(c.at("vwap_normalized").as_string() == normalized_of(vwap));
+        CHECK(c.at("vwap_normalized").as_string() == normalized_of(notional, gs));
       }
     }
     // Hand check of the first minute: 4×1h at 2.00, 2×2h at 2.40, 8×0.5h at 1.50 = 12 GPU-h, USD 23.60.
@@ -264,6 +273,7 @@ TEST_CASE("candles, stats, index and trade prints equal what the hand-made trade
     CHECK(s.at("green_discount_usd").as_string() == "6.400000");
     CHECK(micros(s.at("green_discount_usd")) == half_even(discount, 3600));
     CHECK(s.at("high_normalized").as_string() == normalized_of(high));
+    CHECK(s.at("vwap_normalized").as_string() == normalized_of(notional, gs));
   }
 
   SECTION("the daily index trims 5 % of the day's volume from each end") {
@@ -280,7 +290,8 @@ TEST_CASE("candles, stats, index and trade prints equal what the hand-made trade
       CHECK(d.at("day").as_string() == at(day).substr(0, 10));
       CHECK(micros(d.at("value")) == trimmed_index(trades));
       CHECK(d.at("trades").as_int64() == static_cast<std::int64_t>(trades.size()));
-      CHECK(d.at("value_normalized").as_string() == normalized_of(trimmed_index(trades)));
+      auto [weighted, kept] = trimmed_index_exact(trades);
+      CHECK(d.at("value_normalized").as_string() == normalized_of(weighted, kept));
     }
     if (days.size() == 1) {
       // By hand: volume 4 + 4 + 4 + 3 + 10 + 2 + 1 = 28 GPU-h; 1.4 GPU-h cut from each end. Sorted:
@@ -345,6 +356,16 @@ TEST_CASE("candles, stats, index and trade prints equal what the hand-made trade
       CHECK(e.at("error").at("code").as_string() == "invalid_field");
       CHECK(e.at("error").at("field").as_string() == field);
     }
+    // The limits count the periods that start in [from, to): 5,000 hours and 1,000 days exactly, and
+    // one second more starts one more.
+    CHECK(x.get(m + "/candles?interval=1h&from=2027-01-01T00:00:00Z&to=2027-07-28T08:00:00Z", 200)
+              .at("candles").as_array().empty());
+    CHECK(x.get(m + "/candles?interval=1h&from=2027-01-01T00:00:00Z&to=2027-07-28T08:00:01Z", 400)
+              .at("error").at("field").as_string() == "from");
+    CHECK(x.get(std::string("/v1/index/") + kMarket + "?from=2027-01-01&to=2029-09-27", 200)
+              .at("index").as_array().empty());
+    CHECK(x.get(std::string("/v1/index/") + kMarket + "?from=2027-01-01&to=2029-09-27T00:00:01Z", 400)
+              .at("error").at("field").as_string() == "from");
   }
 }
 
@@ -373,11 +394,21 @@ TEST_CASE("the forward curve: last, 7-day VWAP, best bid and ask, open interest 
                      {"end", at(t2 + 86400)}});
   REQUIRE(bid.status == 201);
   x.ask(plain, "5.5000", 8, t2, t2 + 10 * 86400);
+  // A tenor whose only resting order is a constrained bid: counted apart from the book's levels, so
+  // the tenor has no best bid, but it has a resting order.
+  auto t3 = month_start(x.now(), 4);
+  auto constrained = x.post(x.buyer, "/v1/orders",
+                            {{"side", "buy"}, {"market", kMarket}, {"price", "1.1000"}, {"quantity", 2},
+                             {"start", at(t3)}, {"end", at(t3 + 86400)}, {"green_only", true}});
+  REQUIRE(constrained.status == 201);
 
   auto curve = x.get(std::string("/v1/markets/") + kMarket + "/forward-curve");
   INFO(json::serialize(curve));
   const auto& tenors = curve.at("tenors").as_array();
-  REQUIRE(tenors.size() == 2);
+  REQUIRE(tenors.size() == 3);
+  CHECK(tenors[2].at("tenor").as_string() == at(t3).substr(0, 7));
+  CHECK(tenors[2].at("best_bid").is_null());
+  CHECK(tenors[2].at("best_ask").is_null());
   const auto& a = tenors[0];
   CHECK(a.at("tenor").as_string() == tenor1);
   CHECK(a.at("last").as_string() == "1.9000");
@@ -410,6 +441,20 @@ TEST_CASE("the forward curve: last, 7-day VWAP, best bid and ask, open interest 
   REQUIRE(rel.status == 200);
   auto after = x.get(std::string("/v1/markets/") + kMarket + "/forward-curve");
   CHECK(after.at("tenors").at(0).at("open_interest_gpu_hours").as_string() == "97.0");
+
+  // Resting bids in 121 more months, 5 to 125 ahead: the curve shows the nearest 120 tenors, months
+  // 2 to 121 ahead.
+  for (int ahead = 5; ahead <= 125; ++ahead) {
+    auto start = month_start(x.now(), ahead);
+    REQUIRE(x.post(x.buyer, "/v1/orders",
+                   {{"side", "buy"}, {"market", kMarket}, {"price", "1.0000"}, {"quantity", 1}, {"start", at(start)},
+                    {"end", at(start + 3600)}})
+                .status == 201);
+  }
+  auto capped = x.get(std::string("/v1/markets/") + kMarket + "/forward-curve").at("tenors").as_array();
+  REQUIRE(capped.size() == 120);
+  CHECK(capped.front().at("tenor").as_string() == tenor1);
+  CHECK(capped.back().at("tenor").as_string() == at(month_start(x.now(), 121)).substr(0, 7));
 }
 
 TEST_CASE("rollups equal a recomputation from raw trades after a random load with a restart") {
@@ -523,4 +568,12 @@ TEST_CASE("monthly trade partitions are made ahead, and a month's rows already i
   CHECK(std::string(bound.text(0, 0)) == "FOR VALUES FROM ('1740787200') TO ('1743465600')");
   // Made once: a second call creates nothing.
   CHECK(db.exec("SELECT gpuex_ensure_trade_partitions(1741000000, 1741000001)").integer(0, 0) == 0);
+
+  // That row's print is empty, which gpuexd never writes: reading it fails that request alone, and the
+  // server lives on (an exception of a read job must not leave its thread).
+  Gpuexd server(tdb.dsn(), {}, false);
+  HttpClient http(server.port());
+  CHECK(http.get("/v1/markets/H100-SXM-80G/trades?from=2025-03-01&to=2025-04-01").status == 503);
+  CHECK(http.get("/healthz").status == 200);
+  CHECK(http.get("/v1/markets/H100-SXM-80G/trades?from=2025-04-01").status == 200);
 }
