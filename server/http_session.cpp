@@ -115,7 +115,7 @@ class HttpSession : public Session, public std::enable_shared_from_this<HttpSess
   void upgrade() {
     route_ = "/v1/ws";
     if (auto refused = server_.websocket()->refuse(parser_->get(), ip_)) return send(std::move(*refused));
-    server_.metrics().record_request(method_, route_, 101, Clock::now() - started_);
+    // The WebSocket session counts the upgrade in the metrics once its key, if any, was checked.
     auto ws = ws::start_session(std::move(stream_), parser_->release(), ip_, server_, *server_.websocket());
     server_.hand_over(this, ws);
     handed_over_ = true;

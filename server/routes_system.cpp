@@ -41,6 +41,7 @@ void add_system_routes(http::Router& router, Services& services) {
     add("gpuex_store_failed_transactions_total", "counter", "Transactions that did not commit.", w.failed_transactions);
     auto ws = services.hub.stats();
     add("gpuex_ws_subscriptions", "gauge", "WebSocket channel subscriptions open.", ws.subscriptions);
+    add("gpuex_ws_channels", "gauge", "WebSocket channels that have listeners.", ws.channels);
     add("gpuex_ws_messages_total", "counter", "WebSocket channel messages built (each serialized once).", ws.messages);
     add("gpuex_ws_deliveries_total", "counter", "WebSocket messages queued to subscribers.", ws.deliveries);
     add("gpuex_ws_writes_total", "counter", "WebSocket socket writes of queued frames (one write carries all that queued).",

@@ -14,12 +14,17 @@ namespace json = boost::json;
 
 namespace {
 
-// The current candle of every interval: $1 market, $2 bucket, $3..$6 the period starts of 1m, 5m,
-// 1h and 1d containing the time asked for. Columns as sql::kSelectCandles, then interval_s.
-constexpr const char* kSelectCurrent = R"sql(
+// The candles of (market, bucket) in a range of periods of each interval: $1 market, $2 bucket, then
+// the first and last period start of 1m, 5m, 1h and 1d. Columns as sql::kSelectCandles, then
+// interval_s; the newest 2,000 if a long outage left more.
+constexpr const char* kSelectTouched = R"sql(
 SELECT period_start, open_micros, high_micros, low_micros, close_micros, trades, gpu_seconds, notional, interval_s
-FROM candles WHERE market = $1 AND bucket = $2 AND
-  (interval_s, period_start) IN ((60, $3::bigint), (300, $4::bigint), (3600, $5::bigint), (86400, $6::bigint)))sql";
+FROM candles WHERE market = $1 AND bucket = $2 AND (
+  (interval_s = 60 AND period_start BETWEEN $3 AND $4) OR (interval_s = 300 AND period_start BETWEEN $5 AND $6) OR
+  (interval_s = 3600 AND period_start BETWEEN $7 AND $8) OR (interval_s = 86400 AND period_start BETWEEN $9 AND $10))
+ORDER BY period_start DESC LIMIT 2000)sql";
+
+constexpr auto kRetryAfter = std::chrono::seconds(1);
 
 std::int64_t floor_to(std::int64_t t, std::int64_t step) {
   std::int64_t r = t % step;
@@ -38,16 +43,20 @@ void CandlePublisher::request(CandleRequest r) {
   {
     std::lock_guard lock(mutex_);
     if (stopping_) return;
-    auto [it, fresh] = pending_.try_emplace({r.market.value, to_string(r.bucket)});
-    Pending& p = it->second;
-    if (fresh) p.update = CandleRequest{r.market, r.bucket, -1, false};
-    if (r.snapshot) {
-      p.snapshot = true;
-    } else {
-      p.update.at = std::max(p.update.at, r.at);
-    }
+    merge(r);
   }
   wake_.notify_one();
+}
+
+void CandlePublisher::merge(const CandleRequest& r) {
+  Pending& p = pending_[{r.market.value, to_string(r.bucket)}];
+  auto& slot = r.snapshot ? p.snapshot : p.update;
+  if (!slot) {
+    slot = r;
+  } else {
+    slot->from = std::min(slot->from, r.from);
+    slot->at = std::max(slot->at, r.at);
+  }
 }
 
 void CandlePublisher::stop() {
@@ -69,39 +78,55 @@ void CandlePublisher::run() {
       if (stopping_) return;
       work.swap(pending_);
     }
+    std::vector<CandleRequest> failed;
     for (auto& [key, p] : work) {
       // An update reaches the waiting subscribers too; the snapshot then finds none and is dropped.
-      if (p.update.at >= 0) read(p.update.market, p.update.bucket, p.update.at, false);
-      if (p.snapshot) read(p.update.market, p.update.bucket, hub_.now_ms() / 1000, true);
+      if (p.update && !read(*p.update)) failed.push_back(*p.update);
+      if (p.snapshot) {
+        p.snapshot->from = p.snapshot->at = hub_.now_ms() / 1000;  // the current candle when it is read
+        if (!read(*p.snapshot)) failed.push_back(*p.snapshot);
+      }
     }
+    if (failed.empty()) continue;
+    // Asked again after a pause, so that a subscriber still waiting gets its first message and the
+    // candles an update missed are sent once PostgreSQL answers.
+    std::unique_lock lock(mutex_);
+    if (wake_.wait_for(lock, kRetryAfter, [&] { return stopping_; })) return;
+    for (const auto& r : failed) merge(r);
   }
 }
 
-void CandlePublisher::read(const matching::MarketId& market, const matching::Bucket& bucket, std::int64_t at,
-                           bool snapshot) {
-  std::string bucket_name = to_string(bucket);
-  std::map<std::int64_t, json::value> candles;  // interval -> candle, null without a trade
+bool CandlePublisher::read(const CandleRequest& r) {
+  std::string bucket_name = to_string(r.bucket);
+  std::map<std::int64_t, std::vector<json::value>> candles;  // interval -> its candles, oldest first
   try {
     if (!db_ || !db_->healthy()) {
       db_.reset();
       db_.emplace(store::PgConnection::connect(dsn_));
     }
-    auto perf = perf_.find(market.value);
-    if (perf == perf_.end()) perf = perf_.emplace(market.value, analytics::perf_e6(*db_, market.value)).first;
-    std::vector<store::Param> params{market.value, bucket_name};
-    for (auto interval : analytics::kIntervals) params.push_back(std::to_string(floor_to(at, interval)));
-    auto rows = db_->exec(kSelectCurrent, params);
-    for (auto interval : analytics::kIntervals) candles[interval] = nullptr;
-    for (int i = 0; i < rows.rows(); ++i) {
-      candles[rows.integer(i, 8)] = analytics::candle_json(analytics::candle_row(rows, i), perf->second);
+    auto perf = perf_.find(r.market.value);
+    if (perf == perf_.end()) perf = perf_.emplace(r.market.value, analytics::perf_e6(*db_, r.market.value)).first;
+    std::vector<store::Param> params{r.market.value, bucket_name};
+    for (auto interval : analytics::kIntervals) {
+      params.push_back(std::to_string(floor_to(r.from, interval)));
+      params.push_back(std::to_string(floor_to(r.at, interval)));
+    }
+    auto rows = db_->exec(kSelectTouched, params);
+    for (int i = rows.rows() - 1; i >= 0; --i) {
+      candles[rows.integer(i, 8)].push_back(analytics::candle_json(analytics::candle_row(rows, i), perf->second));
     }
   } catch (const std::exception& e) {
-    spdlog::warn("candles of {}:{} not read ({}); the next trade reads them again", market.value, bucket_name,
-                 e.what());
+    spdlog::warn("candles of {}:{} not read ({}); asking again in {} s", r.market.value, bucket_name, e.what(),
+                 kRetryAfter.count());
     db_.reset();
-    return;
+    return false;
   }
-  for (auto& [interval, candle] : candles) hub_.publish_candle(market, bucket, interval, std::move(candle), snapshot);
+  for (auto interval : analytics::kIntervals) {
+    auto& list = candles[interval];
+    if (list.empty()) list.emplace_back(nullptr);  // no trade in the period
+    for (auto& candle : list) hub_.publish_candle(r.market, r.bucket, interval, std::move(candle), r.snapshot);
+  }
+  return true;
 }
 
 }  // namespace gpuex::ws

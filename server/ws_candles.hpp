@@ -2,8 +2,10 @@
 // rollups (server/analytics/rollups.*), so they are read back from PostgreSQL — on this class's own
 // thread and connection, never on the writer thread or under the hub's lock. The hub asks for a read
 // after trades of a (market, bucket) with candle subscribers committed, and for a new subscriber's
-// first message; requests for the same pair wait coalesced, and one query reads the pair's current
-// candle of every interval. A failed read is logged and dropped: the next trade reads again.
+// first message; requests for the same pair wait coalesced. An update reads every candle its trades
+// touched (one commit's trades can straddle a period's end: the closed period's final state is sent
+// too, oldest first); a first message is the current candle of every interval. A failed read is
+// logged and asked again a second later.
 #pragma once
 
 #include <condition_variable>
@@ -33,12 +35,15 @@ class CandlePublisher {
 
  private:
   struct Pending {
-    CandleRequest update;  // at < 0: none
-    bool snapshot = false;
+    std::optional<CandleRequest> update;
+    std::optional<CandleRequest> snapshot;
   };
   void run();
-  // Reads the candles of `market`/`bucket` whose periods contain `at` and hands them to the hub.
-  void read(const matching::MarketId& market, const matching::Bucket& bucket, std::int64_t at, bool snapshot);
+  // Adds `r` to what waits for its (market, bucket); the caller holds mutex_.
+  void merge(const CandleRequest& r);
+  // Reads the candles of the periods from `r.from`'s to `r.at`'s of every interval and hands them to
+  // the hub (null for an interval without any); false if PostgreSQL did not answer.
+  bool read(const CandleRequest& r);
 
   std::string dsn_;
   Hub& hub_;

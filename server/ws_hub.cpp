@@ -88,7 +88,7 @@ std::variant<Channel, ChannelError> parse_channel(std::string_view name,
     auto rest = name.substr(colon + 1);
     auto second = rest.find(':');
     if (second == std::string_view::npos) {
-      return ChannelError{"invalid_channel", "a book channel is book:{market}:{bucket}, e.g. book:h100-80gb:spot"};
+      return ChannelError{"invalid_channel", "a book channel is book:{market}:{bucket}, e.g. book:H100-SXM-80G:spot"};
     }
     auto market = rest.substr(0, second);
     if (!market_known(market)) return ChannelError{"not_found", "no such market: " + std::string(market)};
@@ -107,7 +107,7 @@ std::variant<Channel, ChannelError> parse_channel(std::string_view name,
     auto third = second == std::string_view::npos ? second : rest.find(':', second + 1);
     if (third == std::string_view::npos) {
       return ChannelError{"invalid_channel",
-                          "a candles channel is candles:{market}:{bucket}:{interval}, e.g. candles:h100-80gb:spot:1m"};
+                          "a candles channel is candles:{market}:{bucket}:{interval}, e.g. candles:H100-SXM-80G:spot:1m"};
     }
     auto market = rest.substr(0, second);
     if (!market_known(market)) return ChannelError{"not_found", "no such market: " + std::string(market)};
@@ -145,7 +145,8 @@ void Hub::subscribe(const Channel& channel, const std::shared_ptr<Subscriber>& s
     // The first message is the current candle, read by the publisher (never under this lock).
     l.waiting.push_back(subscriber);
     lock.unlock();
-    candle_feed_({channel.market, channel.bucket, clock_ms_() / 1000, true});
+    const std::int64_t now = clock_ms_() / 1000;
+    candle_feed_({channel.market, channel.bucket, now, now, true});
     return;
   }
   if (channel.kind == Channel::Kind::book) {
@@ -196,8 +197,10 @@ void Hub::unsubscribe(const Channel& channel, const Subscriber* subscriber) {
   };
   std::erase_if(it->second.subscribers, same);
   std::erase_if(it->second.waiting, same);
-  // Private channels come and go with their accounts' connections; public ones keep their seq.
-  if (it->second.subscribers.empty() && it->second.channel.is_private()) channels_.erase(it);
+  // A channel without listeners is forgotten, so that subscribing to ever new names cannot grow the
+  // table; whoever joins it later starts from its current state (a book's view sequence, a new seq
+  // for the others), as any new subscriber does.
+  if (it->second.subscribers.empty() && it->second.waiting.empty()) channels_.erase(it);
 }
 
 void Hub::send(const std::string& key, std::string_view type, const MakeBody& make_body, std::optional<std::uint64_t> seq) {
@@ -271,7 +274,7 @@ void Hub::publish_candle(const MarketId& market, const Bucket& bucket, std::int6
 
 void Hub::publish(const store::Batch& batch) {
   std::unique_lock lock(mutex_);
-  // (market, bucket) -> the last trade time, for the candle channels that have listeners.
+  // (market, bucket) -> its trades' first and last times, for the candle channels that have listeners.
   std::map<std::pair<std::string, std::string>, CandleRequest> candles;
   for (const auto& logged : batch) {
     for (const auto& event : logged.events) {
@@ -299,9 +302,10 @@ void Hub::publish(const store::Batch& batch) {
               if (candle_feed_) {
                 auto key = std::pair{t.market.value, to_string(t.bucket)};
                 if (auto f = candles.find(key); f != candles.end()) {
+                  f->second.from = std::min(f->second.from, t.time.value);
                   f->second.at = std::max(f->second.at, t.time.value);
                 } else if (has_candle_listeners(key.first, key.second)) {
-                  candles.emplace(key, CandleRequest{t.market, t.bucket, t.time.value, false});
+                  candles.emplace(key, CandleRequest{t.market, t.bucket, t.time.value, t.time.value, false});
                 }
               }
             } else if constexpr (std::is_same_v<E, OrderAccepted> || std::is_same_v<E, OrderRejected> ||
@@ -341,6 +345,7 @@ Hub::Stats Hub::stats() const {
   std::lock_guard lock(mutex_);
   Stats s = stats_;
   s.writes = writes_.load(std::memory_order_relaxed);
+  s.channels = channels_.size();
   for (const auto& [key, l] : channels_) s.subscriptions += l.subscribers.size();
   return s;
 }

@@ -34,7 +34,7 @@ Message text_frame(std::string_view json);
 struct Channel {
   enum class Kind { book, trades, orders, fills, leases, candles };
   Kind kind{Kind::book};
-  std::string name;             // as the client wrote it: "book:h100-80gb:spot", "orders"
+  std::string name;             // as the client wrote it: "book:H100-SXM-80G:spot", "orders"
   matching::MarketId market;    // book, trades, candles
   matching::Bucket bucket;      // book, candles
   std::int64_t interval = 0;    // candles: seconds (60, 300, 3600, 86400)
@@ -74,12 +74,14 @@ class Subscriber {
   virtual void wake() = 0;
 };
 
-// A read of the current candles of (market, bucket), asked of the candle publisher (ws_candles.hpp):
-// after trades of that pair committed (`snapshot` false, `at` the last trade's time), or for new
-// subscribers' first message (`snapshot` true, `at` now). Unix seconds.
+// A read of candles of (market, bucket), asked of the candle publisher (ws_candles.hpp): after trades
+// of that pair committed (`snapshot` false; every period from the one holding the first trade's time
+// `from` to the one holding the last's, `at`), or for new subscribers' first message (`snapshot` true,
+// `from` = `at` = now). Unix seconds.
 struct CandleRequest {
   matching::MarketId market;
   matching::Bucket bucket;
+  std::int64_t from = 0;
   std::int64_t at = 0;
   bool snapshot = false;
 };
@@ -126,6 +128,7 @@ class Hub {
     std::uint64_t slow_consumers = 0;  // connections closed for falling behind
     std::uint64_t writes = 0;          // socket writes of queued frames (one carries one or more)
     std::size_t subscriptions = 0;
+    std::size_t channels = 0;  // channels with listeners
   };
   Stats stats() const;
 

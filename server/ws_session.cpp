@@ -50,7 +50,8 @@ class WsSession : public http::Session,
         context_(context),
         timer_(ws_.get_executor()),
         close_deadline_(ws_.get_executor()),
-        inbound_(context.config.ws_message_burst) {}
+        inbound_(context.config.ws_message_burst),
+        started_(Clock::now()) {}
 
   ~WsSession() override { server_.remove_session(this, ip_); }
 
@@ -120,6 +121,7 @@ class WsSession : public http::Session,
   void refuse_upgrade(http::Response res) {
     res.keep_alive(false);
     server_.set_rate_limit_headers(res, ip_);
+    record_upgrade(res.result_int());
     auto shared = std::make_shared<http::Response>(std::move(res));
     beast::get_lowest_layer(ws_).expires_after(kHandshakeTime);
     http::bhttp::async_write(ws_.next_layer(), *shared,
@@ -131,7 +133,12 @@ class WsSession : public http::Session,
                              });
   }
 
+  void record_upgrade(unsigned status) {
+    server_.metrics().record_request("GET", "/v1/ws", status, Clock::now() - started_);
+  }
+
   void accept() {
+    record_upgrade(101);
     // From here on the WebSocket layer keeps its own time: a handshake limit, and our idle check.
     beast::get_lowest_layer(ws_).expires_never();
     websocket::stream_base::timeout timeouts{kHandshakeTime, websocket::stream_base::none(), false};
@@ -220,7 +227,7 @@ class WsSession : public http::Session,
     if (!only_fields(m, {"op", "channels"})) return std::nullopt;
     const json::value* list = m.if_contains("channels");
     if (!list) {
-      bad("missing_field", "\"channels\" lists the channels, e.g. [\"trades:h100-80gb\"]", "channels");
+      bad("missing_field", "\"channels\" lists the channels, e.g. [\"trades:H100-SXM-80G\"]", "channels");
       return std::nullopt;
     }
     if (!list->is_array() || list->as_array().empty()) {
@@ -303,7 +310,8 @@ class WsSession : public http::Session,
   void auth(const json::object& m) {
     if (!only_fields(m, {"op", "key"})) return;
     const json::value* key = m.if_contains("key");
-    if (!key || !key->is_string()) return bad("missing_field", "\"key\" is your API key", "key");
+    if (!key) return bad("missing_field", "\"key\" is your API key", "key");
+    if (!key->is_string()) return bad("invalid_field", "\"key\" must be a string: your API key", "key");
     if (principal_) return bad("already_authenticated", "this connection is already authenticated");
     // No further message is read until the key is checked: a subscribe to a private channel sent right
     // behind the auth is judged as authenticated.
@@ -342,7 +350,8 @@ class WsSession : public http::Session,
   void cancel_on_disconnect(const json::object& m) {
     if (!only_fields(m, {"op", "enabled"})) return;
     const json::value* enabled = m.if_contains("enabled");
-    if (!enabled || !enabled->is_bool()) return bad("missing_field", "\"enabled\" must be true or false", "enabled");
+    if (!enabled) return bad("missing_field", "\"enabled\" must be true or false", "enabled");
+    if (!enabled->is_bool()) return bad("invalid_field", "\"enabled\" must be true or false", "enabled");
     if (!principal_) return bad("unauthenticated", "the dead man's switch needs an authenticated connection");
     if (!has_scope(principal_->scopes, Scope::trade) && !has_scope(principal_->scopes, Scope::provide)) {
       return bad("forbidden", "the dead man's switch needs a key with the trade or provide scope");
@@ -614,6 +623,7 @@ class WsSession : public http::Session,
   Clock::time_point last_received_ = Clock::now();
   double inbound_;  // tokens of the client-message rate limit
   Clock::time_point inbound_at_ = Clock::now();
+  const Clock::time_point started_;  // the upgrade request's arrival here, for the metrics
 
   // Shared with the hub's thread.
   std::mutex mutex_;

@@ -139,4 +139,8 @@ TEST_CASE("WebSocket upgrades, accepted or refused, carry the caller's RateLimit
   CHECK(refused.status == 401);
   CHECK(refused.headers["ratelimit-limit"] == "7");
   CHECK(refused.headers.count("ratelimit-remaining") == 1);
+  // The metrics count each upgrade by the status it got.
+  auto metrics = HttpClient(server.port()).get("/metrics").body;
+  CHECK(metrics.find(R"(gpuex_http_requests_total{route="/v1/ws",method="GET",status="101"} 1)") != std::string::npos);
+  CHECK(metrics.find(R"(gpuex_http_requests_total{route="/v1/ws",method="GET",status="401"} 1)") != std::string::npos);
 }

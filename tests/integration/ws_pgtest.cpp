@@ -619,6 +619,18 @@ TEST_CASE("ws: bad messages get an error that names the problem, limits are enfo
   CHECK(error_for(R"({"op":"subscribe","channels":["book:H100-SXM-80G:2027-13"]})").at("code").as_string() ==
         "invalid_channel");
   CHECK(error_for(R"({"op":"subscribe","channels":["weather"]})").at("code").as_string() == "invalid_channel");
+  {  // A field that is there but of the wrong type is invalid, not missing (on a connection of its own:
+     // each error counts towards the abuse limit).
+    WsClient other(x.port());
+    auto other_error = [&](const std::string& text) {
+      other.send(text);
+      return std::string(other.expect("error").at("code").as_string());
+    };
+    CHECK(other_error(R"({"op":"auth"})") == "missing_field");
+    CHECK(other_error(R"({"op":"auth","key":42})") == "invalid_field");
+    CHECK(other_error(R"({"op":"cancel_on_disconnect"})") == "missing_field");
+    CHECK(other_error(R"({"op":"cancel_on_disconnect","enabled":"yes"})") == "invalid_field");
+  }
   CHECK(error_for(R"({"op":"subscribe","channels":["trades:H100-SXM-80G"],"extra":1})").at("code").as_string() ==
         "unknown_field");
   subscribe(ws, {kTrades, kBook});
@@ -650,6 +662,35 @@ TEST_CASE("ws: bad messages get an error that names the problem, limits are enfo
     CHECK(r.status == 426);
     CHECK(r.json().at("error").at("code").as_string() == "upgrade_required");
   }
+}
+
+TEST_CASE("ws: channels nobody listens to any more are forgotten, so ever new names cannot grow the hub") {
+  Exchange x;
+  auto channels_gauge = [&] {
+    auto text = x.http->get("/metrics").body;
+    auto at = text.find("\ngpuex_ws_channels ");
+    REQUIRE(at != std::string::npos);
+    return std::stoll(text.substr(at + std::string("\ngpuex_ws_channels ").size()));
+  };
+  const auto before = channels_gauge();
+  WsClient ws(x.port());
+  for (int year = 2030; year < 2033; ++year) {
+    std::vector<std::string> names;
+    for (int month = 1; month <= 10; ++month) {
+      names.push_back(std::string("book:") + kMarket + ":" + std::to_string(year) + "-" + (month < 10 ? "0" : "") +
+                      std::to_string(month));
+    }
+    subscribe(ws, names);
+    for (const auto& n : names) ws.expect("snapshot", n);
+    CHECK(channels_gauge() == before + 10);
+    json::array list(names.begin(), names.end());
+    ws.send(json::object{{"op", "unsubscribe"}, {"channels", list}});
+    ws.expect("unsubscribed");
+    CHECK(channels_gauge() == before);
+  }
+  // A channel that comes back starts from the book's current state, as for any new subscriber.
+  subscribe(ws, {std::string("book:") + kMarket + ":2030-01"});
+  CHECK(ws.expect("snapshot", std::string("book:") + kMarket + ":2030-01").at("seq").as_int64() == 0);
 }
 
 TEST_CASE("ws: an auth and a subscribe sent together are answered in order, and a revoked key's connection is closed") {
