@@ -144,25 +144,51 @@ void Writer::submit(Batch batch) {
 
 void Writer::fence(PgConnection& db) {
   std::optional<int> pid;
+  std::optional<matching::Seq> unknown_from;  // the first command of the transaction that failed without an answer
   {
     std::lock_guard lock(mutex_);
     pid = abandoned_backend_;
+    for (const auto& b : unknown_) {
+      if (!b.empty()) {
+        unknown_from = b.front().command.seq;
+        break;
+      }
+    }
   }
-  if (!pid) return;
-  const std::string p = std::to_string(*pid);
-  // pg_terminate_backend(pid, timeout) waits up to the timeout for the backend to exit.
-  auto r = db.exec("SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE pid = $1::integer", {p});
-  if (r.rows() > 0 && r.text(0, 0) != std::string("t")) {
-    throw StoreError("the backend (pid " + p + ") of the failed transaction is still running; it may yet commit");
+  if (pid) {
+    const std::string p = std::to_string(*pid);
+    // pg_terminate_backend(pid, timeout) waits up to the timeout for the backend to exit.
+    auto r = db.exec("SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity WHERE pid = $1::integer", {p});
+    if (r.rows() > 0 && r.text(0, 0) != std::string("t")) {
+      throw StoreError("the backend (pid " + p + ") of the failed transaction is still running; it may yet commit");
+    }
+    if (r.rows() > 0) spdlog::info("store: terminated the backend (pid {}) of the failed transaction", p);
   }
-  if (r.rows() > 0) spdlog::info("store: terminated the backend (pid {}) of the failed transaction", p);
-  std::lock_guard lock(mutex_);
-  abandoned_backend_.reset();
+  // Its fate is settled now. A transaction commits whole, and nothing was written after it (every later
+  // batch failed unsent): one of its commands in the log means it committed.
+  const bool committed =
+      unknown_from &&
+      db.exec("SELECT count(*) FROM engine_commands WHERE seq = $1::bigint", {std::to_string(*unknown_from)})
+              .integer(0, 0) > 0;
+  std::vector<Batch> unknown;
+  {
+    std::lock_guard lock(mutex_);
+    abandoned_backend_.reset();
+    unknown.swap(unknown_);
+  }
+  if (!committed) return;
+  spdlog::warn("store: the failed transaction (from seq {}) had committed: publishing its events now; its commands "
+               "were answered as failed, and a retry with the same client_order_id or Idempotency-Key finds them",
+               *unknown_from);
+  for (const auto& batch : unknown) {
+    for (const auto& listener : listeners_) listener(batch);
+  }
 }
 
 void Writer::reset() {
   std::lock_guard lock(mutex_);
   failed_ = false;
+  unknown_.clear();  // (fence() took them; the engine, rebuilt, reuses their seqs)
 }
 
 void Writer::stop() {
@@ -212,7 +238,7 @@ void Writer::run() {
       busy_ = true;
     }
     if (failed) {
-      hand_off(std::move(batches), false);
+      hand_off(std::move(batches), Outcome::failed);
       continue;
     }
     try {
@@ -239,7 +265,8 @@ void Writer::run() {
         failed_ = true;
         ++counters_.failed_transactions;
       }
-      hand_off(std::move(batches), false);
+      // PostgreSQL may have committed it all the same (an answer lost, a timeout): fence() finds out.
+      hand_off(std::move(batches), Outcome::unknown);
       on_failure_(e.what());
       continue;
     }
@@ -249,21 +276,21 @@ void Writer::run() {
       counters_.statements += statements;
       for (const auto& b : batches) counters_.commands += b.size();
     }
-    hand_off(std::move(batches), true);
+    hand_off(std::move(batches), Outcome::committed);
   }
 }
 
-void Writer::hand_off(std::vector<Batch> batches, bool committed) {
+void Writer::hand_off(std::vector<Batch> batches, Outcome outcome) {
   {
     std::lock_guard lock(mutex_);
-    completions_.emplace_back(std::move(batches), committed);
+    completions_.emplace_back(std::move(batches), outcome);
   }
   completion_wake_.notify_one();
 }
 
 void Writer::complete() {
   for (;;) {
-    std::pair<std::vector<Batch>, bool> next;
+    std::pair<std::vector<Batch>, Outcome> next;
     {
       std::unique_lock lock(mutex_);
       completing_ = false;
@@ -274,8 +301,15 @@ void Writer::complete() {
       completions_.pop_front();
       completing_ = true;
     }
-    if (next.second) commit(next.first);
-    else fail(next.first);
+    if (next.second == Outcome::committed) {
+      commit(next.first);
+      continue;
+    }
+    fail(next.first);
+    if (next.second == Outcome::unknown && !next.first.empty()) {
+      std::lock_guard lock(mutex_);
+      unknown_ = std::move(next.first);
+    }
   }
 }
 

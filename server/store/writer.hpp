@@ -90,7 +90,9 @@ class Writer {
   // Before the engine reads the store again after a failure: the backend of the connection the failed
   // transaction was sent on must be gone, or that transaction may still commit behind the read (a
   // frozen server that resumes, a COMMIT whose answer was lost). Terminates it and waits; throws
-  // StoreError while it lives on.
+  // StoreError while it lives on. Then the failed transaction's fate is known: if it did commit after
+  // all, its batches go to the listeners now (on the calling thread; the writer is idle), so that what
+  // the store holds is published as every commit is — its commands were answered as failed.
   void fence(PgConnection& db);
   void start();
   void submit(Batch batch);
@@ -119,7 +121,8 @@ class Writer {
 
  private:
   void run();
-  void hand_off(std::vector<Batch> batches, bool committed);
+  enum class Outcome { committed, failed, unknown };  // unknown: sent, and no answer to say how it ended
+  void hand_off(std::vector<Batch> batches, Outcome outcome);
   void complete();  // the completion thread: listeners and `done`, in commit order
   void commit(std::vector<Batch>& batches);
   void fail(std::vector<Batch>& batches);
@@ -138,8 +141,10 @@ class Writer {
   bool failed_ = false;
   bool busy_ = false;
   std::condition_variable idle_;
-  // Transactions whose outcome is known, waiting for their listeners and `done` (true: committed).
-  std::deque<std::pair<std::vector<Batch>, bool>> completions_;
+  // Transactions that ended, waiting for their listeners and `done`.
+  std::deque<std::pair<std::vector<Batch>, Outcome>> completions_;
+  // The batches of the transaction that failed without an answer, kept for fence() (guarded by mutex_).
+  std::vector<Batch> unknown_;
   std::condition_variable completion_wake_;
   bool completing_ = false;
   bool completer_stopping_ = false;

@@ -677,3 +677,77 @@ TEST_CASE("a transaction that fails at its COMMIT fails the one queued behind it
   CHECK(db.exec("SELECT count(*) FROM engine_commands").integer(0, 0) == 2);
   writer.stop();
 }
+
+TEST_CASE("store writer: a transaction that failed without an answer is published once fence() finds it committed, and only then") {
+  using namespace gpuex::matching;
+  using gpuex::store::Batch;
+  TestDatabase tdb;
+  REQUIRE(run_gpuexd({"migrate", "--dsn", tdb.dsn()}).exit_code == 0);
+  auto db = gpuex::store::PgConnection::connect(tdb.dsn());
+  std::mutex mutex;
+  std::vector<std::string> outcomes;
+  std::vector<Seq> published;
+  gpuex::store::Writer writer(tdb.dsn(), [](const std::string&) {}, 1);
+  writer.set_answer_timeout(std::chrono::milliseconds(300));
+  writer.add_listener([&](const Batch& b) {
+    std::lock_guard lock(mutex);
+    published.push_back(b.front().command.seq);
+  });
+  auto batch = [&](Seq seq) {
+    gpuex::store::LoggedCommand logged;
+    logged.command = Command{seq, Seconds(unix_now()), AccountId(1), Cancel{OrderId(999)}};
+    logged.done = [&, seq](const EventSink* events) {
+      std::lock_guard lock(mutex);
+      outcomes.push_back(std::to_string(seq) + (events ? " committed" : " not committed"));
+    };
+    Batch b;
+    b.push_back(std::move(logged));
+    return b;
+  };
+  auto logged = [&](Seq seq) {
+    return db.exec("SELECT count(*) FROM engine_commands WHERE seq = $1::bigint", {std::to_string(seq)}).integer(0, 0) == 1;
+  };
+  writer.start();
+  writer.submit(batch(1));
+  writer.wait_idle();
+  REQUIRE(published == std::vector<Seq>{1});
+
+  // Another session holds a lock the writer's INSERT waits for: no answer within the timeout, so the
+  // command is answered as failed while its transaction lives on in PostgreSQL.
+  auto locker = gpuex::store::PgConnection::connect(tdb.dsn());
+  locker.exec("BEGIN");
+  locker.exec("LOCK TABLE engine_commands IN SHARE MODE");
+  writer.submit(batch(2));
+  writer.wait_idle();
+  CHECK(outcomes.back() == "2 not committed");
+  CHECK(published == std::vector<Seq>{1});
+
+  SECTION("the lock goes, the transaction commits after all, and fence() publishes it") {
+    locker.exec("COMMIT");
+    bool committed = false;
+    for (int i = 0; i < 100 && !committed; ++i) {
+      committed = logged(2);
+      if (!committed) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    REQUIRE(committed);  // PostgreSQL ran the statements the writer had sent, COMMIT included
+    CHECK(published == std::vector<Seq>{1});  // nothing before the fence
+    writer.fence(db);
+    CHECK(published == std::vector<Seq>{1, 2});
+    writer.fence(db);  // once
+    CHECK(published == std::vector<Seq>{1, 2});
+  }
+  SECTION("fence() ends the waiting transaction before it commits, and publishes nothing") {
+    writer.fence(db);
+    locker.exec("COMMIT");
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    CHECK_FALSE(logged(2));
+    CHECK(published == std::vector<Seq>{1});
+  }
+  // Either way the writer goes on from what the store holds.
+  writer.reset();
+  writer.submit(batch(3));
+  writer.wait_idle();
+  CHECK(outcomes.back() == "3 committed");
+  CHECK(published.back() == 3);
+  writer.stop();
+}
