@@ -40,6 +40,10 @@ namespace json = boost::json;
 using tcp = net::ip::tcp;
 using Clock = std::chrono::steady_clock;
 
+// Asks are open this long from the set-up; forward bids start at most 75 days ahead and last at most a
+// week, so they fit inside.
+constexpr std::int64_t kAskDays = 90;
+
 std::atomic<bool> g_stop{false};  // lock-free: safe to set from a signal handler
 void on_stop_signal(int) { g_stop.store(true); }
 
@@ -287,7 +291,7 @@ class Replay {
       must(bhttp::verb::post, "/v1/orders",
            json::object{{"side", "sell"}, {"pool_id", pool_id}, {"price", format_price(offer.price.value)},
                         {"quantity", std::int64_t{spec.gpus_per_node} * spec.nodes}, {"start", format_rfc3339(now)},
-                        {"end", format_rfc3339(now + 60 * 86400)}},
+                        {"end", format_rfc3339(now + kAskDays * 86400)}},
            key, 201, "posting an ask");
       ++registered_;
     }
@@ -321,11 +325,29 @@ class Replay {
       std::printf("replay: the keys in %s are not this server's; making new accounts\n", o_.accounts.c_str());
       return false;
     }
+    // The asks of an earlier run end 90 days after it: without one left, that market has nothing to sell.
+    std::string provider;
+    if (const auto* p = v.as_object().if_contains("providers"); p && p->is_array() && !p->as_array().empty()) {
+      const auto& first = p->as_array().front();
+      const auto* k = first.is_object() ? first.as_object().if_contains("api_key") : nullptr;
+      if (k && k->is_string()) provider = std::string(k->as_string());
+    }
+    if (provider.empty() || !has_open_order(provider)) {
+      std::printf("replay: the asks of %s's accounts have ended; making new accounts and asks\n", o_.accounts.c_str());
+      return false;
+    }
     buyer_keys_ = std::move(buyers);
     if (const auto* p = v.as_object().if_contains("providers"); p && p->is_array()) providers_ = p->as_array().size();
     std::printf("replay: reusing the %zu buyers of %s (pools and asks from an earlier run)\n", buyer_keys_.size(),
                 o_.accounts.c_str());
     return true;
+  }
+
+  bool has_open_order(const std::string& key) {
+    Reply r = call(bhttp::verb::get, "/v1/orders?status=open&limit=1", nullptr, key);
+    if (r.status != 200) return false;
+    auto v = r.json();
+    return v.is_object() && v.as_object().contains("orders") && v.at("orders").is_array() && !v.at("orders").as_array().empty();
   }
 
   // The keys of the accounts made, so a person (or a test) can look at the market as one of them.

@@ -103,6 +103,21 @@ TEST_CASE("replay turns real offers into pools and asks and runs buyers that tra
     pools_after += count_items(http, std::string(p.at("api_key").as_string()), "/v1/pools?limit=1000", "pools");
   }
   CHECK(pools_after == 40);
+
+  // Once the earlier run's asks are gone (they end after 90 days; here cancelled), reusing its accounts
+  // would leave the market nothing to sell: a third run makes new accounts, pools and asks.
+  for (const auto& p : providers) {
+    REQUIRE(http.request("DELETE", "/v1/orders", "", bearer(std::string(p.at("api_key").as_string()))).status == 200);
+  }
+  auto third = run_gpuexd({"replay", "--url", "http://127.0.0.1:" + std::to_string(server.port()), "--admin-key",
+                           admin.api_key, "--offers", kOffers, "--rate", "10", "--seconds", "1", "--pools", "40",
+                           "--seed", "7", "--accounts", accounts});
+  INFO(third.output);
+  REQUIRE(third.exit_code == 0);
+  CHECK(third.output.find("have ended; making new accounts") != std::string::npos);
+  CHECK(third.output.find("set up 40 pools") != std::string::npos);
+  auto renewed = json::parse(read_file(accounts)).as_object();
+  CHECK(renewed.at("buyers").as_array() != buyers);
 }
 
 TEST_CASE("replay waits out 429s and tries again", "[pg][replay]") {
