@@ -1,6 +1,8 @@
 // Price discovery over real HTTP against a real PostgreSQL: hand-made trades whose candles, VWAP,
 // index, forward curve, stats and green discount are computed here from the fills themselves
 // (independently of the server's rollups), and rollups that equal a recomputation from raw trades.
+#include <signal.h>
+
 #include <boost/json.hpp>
 #include <catch2/catch.hpp>
 
@@ -78,6 +80,13 @@ struct Exchange {
   void restart() {
     http.reset();
     REQUIRE(server->stop() == 0);
+    server.reset();
+    start();
+  }
+  void crash() {  // kill -9, then start again
+    http.reset();
+    server->process().signal(SIGKILL);
+    REQUIRE(server->process().wait(std::chrono::seconds(10)));
     server.reset();
     start();
   }
@@ -457,7 +466,7 @@ TEST_CASE("the forward curve: last, 7-day VWAP, best bid and ask, open interest 
   CHECK(capped.back().at("tenor").as_string() == at(month_start(x.now(), 121)).substr(0, 7));
 }
 
-TEST_CASE("rollups equal a recomputation from raw trades after a random load with a restart") {
+TEST_CASE("rollups equal a recomputation from raw trades after a random load with a restart and a crash") {
   Exchange x;
   std::vector<std::pair<std::string, bool>> pools{{x.pool(true), true}, {x.pool(false), false}, {x.pool(false), false}};
   std::mt19937 rng(20261129);
@@ -484,6 +493,8 @@ TEST_CASE("rollups equal a recomputation from raw trades after a random load wit
   load(40);
   x.restart();
   load(40);
+  x.crash();  // the daily index's in-memory ladders are read back from the store
+  load(20);
   x.advance(86400 * 10);  // some forward leases start: they leave the open interest
   load(10);
 
