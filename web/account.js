@@ -8,6 +8,8 @@ const $ = (id) => document.getElementById(id);
 const KEY_STORAGE = 'gpuex.api_key';
 const LIST_LIMIT = 100;
 const usd = (p) => (p === null || p === undefined ? '—' : Number(p).toFixed(4));
+// Orders that still rest in the book (and can be cancelled): a partly filled one too.
+const RESTING = new Set(['open', 'partially_filled']);
 
 // ---- forms: bodies from inputs, API errors next to the field at fault -------------------------
 
@@ -272,7 +274,7 @@ export class AccountView {
   }
 
   onOrder(order) {
-    if (order.status === 'open') this.orders.set(order.id, order);
+    if (RESTING.has(order.status)) this.orders.set(order.id, order);
     else this.orders.delete(order.id);
     this.renderOrders();
     this.poolsChanged();

@@ -1,7 +1,7 @@
 // Browser tests of the dashboard: Debian's Chromium, headless, driven by playwright-core, against a
 // real gpuexd on a fresh database of the test PostgreSQL (GPUEX_TEST_DSN, set by scripts/test).
 //   node dashboard.test.mjs GPUEXD SOURCE_DIR SCREENSHOT_DIR SCENARIO
-// Scenarios: market, account, provider, errors. Each starts its own gpuexd and browser.
+// Scenarios: market, account, preemption, provider, errors, orders. Each starts its own gpuexd and browser.
 import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -365,6 +365,35 @@ const scenarios = {
     await screenshot(page, 'form-errors');
     const open = await api('GET', '/v1/orders?status=open', key('buyer'));
     check(open.json.orders.length === 0, `no order was placed: ${JSON.stringify(open.json)}`);
+  },
+
+  // A bid that fills in part stays in open orders with its Cancel button.
+  async orders() {
+    const pool = await registerPool();
+    await placeAsk(pool.id, '2.5000', 2);
+    await placeAsk(pool.id, '2.5100', 1);
+    const page = await openPage();
+    await useKey(page, 'buyer');
+    const form = '#bid-form';
+    await page.selectOption(`${form} select[name=market]`, 'H100-SXM-80G');
+    await page.fill(`${form} input[name=quantity]`, '5');
+    await page.fill(`${form} input[name=price]`, '2.6000');
+    await page.click(`${form} button[type=submit]`);
+    const placed = await waitText(page, `${form} .form-result`, /order \d+: partially_filled, 3 of 5 GPUs filled/,
+                                  'the bid fills in part');
+    const orderId = placed.match(/order (\d+)/)[1];
+    await waitRow(page, '#orders', (r) => r[0] === orderId && r[5] === '3' && r[7] === 'partially_filled',
+                  'the partly filled bid in open orders');
+    await page.reload();
+    await page.waitForSelector('body[data-ready=true]', { timeout: WAIT_MS });
+    await page.click('nav button[data-view=account]');
+    await waitRow(page, '#orders', (r) => r[0] === orderId && r[7] === 'partially_filled', 'the bid after a reload');
+    await screenshot(page, 'partly-filled');
+    await page.click(`#orders button[data-order="${orderId}"]`);
+    await page.waitForFunction((id) => ![...document.querySelectorAll('#orders tbody tr')].some((tr) => tr.cells[0].innerText === id),
+                               orderId, { timeout: WAIT_MS });
+    const cancelled = (await api('GET', `/v1/orders/${orderId}`, key('buyer'))).json;
+    check(cancelled.status === 'cancelled' && cancelled.filled_quantity === 3, `after Cancel: ${JSON.stringify(cancelled)}`);
   },
 };
 
