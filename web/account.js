@@ -360,9 +360,8 @@ export class AccountView {
     const r = reader(form);
     r.opt(body, 'egress_gb_per_gpu_hour');
     r.opt(body, 'storage_gb');
-    delete body.time_in_force;  // a quote is the matching walk now, whatever the order's lifetime
-    delete body.expire_at;
-    delete body.post_only;
+    // The order's own body, time in force and post_only included (API.md: the quote takes the same body
+    // as POST /v1/orders): a single_pool bid must be ioc or fok, and a post_only bid never takes.
     let quote;
     try {
       quote = await call('POST', '/v1/quote', body);

@@ -367,7 +367,8 @@ const scenarios = {
     check(open.json.orders.length === 0, `no order was placed: ${JSON.stringify(open.json)}`);
   },
 
-  // A bid that fills in part stays in open orders with its Cancel button.
+  // A bid that fills in part stays in open orders with its Cancel button; the preview sends the bid's
+  // own terms (a single_pool bid must be ioc or fok; a post_only bid never takes) and averages exactly.
   async orders() {
     const pool = await registerPool();
     await placeAsk(pool.id, '2.5000', 2);
@@ -376,8 +377,34 @@ const scenarios = {
     await useKey(page, 'buyer');
     const form = '#bid-form';
     await page.selectOption(`${form} select[name=market]`, 'H100-SXM-80G');
+    await page.fill(`${form} input[name=egress_gb_per_gpu_hour]`, '1');
+    await page.fill(`${form} input[name=storage_gb]`, '100');
     await page.fill(`${form} input[name=quantity]`, '5');
     await page.fill(`${form} input[name=price]`, '2.6000');
+    // All-in = price + 1 GB x 0.01 + 100 GB x 0.073 / 730 = price + 0.02: 2.5200 for 2 GPUs and 2.5300
+    // for 1, on average (2 x 2.52 + 2.53) / 3 = 2.52333... USD.
+    await waitText(page, '#quote-summary', '3 of 5 GPUs available now · average all-in 2.5233 USD per GPU-hour',
+                   'the preview of both asks');
+    const first = await waitRow(page, '#quote', (r) => r[0] === '2' && r[2] === '2.5200', 'the cheaper ask in the preview');
+    check(first[4].startsWith('egress $0.01/GB · storage $0.073/GB-mo · IP $5/mo'), `the fees shown: ${first[4]}`);
+
+    await page.check(`${form} input[name=post_only]`);
+    await waitText(page, '#quote-summary', /^0 of 5 GPUs available now$/, 'a post_only bid would take nothing');
+    await page.uncheck(`${form} input[name=post_only]`);
+    await waitText(page, '#quote-summary', '3 of 5 GPUs available now', 'without post_only it takes again');
+
+    // One pool, all or none: 3 GPUs are there in one pool, 5 are not.
+    await page.click(`${form} details summary`);
+    await page.check(`${form} input[name=single_pool]`);
+    await page.selectOption(`${form} select[name=time_in_force]`, 'ioc');
+    await waitText(page, '#quote-summary', /^0 of 5 GPUs available now$/, 'a single_pool ioc bid of 5 GPUs');
+    await page.fill(`${form} input[name=quantity]`, '3');
+    await waitText(page, '#quote-summary', '3 of 3 GPUs available now · average all-in 2.5233 USD per GPU-hour',
+                   'a single_pool ioc bid of 3 GPUs');
+    await page.uncheck(`${form} input[name=single_pool]`);
+    await page.selectOption(`${form} select[name=time_in_force]`, 'gtc');
+    await page.fill(`${form} input[name=quantity]`, '5');
+
     await page.click(`${form} button[type=submit]`);
     const placed = await waitText(page, `${form} .form-result`, /order \d+: partially_filled, 3 of 5 GPUs filled/,
                                   'the bid fills in part');
