@@ -2,12 +2,14 @@
 // register pools and post asks, buyers place bids with an all-in preview, and everyone sees their
 // open orders, fills and leases move live on the private channels.
 import { call, get, setKey } from './api.js';
-import { page, time, window_, fillTable, makeRow, el } from './format.js';
+import { page, time, window_, fillTable, makeRow, el, money, plainMoney, averageMoney } from './format.js';
 
 const $ = (id) => document.getElementById(id);
 const KEY_STORAGE = 'gpuex.api_key';
 const LIST_LIMIT = 100;
-const usd = (p) => (p === null || p === undefined ? '—' : Number(p).toFixed(4));
+const usd = (p) => money(p, 4);  // exact, from the decimal string: no floats for money (STYLE.md)
+// Orders that still rest in the book (and can be cancelled): a partly filled one too.
+const RESTING = new Set(['open', 'partially_filled']);
 
 // ---- forms: bodies from inputs, API errors next to the field at fault -------------------------
 
@@ -21,7 +23,7 @@ function clearErrors(form) {
 function showError(form, error) {
   const text = error.code ? `${error.message} (${error.code})` : error.message;
   const name = error.field ? error.field.split(/[.[]/)[0] : null;
-  const input = name ? form.querySelector(`[name="${name}"]`) : null;
+  const input = name ? form.querySelector(`[name="${CSS.escape(name)}"]`) : null;
   if (!input) {
     form.querySelector('.form-error').textContent = text;
     return;
@@ -116,6 +118,11 @@ export class AccountView {
       this.useKey($('key-form').elements.key.value.trim());
     });
     $('forget-key').addEventListener('click', () => this.forget());
+    // A key refused when the stream reconnects (revoked meanwhile): back to the key form, saying why.
+    this.stream.onAuthLost = (error) => {
+      this.forget();
+      showError($('key-form'), error);
+    };
     this.handle($('bid-form'), bidBody, (body) => call('POST', '/v1/orders', body), (res) => this.placed(res));
     this.handle($('ask-form'), askBody, (body) => call('POST', '/v1/orders', body), (res) => this.placed(res));
     this.handle($('pool-form'), poolBody, (body) => call('POST', '/v1/pools', body), (pool) => {
@@ -272,7 +279,7 @@ export class AccountView {
   }
 
   onOrder(order) {
-    if (order.status === 'open') this.orders.set(order.id, order);
+    if (RESTING.has(order.status)) this.orders.set(order.id, order);
     else this.orders.delete(order.id);
     this.renderOrders();
     this.poolsChanged();
@@ -338,7 +345,7 @@ export class AccountView {
       const preempted = l.preempted_at && l.status !== 'preempted' ? `, preempted: ends ${time(l.ends_at)}` : '';
       const status = el('span', { class: `status ${l.preempted_at ? 'preempted' : l.status}` }, l.status + preempted);
       return [l.id, l.role, l.market, String(l.quantity), window_(l.start, l.ends_at || l.end), usd(l.price), status,
-              `$${Number(l.owed_usd).toFixed(2)}`];
+              `$${money(l.owed_usd, 2)}`];
     });
     fillTable($('leases').tBodies[0], rows, 'no leases yet');
   }
@@ -358,9 +365,8 @@ export class AccountView {
     const r = reader(form);
     r.opt(body, 'egress_gb_per_gpu_hour');
     r.opt(body, 'storage_gb');
-    delete body.time_in_force;  // a quote is the matching walk now, whatever the order's lifetime
-    delete body.expire_at;
-    delete body.post_only;
+    // The order's own body, time in force and post_only included (API.md: the quote takes the same body
+    // as POST /v1/orders): a single_pool bid must be ioc or fok, and a post_only bid never takes.
     let quote;
     try {
       quote = await call('POST', '/v1/quote', body);
@@ -374,13 +380,13 @@ export class AccountView {
       const green = f.green_discount_bps ? ` (list ${usd(f.list_price)}, green −${f.green_discount_bps / 100} %)` : '';
       const pool = `pool ${p.id} · ${p.tier.replace('_', ' ')} · ${p.region}${p.nvlink ? ' · NVLink' : ''} · ` +
                    `${p.fabric} ${p.fabric_gbps} Gbps${p.sla_pct ? ` · SLA ${p.sla_pct} %` : ''}`;
-      const fees = `egress $${Number(p.egress_usd_per_gb)}/GB · storage $${Number(p.storage_usd_per_gb_month)}/GB-mo · ` +
-                   `IP $${Number(p.ip_usd_per_month)}/mo (not included)`;
+      const fees = `egress $${plainMoney(p.egress_usd_per_gb)}/GB · storage $${plainMoney(p.storage_usd_per_gb_month)}/GB-mo · ` +
+                   `IP $${plainMoney(p.ip_usd_per_month)}/mo (not included)`;
       return [String(f.quantity), usd(f.price) + green, usd(f.all_in_usd_per_gpu_hour), pool, fees];
     }), 'no ask this bid would meet now: it would rest in the book');
     const gpus = quote.fills.reduce((n, f) => n + f.quantity, 0);
-    const weighted = gpus ? quote.fills.reduce((s, f) => s + f.quantity * Number(f.all_in_usd_per_gpu_hour), 0) / gpus : 0;
+    const average = averageMoney(quote.fills.map((f) => [f.quantity, f.all_in_usd_per_gpu_hour]), 4);
     summary.textContent = `${quote.filled_quantity} of ${quote.quantity} GPUs available now` +
-      (gpus ? ` · average all-in ${weighted.toFixed(4)} USD per GPU-hour` : '');
+      (gpus ? ` · average all-in ${average} USD per GPU-hour` : '');
   }
 }

@@ -43,6 +43,8 @@ export class Stream {
     this.channels = new Map();  // name -> {onMessage, resync, seq}
     this.key = null;
     this.pendingAuth = null;
+    this.authing = false;     // an auth message is out and not answered yet
+    this.onAuthLost = null;   // (ApiError) => void: the key was refused on a reconnect (e.g. revoked)
     this.retryMs = 500;
     this.connect();
     // The server closes a connection that sends nothing for a while (API.md): ping well within it.
@@ -59,7 +61,8 @@ export class Stream {
       this.onStatus('live');
       for (const c of this.channels.values()) c.seq = null;
       // Private channels follow the auth reply (the key is checked asynchronously).
-      if (this.key) this.send({ op: 'auth', key: this.key });
+      this.authing = false;
+      if (this.key) this.sendAuth(this.key);
       this.subscribeAll((name) => !isPrivate(name));
     };
     ws.onmessage = (ev) => this.receive(JSON.parse(ev.data));
@@ -105,20 +108,30 @@ export class Stream {
       this.pendingAuth = { resolve, reject };
       // A connection keeps its first key: another key needs a new connection, which sends it on open.
       if (authenticated) this.ws.close();
-      else this.send({ op: 'auth', key });
+      else this.sendAuth(key);
     });
+  }
+
+  sendAuth(key) {
+    this.authing = true;
+    this.send({ op: 'auth', key });
   }
 
   receive(msg) {
     if (msg.type === 'auth') {
+      this.authing = false;
       this.subscribeAll(isPrivate);
       if (this.pendingAuth) this.pendingAuth.resolve(msg);
       this.pendingAuth = null;
       return;
     }
-    if (msg.type === 'error' && msg.field === 'key') {
+    // The answer to an auth: a refused key names the field `key`; others (store_unavailable, ...) name none.
+    if (msg.type === 'error' && (msg.field === 'key' || (this.authing && AUTH_ERRORS.has(msg.code)))) {
       this.key = null;
-      if (this.pendingAuth) this.pendingAuth.reject(new ApiError(401, msg.code, msg.message, 'key'));
+      this.authing = false;
+      const error = new ApiError(msg.field === 'key' ? 401 : 503, msg.code, msg.message, msg.field);
+      if (this.pendingAuth) this.pendingAuth.reject(error);
+      else if (this.onAuthLost) this.onAuthLost(error);  // the key sent again on a reconnect was refused
       this.pendingAuth = null;
       return;
     }
@@ -139,5 +152,8 @@ export class Stream {
     if (msg.type !== 'heartbeat') c.onMessage(msg);
   }
 }
+
+// Error codes an auth is answered with when the key itself is not at fault (API.md, README "WebSocket").
+const AUTH_ERRORS = new Set(['store_unavailable', 'already_authenticated', 'unauthenticated']);
 
 function isPrivate(channel) { return channel === 'orders' || channel === 'fills' || channel === 'leases'; }

@@ -5,19 +5,90 @@ export const page = {
   markets: new Map(),    // id -> market from GET /v1/markets
 };
 
-// A price string of the API in the chosen unit, 4 decimals.
-export function px(price, market) {
-  if (price === null || price === undefined) return '—';
-  const value = Number(price);
-  if (!page.normalized) return value.toFixed(4);
-  const m = page.markets.get(market);
-  const perf = m ? Number(m.perf_factor) : 1;
-  return (value / perf).toFixed(4);
+// ---- money: decimal strings of the API as exact integers (BigInt), never floats (STYLE.md) --------
+
+// A decimal string as an integer count of 10^-scale units plus its scale: "2.05" -> {units: 205n, scale: 2}.
+function decimal(s) {
+  const m = /^\s*(-?)(\d+)(?:\.(\d*))?\s*$/.exec(String(s));
+  if (!m) return null;
+  const frac = m[3] || '';
+  const units = BigInt(m[2] + frac);
+  return { units: m[1] ? -units : units, scale: frac.length };
+}
+const TEN = 10n;
+const pow10 = (n) => TEN ** BigInt(n);
+// a / b rounded half to even (b > 0), as gpuexd rounds money (matching/money.hpp div_half_even).
+function divRound(a, b) {
+  const q = a / b;  // truncated toward zero
+  const r = a % b;
+  const twice = 2n * (r < 0n ? -r : r);
+  if (twice > b || (twice === b && q % 2n !== 0n)) return a < 0n ? q - 1n : q + 1n;
+  return q;
+}
+// An integer count of 10^-decimals units as a string with exactly `decimals` decimals.
+function units(n, decimals) {
+  const neg = n < 0n;
+  const digits = (neg ? -n : n).toString().padStart(decimals + 1, '0');
+  const whole = digits.slice(0, digits.length - decimals);
+  const frac = decimals ? '.' + digits.slice(digits.length - decimals) : '';
+  return (neg && /[1-9]/.test(digits) ? '-' : '') + whole + frac;
 }
 
-// The same as a number, for charts.
+// Micro-dollars (BigInt) of a money string of the API ("2.0500"), null when there is none.
+export function micros(s) {
+  if (s === null || s === undefined) return null;
+  const d = decimal(s);
+  if (!d) return null;
+  return d.scale <= 6 ? d.units * pow10(6 - d.scale) : divRound(d.units, pow10(d.scale - 6));
+}
+
+// A money string shown with `decimals` decimals, rounded half to even: money("0.01015", 4) = "0.0102".
+export function money(s, decimals = 4) {
+  const m = micros(s);
+  return m === null ? '—' : units(divRound(m * pow10(decimals), 10n ** 6n), decimals);
+}
+
+// A money string without the zeros that end it: plainMoney("0.0100") = "0.01".
+export function plainMoney(s) {
+  const m = micros(s);
+  return m === null ? '—' : units(m, 6).replace(/\.?0+$/, '');
+}
+
+// The quantity-weighted average of money strings, `decimals` decimals: [[quantity, "2.52"], ...].
+export function averageMoney(weighted, decimals = 4) {
+  let total = 0n;
+  let count = 0n;
+  for (const [quantity, price] of weighted) {
+    total += BigInt(quantity) * micros(price);
+    count += BigInt(quantity);
+  }
+  return count ? units(divRound(total * pow10(decimals), count * 10n ** 6n), decimals) : '—';
+}
+
+// Orders money strings, for sorting: compareMoney("2.5", "10") < 0.
+export function compareMoney(a, b) {
+  const d = micros(a) - micros(b);
+  return d < 0n ? -1 : d > 0n ? 1 : 0;
+}
+
+// A price string of the API in the chosen unit, 4 decimals: per GPU-hour, or per H100-equivalent
+// GPU-hour (price ÷ the market's performance factor, computed exactly).
+export function px(price, market) {
+  if (price === null || price === undefined) return '—';
+  if (!page.normalized) return money(price, 4);
+  const m = page.markets.get(market);
+  const perf = decimal(m ? m.perf_factor : '1');
+  const p = micros(price);
+  if (p === null || !perf || perf.units <= 0n) return '—';
+  // price / (perf.units / 10^perf.scale) in 10^-4 units = p * 10^perf.scale / (perf.units * 100).
+  return units(divRound(p * pow10(perf.scale), perf.units * 100n), 4);
+}
+
+// The same as a number, for the charts: the chart library takes only numbers, so the exact string
+// above becomes one at the very end, for drawing (no arithmetic is done on it).
 export function pxNumber(price, market) {
-  return price === null || price === undefined ? null : Number(px(price, market));
+  const text = price === null || price === undefined ? '—' : px(price, market);
+  return text === '—' ? null : Number(text);
 }
 
 export const unitLabel = () => (page.normalized ? 'USD per H100-eq. hour' : 'USD per GPU-hour');

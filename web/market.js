@@ -1,7 +1,7 @@
 // The market view: book and tape from the WebSocket, candles (live), forward curve, daily index and
 // 24 h stats from the REST API, in raw or normalized prices.
 import { get } from './api.js';
-import { page, px, pxNumber, clock, unixSeconds, comingTenors, fillTable, makeRow, unitLabel, el } from './format.js';
+import { page, px, pxNumber, money, compareMoney, clock, unixSeconds, comingTenors, fillTable, makeRow, unitLabel, el } from './format.js';
 
 const $ = (id) => document.getElementById(id);
 const BOOK_DEPTH = 15;
@@ -169,8 +169,8 @@ export class MarketView {
     const m = this.market;
     document.querySelectorAll('.unit').forEach((e) => { e.textContent = unitLabel(); });
     $('book-title').textContent = `Order book · ${this.bucket}`;
-    const bids = [...this.book.bids].sort((a, b) => Number(b[0]) - Number(a[0])).slice(0, BOOK_DEPTH);
-    const asks = [...this.book.asks].sort((a, b) => Number(a[0]) - Number(b[0])).slice(0, BOOK_DEPTH);
+    const bids = [...this.book.bids].sort((a, b) => compareMoney(b[0], a[0])).slice(0, BOOK_DEPTH);
+    const asks = [...this.book.asks].sort((a, b) => compareMoney(a[0], b[0])).slice(0, BOOK_DEPTH);
     const rows = [];
     for (let i = 0; i < Math.max(bids.length, asks.length); ++i) {
       const [bp, bq] = bids[i] || ['', ''];
@@ -230,7 +230,7 @@ export class MarketView {
         ['VWAP', px(stats.vwap, m)],
         ['High / low', `${px(stats.high, m)} / ${px(stats.low, m)}`],
         ['Green share', pct(stats.green_share)],
-        ['Green discount given', `$${Number(stats.green_discount_usd).toFixed(2)}`],
+        ['Green discount given', `$${money(stats.green_discount_usd, 2)}`],
       ];
       $('stats').replaceChildren(...items.flatMap(([k, v]) => [el('dt', {}, k), el('dd', {}, v)]));
     }

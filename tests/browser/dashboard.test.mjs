@@ -1,7 +1,7 @@
 // Browser tests of the dashboard: Debian's Chromium, headless, driven by playwright-core, against a
 // real gpuexd on a fresh database of the test PostgreSQL (GPUEX_TEST_DSN, set by scripts/test).
 //   node dashboard.test.mjs GPUEXD SOURCE_DIR SCREENSHOT_DIR SCENARIO
-// Scenarios: market, account, provider, errors. Each starts its own gpuexd and browser.
+// Scenarios: market, account, preemption, provider, errors, orders, keys. Each starts its own gpuexd and browser.
 import { execFileSync, spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -116,9 +116,11 @@ async function placeAsk(poolId, price, quantity) {
 const foreignRequests = [];
 const pageErrors = [];
 
-async function openPage(hash = '') {
+// `setup(page)` runs before the page loads (e.g. to route its WebSocket).
+async function openPage(hash = '', setup = null) {
   browser = browser || await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox'] });
   const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+  if (setup) await setup(page);
   page.on('request', (r) => { if (!r.url().startsWith(exchange.url) && !r.url().startsWith('ws://127.0.0.1')) foreignRequests.push(r.url()); });
   page.on('pageerror', (e) => pageErrors.push(e.message));
   // Chromium logs every 4xx answer as a console error; the answers the test provokes are expected.
@@ -365,6 +367,108 @@ const scenarios = {
     await screenshot(page, 'form-errors');
     const open = await api('GET', '/v1/orders?status=open', key('buyer'));
     check(open.json.orders.length === 0, `no order was placed: ${JSON.stringify(open.json)}`);
+  },
+
+  // A bid that fills in part stays in open orders with its Cancel button; the preview sends the bid's
+  // own terms (a single_pool bid must be ioc or fok; a post_only bid never takes) and averages exactly.
+  async orders() {
+    const pool = await registerPool();
+    await placeAsk(pool.id, '2.5000', 2);
+    await placeAsk(pool.id, '2.5100', 1);
+    const page = await openPage();
+    await useKey(page, 'buyer');
+    const form = '#bid-form';
+    await page.selectOption(`${form} select[name=market]`, 'H100-SXM-80G');
+    await page.fill(`${form} input[name=egress_gb_per_gpu_hour]`, '1');
+    await page.fill(`${form} input[name=storage_gb]`, '100');
+    await page.fill(`${form} input[name=quantity]`, '5');
+    await page.fill(`${form} input[name=price]`, '2.6000');
+    // All-in = price + 1 GB x 0.01 + 100 GB x 0.073 / 730 = price + 0.02: 2.5200 for 2 GPUs and 2.5300
+    // for 1, on average (2 x 2.52 + 2.53) / 3 = 2.52333... USD.
+    await waitText(page, '#quote-summary', '3 of 5 GPUs available now · average all-in 2.5233 USD per GPU-hour',
+                   'the preview of both asks');
+    const first = await waitRow(page, '#quote', (r) => r[0] === '2' && r[2] === '2.5200', 'the cheaper ask in the preview');
+    check(first[4].startsWith('egress $0.01/GB · storage $0.073/GB-mo · IP $5/mo'), `the fees shown: ${first[4]}`);
+
+    await page.check(`${form} input[name=post_only]`);
+    await waitText(page, '#quote-summary', /^0 of 5 GPUs available now$/, 'a post_only bid would take nothing');
+    await page.uncheck(`${form} input[name=post_only]`);
+    await waitText(page, '#quote-summary', '3 of 5 GPUs available now', 'without post_only it takes again');
+
+    // One pool, all or none: 3 GPUs are there in one pool, 5 are not.
+    await page.click(`${form} details summary`);
+    await page.check(`${form} input[name=single_pool]`);
+    await page.selectOption(`${form} select[name=time_in_force]`, 'ioc');
+    await waitText(page, '#quote-summary', /^0 of 5 GPUs available now$/, 'a single_pool ioc bid of 5 GPUs');
+    await page.fill(`${form} input[name=quantity]`, '3');
+    await waitText(page, '#quote-summary', '3 of 3 GPUs available now · average all-in 2.5233 USD per GPU-hour',
+                   'a single_pool ioc bid of 3 GPUs');
+    await page.uncheck(`${form} input[name=single_pool]`);
+    await page.selectOption(`${form} select[name=time_in_force]`, 'gtc');
+    await page.fill(`${form} input[name=quantity]`, '5');
+
+    await page.click(`${form} button[type=submit]`);
+    const placed = await waitText(page, `${form} .form-result`, /order \d+: partially_filled, 3 of 5 GPUs filled/,
+                                  'the bid fills in part');
+    const orderId = placed.match(/order (\d+)/)[1];
+    await waitRow(page, '#orders', (r) => r[0] === orderId && r[5] === '3' && r[7] === 'partially_filled',
+                  'the partly filled bid in open orders');
+    await page.reload();
+    await page.waitForSelector('body[data-ready=true]', { timeout: WAIT_MS });
+    await page.click('nav button[data-view=account]');
+    await waitRow(page, '#orders', (r) => r[0] === orderId && r[7] === 'partially_filled', 'the bid after a reload');
+    await screenshot(page, 'partly-filled');
+    await page.click(`#orders button[data-order="${orderId}"]`);
+    await page.waitForFunction((id) => ![...document.querySelectorAll('#orders tbody tr')].some((tr) => tr.cells[0].innerText === id),
+                               orderId, { timeout: WAIT_MS });
+    const cancelled = (await api('GET', `/v1/orders/${orderId}`, key('buyer'))).json;
+    check(cancelled.status === 'cancelled' && cancelled.filled_quantity === 3, `after Cancel: ${JSON.stringify(cancelled)}`);
+
+    // Money is computed exactly: all-ins of 2.5204 and 2.5205 average to 2.52045, a tie, shown rounded
+    // half to even as gpuexd rounds money (the float average of before showed 2.5205).
+    await placeAsk(pool.id, '2.5004', 1);
+    await placeAsk(pool.id, '2.5005', 1);
+    await page.fill(`${form} input[name=egress_gb_per_gpu_hour]`, '1');
+    await page.fill(`${form} input[name=storage_gb]`, '100');
+    await page.fill(`${form} input[name=quantity]`, '2');
+    await page.fill(`${form} input[name=price]`, '2.6000');
+    await waitText(page, '#quote-summary', '2 of 2 GPUs available now · average all-in 2.5204 USD per GPU-hour',
+                   'the exact average of a tie');
+  },
+
+  // A key the store cannot check settles the key form with the error; a key revoked while the page is
+  // open sends it back to the key form, saying why, once the stream reconnects.
+  async keys() {
+    let failAuth = true;
+    const page = await openPage('#account', (p) => p.routeWebSocket(/\/v1\/ws$/, (ws) => {
+      const server = ws.connectToServer();
+      ws.onMessage((message) => {
+        if (failAuth && JSON.parse(message).op === 'auth') {
+          failAuth = false;
+          // gpuexd's answer when PostgreSQL cannot check a key (server/ws_session.cpp): no `field`.
+          ws.send(JSON.stringify({ type: 'error', code: 'store_unavailable',
+                                   message: 'the key cannot be checked: PostgreSQL does not answer' }));
+        } else {
+          server.send(message);
+        }
+      });
+    }));
+    await page.fill('#key-form input[name=key]', key('buyer'));
+    await page.click('#key-form button[type=submit]');
+    await waitText(page, '#key-form .form-error', 'the key cannot be checked: PostgreSQL does not answer (store_unavailable)',
+                   'an auth answered without a field');
+    check(await page.locator('#account-panels').isHidden(), 'no panels without an accepted key');
+    await useKey(page, 'buyer');
+    await waitText(page, '#orders', 'no open orders', 'the panels are up');
+
+    const revoked = await api('DELETE', `/v1/keys/${exchange.accounts.buyer.key_id}`, key('admin'));
+    check(revoked.status === 200, `revoking the key: ${revoked.status} ${JSON.stringify(revoked.json)}`);
+    await waitText(page, '#key-form .field-error[data-field=key]', 'unknown or revoked API key (unauthenticated)',
+                   'the revoked key is refused on the reconnect');
+    check(await page.locator('#account-panels').isHidden(), 'the panels are gone with the key');
+    check(await page.locator('#whoami').innerText() === '', 'no account is shown');
+    check(await page.evaluate(() => sessionStorage.getItem('gpuex.api_key')) === null, 'the key is forgotten');
+    await screenshot(page, 'revoked-key');
   },
 };
 
