@@ -8,7 +8,6 @@
 
 #include "server/analytics/rollups.hpp"
 #include "server/wire.hpp"
-#include "server/ws_uring.hpp"
 
 namespace gpuex::ws {
 
@@ -184,7 +183,6 @@ void Hub::wake_all(std::unique_lock<std::mutex>& lock) {
   to_wake_.clear();
   to_wake_.reserve(wake.size());
   lock.unlock();
-  UringHandoff handoff;  // sessions with nothing in flight queue their writes on io_uring here
   for (const auto& s : wake) s->wake();
 }
 
