@@ -7,8 +7,17 @@
 // frame, no frame of ours follows it.
 //
 // Beast serializes its own writes (one at a time), and the session has at most one gather write
-// outstanding; so at most one write waits here while another is in flight. Beast's go first.
-// Strand only (the socket's executor).
+// outstanding; so at most one write waits here while another is in flight. Beast's go first, unless
+// ours is partly written (the rest of a frame must follow at once).
+//
+// On plain TCP, where io_uring can be used (ws_uring.hpp), the session's gather write is queued on
+// the thread's UringSender instead of written at once, so that the sends of many sessions go to the
+// kernel in one system call; the session hears the outcome through UringTarget::sent() on the
+// thread that flushed. While that send waits, the gate counts as busy (Beast's frames wait behind
+// it), and the socket must not be closed before settle().
+//
+// Strand only (the socket's executor), except uring_sent() and settle(); a mutex guards the state
+// they share with the strand.
 #pragma once
 
 #include <boost/asio/any_completion_handler.hpp>
@@ -23,12 +32,19 @@
 #include <boost/beast/websocket/rfc6455.hpp>
 #include <boost/beast/websocket/teardown.hpp>
 
+#include <sys/uio.h>
+
+#include <cerrno>
 #include <deque>
+#include <memory>
+#include <mutex>
 #include <functional>
 #include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
+
+#include "server/ws_uring.hpp"
 
 namespace gpuex::ws {
 
@@ -56,33 +72,107 @@ class FrameGate {
   auto async_write_some(const ConstBufferSequence& buffers, Token&& token) {
     return boost::asio::async_initiate<Token, void(boost::beast::error_code, std::size_t)>(
         [this](auto handler, const ConstBufferSequence& b) {
+          std::lock_guard lock(mutex_);
           foreign_.push_back(Foreign{boost::beast::buffers_to_string(b), std::move(handler)});
           pump();
         },
         token, buffers);
   }
 
-  // The session's writes: `buffers` (complete frames, valid until `done` runs) in one gather write.
-  // On a plain TCP socket with nothing else in flight it first writes directly, without blocking:
-  // if the kernel takes it all, this returns true and `done` is dropped (the common case: no
-  // completion to dispatch). Otherwise the rest (the gate trims `buffers`) goes out asynchronously
-  // and `done` runs when it is written, or with operation_aborted, without writing, once a close
-  // frame went out.
-  bool write_frames(std::vector<boost::asio::const_buffer>& buffers, Done done) {
+  enum class Outcome {
+    written,  // all of it, at once
+    later,    // the rest goes out asynchronously; `done` runs when it is written (or it failed)
+    queued,   // on io_uring: `uring` hears the outcome, then the session calls uring_finish() if needed
+  };
+
+  // The session's writes: `buffers` (complete frames, valid until the write is over) in one gather
+  // write. On a plain TCP socket with nothing else in flight: queued on io_uring when `uring` is given
+  // and the thread has a sender, else written directly without blocking (`written` if the kernel took
+  // it all: the common case, no completion to dispatch). Otherwise the rest (the gate trims
+  // `buffers`) goes out asynchronously and `done` runs when it is written, or with
+  // operation_aborted, without writing, once a close frame went out.
+  Outcome write_frames(std::vector<boost::asio::const_buffer>& buffers, Done done,
+                       const std::shared_ptr<UringTarget>& uring = {}) {
+    std::unique_lock lock(mutex_);
     if constexpr (std::is_same_v<Next, boost::beast::tcp_stream>) {
       if (!busy_ && foreign_.empty() && !close_sent_) {
         auto& socket = next_.socket();
+        if (uring) {
+          if (UringSender* sender = UringSender::for_this_thread()) {
+            busy_ = true;
+            uring_ = sender;
+            uring_total_ = 0;
+            uring_iov_.clear();
+            for (const auto& b : buffers) {
+              uring_iov_.push_back(iovec{const_cast<void*>(b.data()), b.size()});
+              uring_total_ += b.size();
+            }
+            lock.unlock();
+            if (sender->queue(socket.native_handle(), uring_iov_.data(), uring_iov_.size(), uring)) {
+              boost::asio::post(next_.get_executor(), [sender] { sender->flush(); });
+            }
+            return Outcome::queued;
+          }
+        }
         boost::beast::error_code ec;
         if (!socket.non_blocking()) socket.non_blocking(true, ec);
         std::size_t n = ec ? 0 : boost::asio::write(socket, buffers, ec);
-        if (!ec) return true;
+        if (!ec) return Outcome::written;
         consume(buffers, n);  // would_block, or a failure the async write will report
       }
     }
     mine_ = &buffers;
     mine_done_ = std::move(done);
     pump();
-    return false;
+    return Outcome::later;
+  }
+
+  // The io_uring send's outcome (any thread). True when all of it was written and nothing of
+  // Beast's waits: the gate is free again, nothing more to do here. Otherwise the session calls
+  // uring_finish() on the strand.
+  bool uring_sent(int result) {
+    std::lock_guard lock(mutex_);
+    if (result < 0 || static_cast<std::size_t>(result) != uring_total_ || !foreign_.empty()) return false;
+    busy_ = false;
+    uring_ = nullptr;
+    return true;
+  }
+
+  // Strand: after uring_sent() returned false. Writes Beast's waiting frames if ours went whole
+  // (`written`), else the rest of ours first, asynchronously (`later`: `done` runs), or fails (`done`
+  // runs, posted, with the error).
+  Outcome uring_finish(std::vector<boost::asio::const_buffer>& buffers, int result, Done done) {
+    std::lock_guard lock(mutex_);
+    busy_ = false;
+    uring_ = nullptr;
+    if (result < 0 && result != -EAGAIN && result != -EWOULDBLOCK) {
+      boost::beast::error_code ec(-result, boost::system::system_category());
+      boost::asio::post(next_.get_executor(), [done = std::move(done), ec] { done(ec); });
+      pump();
+      return Outcome::later;
+    }
+    consume(buffers, result < 0 ? 0 : static_cast<std::size_t>(result));
+    if (buffers.empty()) {
+      pump();
+      return Outcome::written;
+    }
+    mine_ = &buffers;
+    mine_done_ = std::move(done);
+    mine_first_ = true;
+    pump();
+    return Outcome::later;
+  }
+
+  // Strand, before the socket is closed: a send of ours still waiting on io_uring is submitted first
+  // (the kernel then holds the socket it names; a closed descriptor could be reused by another
+  // connection before a later submit).
+  void settle() {
+    UringSender* sender;
+    {
+      std::lock_guard lock(mutex_);
+      sender = uring_;
+    }
+    if (sender) sender->flush();
   }
 
   // Whether Beast sent a close frame (nothing of ours may follow it).
@@ -102,9 +192,10 @@ class FrameGate {
     if (!buffers.empty()) buffers.front() += n;
   }
 
+  // Under mutex_.
   void pump() {
     if (busy_) return;
-    if (!foreign_.empty()) {
+    if (!foreign_.empty() && !mine_first_) {
       busy_ = true;
       // A close frame's first byte: FIN and opcode 8 (RFC 6455 §5.2); Beast writes a control frame
       // in one buffer, so it starts the write.
@@ -113,9 +204,12 @@ class FrameGate {
       boost::asio::async_write(
           next_, boost::asio::buffer(bytes),
           [this, handler = std::move(foreign_.front().handler)](boost::beast::error_code ec, std::size_t n) mutable {
-            foreign_.pop_front();
-            busy_ = false;
-            pump();  // the next write starts before Beast's operation goes on
+            {
+              std::lock_guard lock(mutex_);
+              foreign_.pop_front();
+              busy_ = false;
+              pump();  // the next write starts before Beast's operation goes on
+            }
             std::move(handler)(ec, n);
           });
       return;
@@ -124,6 +218,7 @@ class FrameGate {
     auto done = std::move(mine_done_);
     const auto* buffers = mine_;
     mine_ = nullptr;
+    mine_first_ = false;
     if (close_sent_) {
       boost::asio::post(next_.get_executor(),
                         [done = std::move(done)] { done(boost::asio::error::operation_aborted); });
@@ -132,18 +227,26 @@ class FrameGate {
     busy_ = true;
     boost::asio::async_write(next_, *buffers,
                              [this, done = std::move(done)](boost::beast::error_code ec, std::size_t) mutable {
-                               busy_ = false;
-                               pump();
+                               {
+                                 std::lock_guard lock(mutex_);
+                                 busy_ = false;
+                                 pump();
+                               }
                                done(ec);
                              });
   }
 
   Next next_;
-  bool busy_ = false;         // a write is in flight on next_
+  std::mutex mutex_;
+  bool busy_ = false;         // a write is in flight on next_ (or waits on io_uring)
   bool close_sent_ = false;
   std::deque<Foreign> foreign_;  // Beast's writes, the front one in flight while busy_
   const std::vector<boost::asio::const_buffer>* mine_ = nullptr;  // ours, waiting
   Done mine_done_;
+  bool mine_first_ = false;  // ours is partly written: it goes before Beast's
+  UringSender* uring_ = nullptr;  // where our send waits, while it does
+  std::vector<iovec> uring_iov_;
+  std::size_t uring_total_ = 0;
 };
 
 // Beast closes the connection through its layers (websocket/teardown.hpp): through ours to the next.

@@ -40,6 +40,7 @@ Message make_message(const json::object& body) { return text_frame(json::seriali
 template <class NextLayer>
 class WsSession : public http::Session,
                   public Subscriber,
+                  public UringTarget,
                   public std::enable_shared_from_this<WsSession<NextLayer>> {
  public:
   WsSession(NextLayer stream, http::Request upgrade, std::string ip, HttpServer& server, Context& context)
@@ -477,19 +478,47 @@ class WsSession : public http::Session,
       iov_.clear();
       for (const auto& m : sending_) iov_.emplace_back(m->data(), m->size());
       context_.hub.count_write();
-      bool written = ws_.next_layer().write_frames(iov_, [self = this->shared_from_this()](beast::error_code ec) {
-        if (ec) {
-          self->sending_.clear();
-          std::lock_guard lock(self->mutex_);
-          self->in_flight_ = 0;
-          self->in_flight_bytes_ = 0;
-          self->writing_ = false;
-          return;  // the read side sees the failure and ends the session
-        }
-        self->write_next();
-      });
-      if (!written) return;  // the rest goes out asynchronously; its handler goes on
+      auto outcome = ws_.next_layer().write_frames(iov_, written_handler(), this->shared_from_this());
+      if (outcome != FrameGate<NextLayer>::Outcome::written) return;  // its completion goes on
     }
+  }
+
+  // What runs when the rest of a gather write went out asynchronously (or failed).
+  typename FrameGate<NextLayer>::Done written_handler() {
+    return [self = this->shared_from_this()](beast::error_code ec) {
+      if (ec) {
+        self->sending_.clear();
+        std::lock_guard lock(self->mutex_);
+        self->in_flight_ = 0;
+        self->in_flight_bytes_ = 0;
+        self->writing_ = false;
+        return;  // the read side sees the failure and ends the session
+      }
+      self->write_next();
+    };
+  }
+
+  // The gather write queued on io_uring was submitted (the thread that flushed, not the strand).
+  // The common case — all written, nothing else queued meanwhile — ends the write here, without a
+  // trip through the strand.
+  void sent(int result) override {
+    if (ws_.next_layer().uring_sent(result)) {
+      std::unique_lock lock(mutex_);
+      if (out_.empty() && !(closing_ && close_code_)) {
+        sending_.clear();  // this write's own: the strand touches it only while writing_
+        in_flight_ = 0;
+        in_flight_bytes_ = 0;
+        writing_ = false;
+        return;
+      }
+      lock.unlock();
+      net::post(ws_.get_executor(), [self = this->shared_from_this()] { self->write_next(); });
+      return;
+    }
+    net::post(ws_.get_executor(), [self = this->shared_from_this(), result] {
+      auto outcome = self->ws_.next_layer().uring_finish(self->iov_, result, self->written_handler());
+      if (outcome == FrameGate<NextLayer>::Outcome::written) self->write_next();
+    });
   }
 
   // ---- closing ------------------------------------------------------------------------------
@@ -522,6 +551,7 @@ class WsSession : public http::Session,
     close_deadline_.expires_after(kCloseDeadline);
     close_deadline_.async_wait([self = this->shared_from_this()](beast::error_code ec) {
       if (ec) return;
+      self->ws_.next_layer().settle();
       beast::error_code ignored;
       beast::get_lowest_layer(self->ws_).socket().close(ignored);
     });
@@ -555,6 +585,7 @@ class WsSession : public http::Session,
     leave_hub();
     timer_.cancel();
     close_deadline_.cancel();
+    ws_.next_layer().settle();
     beast::error_code ignored;
     beast::get_lowest_layer(ws_).socket().close(ignored);
     // Also when the server stops: the client loses the connection all the same (API.md).

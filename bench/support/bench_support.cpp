@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <regex>
 #include <stdexcept>
@@ -65,6 +66,24 @@ boost::json::object create_account(const std::string& gpuexd, const std::string&
   auto out = run(gpuexd + " admin create-account --dsn " + dsn + " --name " + name + " --scopes " + scopes +
                  " 2>/dev/null");
   return boost::json::parse(out).as_object();
+}
+
+pid_t Server::pid() const { return process_ ? process_->pid() : -1; }
+
+double cpu_seconds(pid_t pid) {
+  std::string path = pid == 0 ? std::string("/proc/self/stat") : "/proc/" + std::to_string(pid) + "/stat";
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  if (!f) return 0;
+  char buf[1024];
+  std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = 0;
+  // Fields after the command's closing parenthesis: state (3), ..., utime (14), stime (15).
+  const char* p = std::strrchr(buf, ')');
+  if (!p) return 0;
+  unsigned long long utime = 0, stime = 0;
+  if (std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime, &stime) != 2) return 0;
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
 Server::Server(const std::string& gpuexd, const std::string& dsn, const std::string& tag,

@@ -39,6 +39,7 @@ class Server {
   Server& operator=(const Server&) = delete;
   unsigned short port() const { return port_; }
   const std::string& log_path() const { return log_path_; }
+  pid_t pid() const;  // of the running gpuexd
   void stop();  // SIGTERM and wait
 
  private:
@@ -62,6 +63,9 @@ class Connection {
   struct Impl;
   Impl* impl_;
 };
+
+// CPU seconds (user + system) a process used so far, from /proc/PID/stat (0 for `self`: this one).
+double cpu_seconds(pid_t pid);
 
 // The p-quantile (0..1) of `v` (reorders it); 0 when empty.
 double percentile(std::vector<double>& v, double p);

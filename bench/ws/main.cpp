@@ -400,6 +400,7 @@ int main(int argc, char** argv) {
   tally.measuring = true;
   auto t0 = Clock::now();
   auto changes0 = changes.load();
+  const double server_cpu0 = cpu_seconds(server.pid()), client_cpu0 = cpu_seconds(0);
   std::this_thread::sleep_for(std::chrono::seconds(opt.seconds));
   tally.measuring = false;
   // The client's batch under way may still count; it has ended once the next one began.
@@ -408,6 +409,7 @@ int main(int argc, char** argv) {
   }
   double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
   auto changes1 = changes.load();
+  const double server_cpu = cpu_seconds(server.pid()) - server_cpu0, client_cpu = cpu_seconds(0) - client_cpu0;
   std::string after = snapshot_metrics();
   stop = true;
   for (auto& t : drivers) t.join();
@@ -422,6 +424,11 @@ int main(int argc, char** argv) {
   auto slow = metric(after, "gpuex_ws_slow_consumers_total") - metric(before, "gpuex_ws_slow_consumers_total");
   auto deliveries = metric(after, "gpuex_ws_deliveries_total") - metric(before, "gpuex_ws_deliveries_total");
   auto writes = metric(after, "gpuex_ws_writes_total") - metric(before, "gpuex_ws_writes_total");
+  // CPU per delivered message over the measured window: gpuexd (all its threads), and this process
+  // (the subscribers' thread and the driver's four).
+  const double delivered = static_cast<double>(tally.messages);
+  const double server_us = delivered > 0 ? server_cpu * 1e6 / delivered : 0;
+  const double client_us = delivered > 0 ? client_cpu * 1e6 / delivered : 0;
   double frames_per_write = writes > 0 ? static_cast<double>(deliveries) / static_cast<double>(writes) : 0;
   char workload[320];
   std::snprintf(workload, sizeof workload,
@@ -440,6 +447,8 @@ int main(int argc, char** argv) {
                                               {"disconnected", tally.ended.load()},
                                               {"slow_consumers_closed", slow},
                                               {"frames_per_write", std::round(frames_per_write * 100) / 100},
+                                              {"server_us_per_message", std::round(server_us * 100) / 100},
+                                              {"client_us_per_message", std::round(client_us * 100) / 100},
                                               {"driver_errors", errors.load()}})
               << "\n";
   } else {
@@ -450,6 +459,8 @@ int main(int argc, char** argv) {
     std::printf("  delay publish->recv   p50 %.2f ms   p99 %.2f ms   p99.9 %.2f ms\n", p50, p99, p999);
     std::printf("  frames per socket write %.2f (server: channel messages queued / gather writes)\n",
                 frames_per_write);
+    std::printf("  CPU per delivered message: gpuexd %.2f us, this client (subscribers + driver) %.2f us\n",
+                server_us, client_us);
     std::printf("  seq gaps %llu, connections ended %llu, slow consumers closed %lld, driver errors %llu\n",
                 static_cast<unsigned long long>(tally.gaps), static_cast<unsigned long long>(tally.ended.load()),
                 static_cast<long long>(slow), static_cast<unsigned long long>(errors.load()));

@@ -1,0 +1,165 @@
+// See ws_uring.hpp.
+#include "server/ws_uring.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <array>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+
+#if GPUEX_HAVE_URING
+#include <liburing.h>
+#include <sys/socket.h>
+#endif
+
+namespace gpuex::ws {
+
+#if GPUEX_HAVE_URING
+
+struct UringSender::Ring {
+  struct Slot {
+    std::shared_ptr<UringTarget> target;
+    msghdr msg{};
+  };
+  io_uring ring{};
+  std::array<Slot, kBatch> slots;
+  unsigned pending = 0;
+  bool live = false;
+
+  ~Ring() {
+    if (live) io_uring_queue_exit(&ring);
+  }
+};
+
+namespace {
+
+bool disabled_by_environment() {
+  const char* v = std::getenv("GPUEX_WS_IO_URING");
+  return v && (std::string_view(v) == "0" || std::string_view(v) == "off");
+}
+
+// Every sender lives as long as the process: a flush posted by one thread may run on another.
+std::mutex registry_mutex;
+// Never destroyed: a send still queued when the server stops holds its session, whose destructor
+// must not run after the server's.
+std::vector<std::unique_ptr<UringSender>>& registry() {
+  static auto* senders = new std::vector<std::unique_ptr<UringSender>>;
+  return *senders;
+}
+
+}  // namespace
+
+UringSender* UringSender::for_this_thread() {
+  thread_local bool tried = false;
+  thread_local UringSender* mine = nullptr;
+  if (tried) return mine;
+  tried = true;
+  static const bool off = disabled_by_environment();
+  if (off) return nullptr;
+  auto ring = std::make_unique<Ring>();
+  // SUBMIT_ALL: a send that fails at submission does not hold back the others; COOP_TASKRUN: no
+  // interrupt of this thread for completion work (it runs at the next io_uring_enter).
+  io_uring_params params{};
+  params.flags = IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN;
+  int rc = io_uring_queue_init_params(2 * kBatch, &ring->ring, &params);
+  if (rc == -EINVAL) {
+    params = {};
+    rc = io_uring_queue_init_params(2 * kBatch, &ring->ring, &params);
+  }
+  if (rc < 0) {
+    static std::once_flag logged;
+    std::call_once(logged, [rc] {
+      spdlog::info("ws: io_uring unavailable ({}); socket writes use sendmsg", std::strerror(-rc));
+    });
+    return nullptr;
+  }
+  ring->live = true;
+  std::lock_guard lock(registry_mutex);
+  registry().push_back(std::unique_ptr<UringSender>(new UringSender(std::move(ring))));
+  mine = registry().back().get();
+  return mine;
+}
+
+UringSender::UringSender(std::unique_ptr<Ring> ring) : ring_(std::move(ring)) {}
+UringSender::~UringSender() = default;
+
+bool UringSender::queue(int fd, const iovec* iov, std::size_t count, std::shared_ptr<UringTarget> target) {
+  std::vector<std::pair<std::shared_ptr<UringTarget>, int>> done;
+  bool ask_flush = false;
+  {
+    std::lock_guard lock(mutex_);
+    Ring& r = *ring_;
+    auto& slot = r.slots[r.pending];
+    slot.target = std::move(target);
+    slot.msg = {};
+    slot.msg.msg_iov = const_cast<iovec*>(iov);
+    slot.msg.msg_iovlen = count;
+    io_uring_sqe* sqe = io_uring_get_sqe(&r.ring);  // never null: at most kBatch of 2 * kBatch entries wait
+    io_uring_prep_sendmsg(sqe, fd, &slot.msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    io_uring_sqe_set_data64(sqe, r.pending);
+    ++r.pending;
+    if (r.pending == kBatch) {
+      submit_locked(done);
+    } else if (!flush_asked_) {
+      flush_asked_ = ask_flush = true;
+    }
+  }
+  for (auto& [t, result] : done) t->sent(result);
+  return ask_flush;
+}
+
+void UringSender::flush() {
+  std::vector<std::pair<std::shared_ptr<UringTarget>, int>> done;
+  {
+    std::lock_guard lock(mutex_);
+    flush_asked_ = false;
+    if (ring_->pending == 0) return;
+    submit_locked(done);
+  }
+  for (auto& [t, result] : done) t->sent(result);
+}
+
+void UringSender::submit_locked(std::vector<std::pair<std::shared_ptr<UringTarget>, int>>& done) {
+  Ring& r = *ring_;
+  const unsigned n = r.pending;
+  done.reserve(n);
+  // Every send completes during the submit (MSG_DONTWAIT: no waiting for room), so this waits for
+  // nothing in practice; it makes sure all n outcomes are in before the slots are reused.
+  unsigned seen = 0;
+  bool submitted = false;
+  while (seen < n) {
+    int rc = submitted ? io_uring_wait_cqe_nr(&r.ring, nullptr, 1) : io_uring_submit_and_wait(&r.ring, n);
+    if (rc < 0 && rc != -EINTR && rc != -EAGAIN && rc != -EBUSY) {
+      spdlog::critical("ws: io_uring_enter failed: {}", std::strerror(-rc));
+      std::abort();  // the sends' state is unknown: better no server than frames sent twice or lost
+    }
+    if (!submitted && rc >= 0) submitted = true;
+    unsigned head;
+    io_uring_cqe* cqe;
+    unsigned reaped = 0;
+    io_uring_for_each_cqe(&r.ring, head, cqe) {
+      auto& slot = r.slots[io_uring_cqe_get_data64(cqe)];
+      done.emplace_back(std::move(slot.target), cqe->res);
+      ++reaped;
+    }
+    io_uring_cq_advance(&r.ring, reaped);
+    seen += reaped;
+  }
+  r.pending = 0;
+}
+
+#else  // no liburing at build time
+
+struct UringSender::Ring {};
+UringSender* UringSender::for_this_thread() { return nullptr; }
+UringSender::UringSender(std::unique_ptr<Ring> ring) : ring_(std::move(ring)) {}
+UringSender::~UringSender() = default;
+bool UringSender::queue(int, const iovec*, std::size_t, std::shared_ptr<UringTarget>) { return false; }
+void UringSender::flush() {}
+void UringSender::submit_locked(std::vector<std::pair<std::shared_ptr<UringTarget>, int>>&) {}
+
+#endif
+
+}  // namespace gpuex::ws
