@@ -858,6 +858,32 @@ struct Engine::Impl {
 
   // Fills `r` (default-constructed) as rest_of() would return it.
   void rest_into(RestOrder& r, Order&& o, const OrderRequest& q, std::pair<const MarketId*, Book*> market) const {
+    request_into(r, q, market);
+    r.id = o.id;
+    r.account = o.account;
+    r.window_start = o.window_start;
+    r.window_end = o.window_end;
+    r.effective_price = o.effective_price;
+    r.green_discount_bps = o.green_discount_bps;
+    r.bucket = o.bucket;
+    r.status = o.status;
+    r.reason = o.reason;
+    r.priority = o.priority;
+    r.created_at = o.created_at;
+    r.updated_at = o.updated_at;
+    r.filled = o.filled;
+    r.remaining = o.remaining;
+    r.total_gpu_seconds = o.total_gpu_seconds;
+    r.filled_gpu_seconds = o.filled_gpu_seconds;
+    r.lapsed_gpu_seconds = o.lapsed_gpu_seconds;
+    r.free_gpu_seconds = o.free_gpu_seconds;
+    r.cancelled_gpu_seconds = o.cancelled_gpu_seconds;
+    r.free = std::move(o.free);
+    r.body_hash = o.body_hash;
+  }
+
+  // The request part of rest_into(): r.request, r.market and r.book from `q` and its interned market.
+  void request_into(RestOrder& r, const OrderRequest& q, std::pair<const MarketId*, Book*> market) const {
     RestRequest& rq = r.request;
     rq.side = q.side;
     rq.time_in_force = q.time_in_force;
@@ -888,27 +914,6 @@ struct Engine::Impl {
       if (rq.market_kind == MK::cold) cold->request_market = q.market;
       rq.cold = std::move(cold);
     }
-    r.id = o.id;
-    r.account = o.account;
-    r.window_start = o.window_start;
-    r.window_end = o.window_end;
-    r.effective_price = o.effective_price;
-    r.green_discount_bps = o.green_discount_bps;
-    r.bucket = o.bucket;
-    r.status = o.status;
-    r.reason = o.reason;
-    r.priority = o.priority;
-    r.created_at = o.created_at;
-    r.updated_at = o.updated_at;
-    r.filled = o.filled;
-    r.remaining = o.remaining;
-    r.total_gpu_seconds = o.total_gpu_seconds;
-    r.filled_gpu_seconds = o.filled_gpu_seconds;
-    r.lapsed_gpu_seconds = o.lapsed_gpu_seconds;
-    r.free_gpu_seconds = o.free_gpu_seconds;
-    r.cancelled_gpu_seconds = o.cancelled_gpu_seconds;
-    r.free = std::move(o.free);
-    r.body_hash = o.body_hash;
   }
 
   static Order to_order(const RestOrder& r) {
@@ -2316,7 +2321,15 @@ struct Engine::Impl {
   void reject_command(Reason r, std::int64_t subject) { emit(CommandRejected{seq, r, subject}); }
 
   // Checks a placement `r` and fills `o`'s geometry and `market` (the interned market, once known).
-  Reason validate(const OrderRequest& r, Order& o, const Command& cmd, std::pair<const MarketId*, Book*>& market,
+  // What validate() works out of a placement before it can fail: the window as the order will hold it and
+  // a bid's remaining quantity (duration bids and sells keep 0 / no remaining, as an Order's defaults).
+  struct Geometry {
+    Seconds window_start;
+    Seconds window_end;
+    Qty remaining;
+  };
+
+  Reason validate(const OrderRequest& r, Geometry& o, const Command& cmd, std::pair<const MarketId*, Book*>& market,
                   const Account& a) {
     if (r.price.value <= 0 || r.quantity.value <= 0 || r.min_chunk.value <= 0) return Reason::invalid_field;
     if (r.price.value > 1'000'000'000'000 || r.quantity.value > 100'000'000) return Reason::invalid_field;
@@ -2404,18 +2417,20 @@ struct Engine::Impl {
         return;
       }
     }
-    Order o;  // its request stays empty unless rejected: the resting form is built from `r`
-    o.id = OrderId(cmd.seq);
-    o.account = cmd.account;
-    o.priority = cmd.seq;
-    o.created_at = now;
-    o.updated_at = now;
-    o.effective_price = r.price;
-    o.body_hash = h;
+    // No staging Order: validate() works out the geometry, and an accepted order is built in its slot.
+    Geometry g;
     std::pair<const MarketId*, Book*> market{nullptr, nullptr};
     Account& acct = account(cmd.account);
-    const Reason bad = validate(r, o, cmd, market, acct);
+    const Reason bad = validate(r, g, cmd, market, acct);
     if (bad != Reason::none) {
+      Order o;
+      o.id = OrderId(cmd.seq);
+      o.account = cmd.account;
+      o.priority = cmd.seq;
+      o.created_at = now;
+      o.updated_at = now;
+      o.effective_price = r.price;
+      o.body_hash = h;
       o.request = r;
       if (market.first) o.market = *market.first;
       o.status = OrderStatus::rejected;
@@ -2427,48 +2442,66 @@ struct Engine::Impl {
       if (!r.client_order_id.empty()) finished_cids[CidKey{cmd.account, r.client_order_id}] = Finished{o, h, seq};
       return;
     }
+    LiveOrder& lo = orders.emplace_new(OrderId(cmd.seq));
+    RestOrder& o = lo.o;
+    request_into(o, r, market);
+    o.id = OrderId(cmd.seq);
+    o.account = cmd.account;
+    o.priority = cmd.seq;
+    o.created_at = now;
+    o.updated_at = now;
+    o.effective_price = r.price;
+    o.body_hash = h;
+    o.window_start = g.window_start;
+    o.window_end = g.window_end;
+    o.remaining = g.remaining;
     if (r.side == Side::sell) {
       LivePool& lp = pools.at(r.pool);
       o.green_discount_bps = lp.p.green_discount_bps;
       o.effective_price = discounted(r.price, lp.p.green_discount_bps, market.second->spec.tick);
       o.free = Steps(o.window_start, o.window_end, r.quantity.value);
       o.total_gpu_seconds = r.quantity.value * (o.window_end - o.window_start).value;
+      // Its accounting as refresh_ask_accounting() finds it: its window starts at or after now (validate
+      // clips it), so nothing has lapsed and all of it is free.
+      o.free_gpu_seconds = o.total_gpu_seconds;
       lp.used.add(o.window_start, o.window_end, r.quantity.value);
       lp.used.trim_before(now);
+      lp.asks.add(lo, &LiveOrder::pool_slot);
     }
-    LiveOrder& lo = orders.emplace_new(o.id);
-    rest_into(lo.o, std::move(o), r, market);
-    if (lo.o.is_sell()) pools.at(r.pool).asks.add(lo, &LiveOrder::pool_slot);
     lo.acct = &acct;  // std::map: the address is stable
     acct.orders.add(lo, &LiveOrder::account_slot);
-    if (!r.client_order_id.empty()) open_cids[CidKey{cmd.account, r.client_order_id}] = lo.o.id;
-    hook(lo, false);
-    emit_order<OrderAccepted>(lo.o);
+    if (!r.client_order_id.empty()) open_cids[CidKey{cmd.account, r.client_order_id}] = o.id;
+    // What hook(lo, false) does for an order not yet in a book and not yet shown: its account sums and its
+    // bucket. Its timer waits for the hook that puts it in the book (or none: it ends while incoming).
+    account_add(lo, +1);
+    lo.counted = true;
+    o.bucket = order_bucket(o);
+    emit_order<OrderAccepted>(o);
     if (r.time_in_force == TimeInForce::gtd && *r.expire_at <= now) {
       finish_order(lo, OrderStatus::expired, Reason::expired, true);
       return;
     }
     // Only a post_only order needs the dry run (the walk is the costly part of a placement).
-    if (r.post_only && (lo.o.is_buy() ? bid_would_take(lo.o) : ask_would_take(lo.o))) {
+    if (r.post_only && (o.is_buy() ? bid_would_take(o) : ask_would_take(o))) {
       finish_order(lo, OrderStatus::rejected, Reason::would_take, true);
       return;
     }
-    if (lo.o.is_buy()) {
+    if (o.is_buy()) {
       match_bid(lo, true);
     } else {
       match_ask(lo, true);
     }
     const bool immediate = r.time_in_force == TimeInForce::ioc || r.time_in_force == TimeInForce::fok;
-    if (lo.o.is_open() && immediate) finish_order(lo, OrderStatus::cancelled, Reason::none, false);
-    const bool filled_some = lo.o.is_buy() ? lo.o.filled.value > 0 : lo.o.filled_gpu_seconds > 0;
-    if (lo.o.is_open()) {
+    if (o.is_open() && immediate) finish_order(lo, OrderStatus::cancelled, Reason::none, false);
+    const bool filled_some = o.is_buy() ? o.filled.value > 0 : o.filled_gpu_seconds > 0;
+    if (o.is_open()) {
       // Out of the book while incoming, and its account sums current (every fill re-hooked it): it only
       // enters the book.
       if (lo.in_book) unhook(lo);
       hook(lo, true);
-      if (filled_some) emit_order<OrderUpdated>(lo.o);
+      if (filled_some) emit_order<OrderUpdated>(o);
     } else {
-      emit_order<OrderDone>(lo.o);
+      emit_order<OrderDone>(o);
     }
   }
 
