@@ -475,6 +475,9 @@ struct LivePool {
   // A fixed-window bid's walk judges the pool's constraints once (walk_mark = the walk's number).
   mutable std::uint64_t walk_mark{0};
   mutable bool walk_ok{false};
+  // Its market's key in Impl::books and its book (a pool's market never changes), once looked up.
+  const MarketId* market{nullptr};
+  Book* book{nullptr};
 };
 
 using BidSet = ChunkedSet<BidKey, BidOrder>;
@@ -976,9 +979,45 @@ struct Engine::Impl {
 
   // ---------------------------------------------------------------- accounts
 
+  // The entries of `accounts` by id in an open-addressing table (linear probing; accounts are never erased
+  // and every one is made here), so that the lookup of a command's account is a probe, not a tree descent.
+  struct AccountSlot {
+    std::int64_t id{0};
+    Account* a{nullptr};  // null: empty
+  };
+  std::vector<AccountSlot> account_index;
+  std::size_t account_indexed{0};
+
+  static std::size_t account_home(std::int64_t id, std::size_t mask) {
+    return static_cast<std::size_t>((static_cast<std::uint64_t>(id) * 0x9E3779B97F4A7C15ull) >> 32) & mask;
+  }
+
+  void index_account(std::int64_t id, Account* a) {
+    if ((account_indexed + 1) * 2 > account_index.size()) {
+      std::vector<AccountSlot> old = std::move(account_index);
+      account_index.assign(old.empty() ? 256 : old.size() * 2, AccountSlot{});
+      account_indexed = 0;
+      for (const AccountSlot& e : old) {
+        if (e.a) index_account(e.id, e.a);
+      }
+    }
+    const std::size_t mask = account_index.size() - 1;
+    std::size_t h = account_home(id, mask);
+    while (account_index[h].a) h = (h + 1) & mask;
+    account_index[h] = AccountSlot{id, a};
+    ++account_indexed;
+  }
+
   Account& account(AccountId id) {
-    auto [it, inserted] = accounts.try_emplace(id);
+    if (!account_index.empty()) {
+      const std::size_t mask = account_index.size() - 1;
+      for (std::size_t h = account_home(id.value, mask); account_index[h].a; h = (h + 1) & mask) {
+        if (account_index[h].id == id.value) return *account_index[h].a;
+      }
+    }
+    auto [it, inserted] = accounts.try_emplace(id);  // std::map: the address is stable
     if (inserted) it->second.limits = cfg.default_limits;
+    index_account(id.value, &it->second);
     return it->second;
   }
 
@@ -2329,6 +2368,9 @@ struct Engine::Impl {
     Qty remaining;
   };
 
+  // The market a bid named last, interned (books are never erased): most placements name the same one.
+  std::pair<const MarketId*, Book*> last_market{nullptr, nullptr};
+
   Reason validate(const OrderRequest& r, Geometry& o, const Command& cmd, std::pair<const MarketId*, Book*>& market,
                   const Account& a) {
     if (r.price.value <= 0 || r.quantity.value <= 0 || r.min_chunk.value <= 0) return Reason::invalid_field;
@@ -2347,15 +2389,21 @@ struct Engine::Impl {
           r.time_in_force != TimeInForce::fok) {
         return Reason::invalid_field;
       }
-      auto b = books.find(r.market);
-      if (b == books.end()) return Reason::not_found;
-      market = {&b->first, &b->second};
+      if (last_market.first && *last_market.first == r.market) {
+        market = last_market;
+      } else {
+        auto b = books.find(r.market);
+        if (b == books.end()) return Reason::not_found;
+        market = last_market = {&b->first, &b->second};
+      }
     } else {
       if (!r.start || !r.end || r.duration) return Reason::invalid_field;
       if (*r.end <= *r.start) return Reason::invalid_field;
       auto p = pools.find(r.pool);
       if (p == pools.end() || p->second.p.provider != cmd.account || p->second.p.retired) return Reason::not_found;
-      market = market_key(p->second.p.spec.market);
+      LivePool& lp = p->second;
+      if (!lp.book) std::tie(lp.market, lp.book) = market_key(lp.p.spec.market);
+      market = {lp.market, lp.book};
     }
     const Book& book = *market.second;
     if (book.halted) return Reason::market_halted;
@@ -2458,7 +2506,9 @@ struct Engine::Impl {
     if (r.side == Side::sell) {
       LivePool& lp = pools.at(r.pool);
       o.green_discount_bps = lp.p.green_discount_bps;
-      o.effective_price = discounted(r.price, lp.p.green_discount_bps, market.second->spec.tick);
+      // No discount: the list price itself (validate() checked that it is on the tick).
+      o.effective_price = lp.p.green_discount_bps == 0 ? r.price
+                                                        : discounted(r.price, lp.p.green_discount_bps, market.second->spec.tick);
       o.free = Steps(o.window_start, o.window_end, r.quantity.value);
       o.total_gpu_seconds = r.quantity.value * (o.window_end - o.window_start).value;
       // Its accounting as refresh_ask_accounting() finds it: its window starts at or after now (validate
