@@ -1214,17 +1214,22 @@ struct Engine::Impl {
 
   void view_apply(const Shown& s, const MarketId* m, int sign) {
     if (!s.shown) return;
+    view_add(s, m, sign, sign * s.qty.value);
+  }
+
+  // Adds `n_orders` orders and `gpus` GPUs to the level (or the constrained count) that `s` is shown at.
+  void view_add(const Shown& s, const MarketId* m, int n_orders, std::int64_t gpus) {
     Touched& t = touch(m, s.bucket);
     View& v = *t.view;
     if (s.constrained) {
-      v.constrained.orders += sign;
-      v.constrained.gpus += Qty(sign * s.qty.value);
+      v.constrained.orders += n_orders;
+      v.constrained.gpus += Qty(gpus);
       return;
     }
     auto& levels = s.side == Side::buy ? v.bids : v.asks;
     auto lvl = levels.find(s.price);
     const Qty before = lvl == levels.end() ? Qty(0) : lvl->second;
-    const Qty after = before + Qty(sign * s.qty.value);
+    const Qty after = before + Qty(gpus);
     const auto same = [&](const LevelBefore& b) { return b.side == s.side && b.price == s.price; };
     if (auto b = std::find_if(t.before.begin(), t.before.end(), same); b != t.before.end()) {
       b->now = after;
@@ -1244,8 +1249,16 @@ struct Engine::Impl {
     lo.o.bucket = order_bucket(lo.o);
     const Shown s = compute_shown(lo);
     if (s == lo.shown) return;
-    view_apply(lo.shown, lo.o.market, -1);
-    view_apply(s, lo.o.market, +1);
+    const Shown& was = lo.shown;
+    if (s.shown && was.shown && s.constrained == was.constrained && s.side == was.side && s.bucket == was.bucket &&
+        s.price == was.price) {
+      // Still on the same level (a fill or an amend of quantity): one change of its quantity, the same as
+      // taking the old contribution off and putting the new one on.
+      view_add(s, lo.o.market, 0, s.qty.value - was.qty.value);
+    } else {
+      view_apply(was, lo.o.market, -1);
+      view_apply(s, lo.o.market, +1);
+    }
     lo.shown = s;
   }
 
@@ -1818,7 +1831,7 @@ struct Engine::Impl {
       l.ask_min_chunk = ask->request.min_chunk;
       l.ask_min_duration = ask->request.min_duration;
     }
-    Lease& ref = leases.emplace(l.id, l).first->second;
+    Lease& ref = leases.emplace_hint(leases.end(), l.id, std::move(l))->second;  // ids only grow: the last one
     set_owed(ref, cost(price, qty, end - start));
     pools.at(lp.p.id).leases.insert(LeaseRef{ref.price, ref.id, &ref});
     schedule_lease(ref);
@@ -1885,7 +1898,7 @@ struct Engine::Impl {
     t.lease = l.id;
     set_fill_status(bid.o);
     set_fill_status(ask.o);
-    emit(TradeEvent{t});
+    emit(TradeEvent{std::move(t)});
     emit(LeaseChanged{l});
     hook(bid, bid_in);
     hook(ask, ask_in);
