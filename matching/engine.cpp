@@ -919,62 +919,73 @@ struct Engine::Impl {
     }
   }
 
-  static Order to_order(const RestOrder& r) {
-    Order o;
-    fill_order(o, r);
-    return o;
-  }
+  static Order to_order(const RestOrder& r) { return make_order(r); }
 
-  // Appends an order event built in place (no temporary Order moved through the variant).
+  // An order event built in place: the variant's alternative is constructed from an OrderOf, whose
+  // conversion to Order builds the Order straight into the event (no default-constructed Order assigned
+  // field by field, no temporary moved through the variant).
+  struct OrderOf {
+    const RestOrder& r;
+    operator Order() const { return make_order(r); }  // NOLINT(google-explicit-constructor): by design
+  };
   template <class E>
   void emit_order(const RestOrder& r) {
-    fill_order(std::get<E>(sink_->emplace_back(std::in_place_type<E>)).order, r);
+    sink_->emplace_back(std::in_place_type<E>, OrderOf{r});
   }
 
-  // `o` default-constructed.
-  static void fill_order(Order& o, const RestOrder& r) {
+  // `o` as make_order(r) (for queries).
+  static void fill_order(Order& o, const RestOrder& r) { o = make_order(r); }
+
+  // The full Order of a compact one, every field initialized once (designated, in declaration order: a
+  // field left out here would silently keep its default, so every one is named).
+  static Order make_order(const RestOrder& r) {
     const RestRequest& rq = r.request;
-    OrderRequest& q = o.request;
-    q.side = rq.side;
-    if (rq.cold) q.client_order_id = rq.cold->client_order_id;
     using MK = RestRequest::MarketKind;
-    if (rq.market_kind == MK::resolved) q.market = *r.market;
-    if (rq.market_kind == MK::cold) q.market = rq.cold->request_market;
-    q.pool = rq.pool;
-    q.price = rq.price;
-    q.quantity = rq.quantity;
-    q.start = rq.start();
-    q.end = rq.end();
-    q.duration = rq.duration();
-    if (rq.cons) q.constraints = *rq.cons;
-    q.min_duration = rq.min_duration;
-    q.min_chunk = rq.min_chunk;
-    q.time_in_force = rq.time_in_force;
-    q.expire_at = rq.expire_at();
-    q.post_only = rq.post_only;
-    q.stp = rq.stp;
-    o.id = r.id;
-    o.account = r.account;
-    o.market = *r.market;
-    o.window_start = r.window_start;
-    o.window_end = r.window_end;
-    o.effective_price = r.effective_price;
-    o.green_discount_bps = r.green_discount_bps;
-    o.status = r.status;
-    o.reason = r.reason;
-    o.bucket = r.bucket;
-    o.priority = r.priority;
-    o.created_at = r.created_at;
-    o.updated_at = r.updated_at;
-    o.filled = r.filled;
-    o.remaining = r.remaining;
-    o.total_gpu_seconds = r.total_gpu_seconds;
-    o.filled_gpu_seconds = r.filled_gpu_seconds;
-    o.lapsed_gpu_seconds = r.lapsed_gpu_seconds;
-    o.free_gpu_seconds = r.free_gpu_seconds;
-    o.cancelled_gpu_seconds = r.cancelled_gpu_seconds;
-    o.free = r.free;
-    o.body_hash = r.body_hash;
+    return Order{
+        .id = r.id,
+        .account = r.account,
+        .request =
+            OrderRequest{
+                .side = rq.side,
+                .client_order_id = rq.cold ? rq.cold->client_order_id : std::string(),
+                .market = rq.market_kind == MK::resolved ? *r.market
+                          : rq.market_kind == MK::cold   ? rq.cold->request_market
+                                                         : MarketId{},
+                .pool = rq.pool,
+                .price = rq.price,
+                .quantity = rq.quantity,
+                .start = rq.start(),
+                .end = rq.end(),
+                .duration = rq.duration(),
+                .constraints = rq.cons ? *rq.cons : BidConstraints{},
+                .min_duration = rq.min_duration,
+                .min_chunk = rq.min_chunk,
+                .time_in_force = rq.time_in_force,
+                .expire_at = rq.expire_at(),
+                .post_only = rq.post_only,
+                .stp = rq.stp,
+            },
+        .market = *r.market,
+        .window_start = r.window_start,
+        .window_end = r.window_end,
+        .effective_price = r.effective_price,
+        .green_discount_bps = r.green_discount_bps,
+        .status = r.status,
+        .reason = r.reason,
+        .bucket = r.bucket,
+        .priority = r.priority,
+        .created_at = r.created_at,
+        .updated_at = r.updated_at,
+        .filled = r.filled,
+        .remaining = r.remaining,
+        .total_gpu_seconds = r.total_gpu_seconds,
+        .filled_gpu_seconds = r.filled_gpu_seconds,
+        .lapsed_gpu_seconds = r.lapsed_gpu_seconds,
+        .free_gpu_seconds = r.free_gpu_seconds,
+        .cancelled_gpu_seconds = r.cancelled_gpu_seconds,
+        .free = r.free,
+        .body_hash = r.body_hash,
+    };
   }
 
   // ---------------------------------------------------------------- accounts
