@@ -1192,7 +1192,7 @@ struct Engine::Impl {
     s.bucket = o.bucket;
     s.side = o.request.side;
     if (o.is_buy()) {
-      s.constrained = o.request.constraints().has_attribute_constraints();
+      s.constrained = o.request.cons && o.request.cons->has_attribute_constraints();  // none: not constrained
       s.price = o.request.price;
       s.qty = o.remaining;
     } else {
