@@ -793,6 +793,12 @@ struct Engine::Impl {
   void emit(E&& e) {
     sink_->emplace_back(std::in_place_type<std::remove_cvref_t<E>>, std::forward<E>(e));
   }
+  // The same with the event's members given: the event is initialized from them in the sink (no temporary
+  // event moved in).
+  template <class E, class... A>
+  void emit_as(A&&... members) {
+    sink_->emplace_back(std::in_place_type<E>, std::forward<A>(members)...);
+  }
 
   // ---------------------------------------------------------------- compact orders
 
@@ -1298,13 +1304,10 @@ struct Engine::Impl {
         return a.side == Side::buy ? a.price > b.price : a.price < b.price;
       });
       ++v.sequence;
-      BookDelta& d = std::get<BookDelta>(sink_->emplace_back(std::in_place_type<BookDelta>));
-      d.market = *t.market;
-      d.bucket = t.bucket;
-      d.sequence = v.sequence;
-      d.changes.reserve(changed);
-      for (auto it = first; it != last; ++it) d.changes.push_back(LevelChange{it->side, it->price, it->now});
-      d.constrained_bids = v.constrained;
+      std::vector<LevelChange> changes;
+      changes.reserve(changed);
+      for (auto it = first; it != last; ++it) changes.push_back(LevelChange{it->side, it->price, it->now});
+      emit_as<BookDelta>(*t.market, t.bucket, v.sequence, std::move(changes), v.constrained);
     }
     n_touched = 0;
     last_touched = nullptr;
@@ -1909,8 +1912,8 @@ struct Engine::Impl {
     t.lease = l.id;
     set_fill_status(bid.o);
     set_fill_status(ask.o);
-    emit(TradeEvent{std::move(t)});
-    emit(LeaseChanged{l});
+    emit_as<TradeEvent>(std::move(t));
+    emit_as<LeaseChanged>(l);
     hook(bid, bid_in);
     hook(ask, ask_in);
     announce_state(taker == Side::buy ? ask : bid);
