@@ -475,6 +475,9 @@ struct LivePool {
   // A fixed-window bid's walk judges the pool's constraints once (walk_mark = the walk's number).
   mutable std::uint64_t walk_mark{0};
   mutable bool walk_ok{false};
+  // Its market's key in Impl::books and its book (a pool's market never changes), once looked up.
+  const MarketId* market{nullptr};
+  Book* book{nullptr};
 };
 
 using BidSet = ChunkedSet<BidKey, BidOrder>;
@@ -790,6 +793,12 @@ struct Engine::Impl {
   void emit(E&& e) {
     sink_->emplace_back(std::in_place_type<std::remove_cvref_t<E>>, std::forward<E>(e));
   }
+  // The same with the event's members given: the event is initialized from them in the sink (no temporary
+  // event moved in).
+  template <class E, class... A>
+  void emit_as(A&&... members) {
+    sink_->emplace_back(std::in_place_type<E>, std::forward<A>(members)...);
+  }
 
   // ---------------------------------------------------------------- compact orders
 
@@ -858,6 +867,32 @@ struct Engine::Impl {
 
   // Fills `r` (default-constructed) as rest_of() would return it.
   void rest_into(RestOrder& r, Order&& o, const OrderRequest& q, std::pair<const MarketId*, Book*> market) const {
+    request_into(r, q, market);
+    r.id = o.id;
+    r.account = o.account;
+    r.window_start = o.window_start;
+    r.window_end = o.window_end;
+    r.effective_price = o.effective_price;
+    r.green_discount_bps = o.green_discount_bps;
+    r.bucket = o.bucket;
+    r.status = o.status;
+    r.reason = o.reason;
+    r.priority = o.priority;
+    r.created_at = o.created_at;
+    r.updated_at = o.updated_at;
+    r.filled = o.filled;
+    r.remaining = o.remaining;
+    r.total_gpu_seconds = o.total_gpu_seconds;
+    r.filled_gpu_seconds = o.filled_gpu_seconds;
+    r.lapsed_gpu_seconds = o.lapsed_gpu_seconds;
+    r.free_gpu_seconds = o.free_gpu_seconds;
+    r.cancelled_gpu_seconds = o.cancelled_gpu_seconds;
+    r.free = std::move(o.free);
+    r.body_hash = o.body_hash;
+  }
+
+  // The request part of rest_into(): r.request, r.market and r.book from `q` and its interned market.
+  void request_into(RestOrder& r, const OrderRequest& q, std::pair<const MarketId*, Book*> market) const {
     RestRequest& rq = r.request;
     rq.side = q.side;
     rq.time_in_force = q.time_in_force;
@@ -888,92 +923,118 @@ struct Engine::Impl {
       if (rq.market_kind == MK::cold) cold->request_market = q.market;
       rq.cold = std::move(cold);
     }
-    r.id = o.id;
-    r.account = o.account;
-    r.window_start = o.window_start;
-    r.window_end = o.window_end;
-    r.effective_price = o.effective_price;
-    r.green_discount_bps = o.green_discount_bps;
-    r.bucket = o.bucket;
-    r.status = o.status;
-    r.reason = o.reason;
-    r.priority = o.priority;
-    r.created_at = o.created_at;
-    r.updated_at = o.updated_at;
-    r.filled = o.filled;
-    r.remaining = o.remaining;
-    r.total_gpu_seconds = o.total_gpu_seconds;
-    r.filled_gpu_seconds = o.filled_gpu_seconds;
-    r.lapsed_gpu_seconds = o.lapsed_gpu_seconds;
-    r.free_gpu_seconds = o.free_gpu_seconds;
-    r.cancelled_gpu_seconds = o.cancelled_gpu_seconds;
-    r.free = std::move(o.free);
-    r.body_hash = o.body_hash;
   }
 
-  static Order to_order(const RestOrder& r) {
-    Order o;
-    fill_order(o, r);
-    return o;
-  }
+  static Order to_order(const RestOrder& r) { return make_order(r); }
 
-  // Appends an order event built in place (no temporary Order moved through the variant).
+  // An order event built in place: the variant's alternative is constructed from an OrderOf, whose
+  // conversion to Order builds the Order straight into the event (no default-constructed Order assigned
+  // field by field, no temporary moved through the variant).
+  struct OrderOf {
+    const RestOrder& r;
+    operator Order() const { return make_order(r); }  // NOLINT(google-explicit-constructor): by design
+  };
   template <class E>
   void emit_order(const RestOrder& r) {
-    fill_order(std::get<E>(sink_->emplace_back(std::in_place_type<E>)).order, r);
+    sink_->emplace_back(std::in_place_type<E>, OrderOf{r});
   }
 
-  // `o` default-constructed.
-  static void fill_order(Order& o, const RestOrder& r) {
+  // `o` as make_order(r) (for queries).
+  static void fill_order(Order& o, const RestOrder& r) { o = make_order(r); }
+
+  // The full Order of a compact one, every field initialized once (designated, in declaration order: a
+  // field left out here would silently keep its default, so every one is named).
+  static Order make_order(const RestOrder& r) {
     const RestRequest& rq = r.request;
-    OrderRequest& q = o.request;
-    q.side = rq.side;
-    if (rq.cold) q.client_order_id = rq.cold->client_order_id;
     using MK = RestRequest::MarketKind;
-    if (rq.market_kind == MK::resolved) q.market = *r.market;
-    if (rq.market_kind == MK::cold) q.market = rq.cold->request_market;
-    q.pool = rq.pool;
-    q.price = rq.price;
-    q.quantity = rq.quantity;
-    q.start = rq.start();
-    q.end = rq.end();
-    q.duration = rq.duration();
-    if (rq.cons) q.constraints = *rq.cons;
-    q.min_duration = rq.min_duration;
-    q.min_chunk = rq.min_chunk;
-    q.time_in_force = rq.time_in_force;
-    q.expire_at = rq.expire_at();
-    q.post_only = rq.post_only;
-    q.stp = rq.stp;
-    o.id = r.id;
-    o.account = r.account;
-    o.market = *r.market;
-    o.window_start = r.window_start;
-    o.window_end = r.window_end;
-    o.effective_price = r.effective_price;
-    o.green_discount_bps = r.green_discount_bps;
-    o.status = r.status;
-    o.reason = r.reason;
-    o.bucket = r.bucket;
-    o.priority = r.priority;
-    o.created_at = r.created_at;
-    o.updated_at = r.updated_at;
-    o.filled = r.filled;
-    o.remaining = r.remaining;
-    o.total_gpu_seconds = r.total_gpu_seconds;
-    o.filled_gpu_seconds = r.filled_gpu_seconds;
-    o.lapsed_gpu_seconds = r.lapsed_gpu_seconds;
-    o.free_gpu_seconds = r.free_gpu_seconds;
-    o.cancelled_gpu_seconds = r.cancelled_gpu_seconds;
-    o.free = r.free;
-    o.body_hash = r.body_hash;
+    return Order{
+        .id = r.id,
+        .account = r.account,
+        .request =
+            OrderRequest{
+                .side = rq.side,
+                .client_order_id = rq.cold ? rq.cold->client_order_id : std::string(),
+                .market = rq.market_kind == MK::resolved ? *r.market
+                          : rq.market_kind == MK::cold   ? rq.cold->request_market
+                                                         : MarketId{},
+                .pool = rq.pool,
+                .price = rq.price,
+                .quantity = rq.quantity,
+                .start = rq.start(),
+                .end = rq.end(),
+                .duration = rq.duration(),
+                .constraints = rq.cons ? *rq.cons : BidConstraints{},
+                .min_duration = rq.min_duration,
+                .min_chunk = rq.min_chunk,
+                .time_in_force = rq.time_in_force,
+                .expire_at = rq.expire_at(),
+                .post_only = rq.post_only,
+                .stp = rq.stp,
+            },
+        .market = *r.market,
+        .window_start = r.window_start,
+        .window_end = r.window_end,
+        .effective_price = r.effective_price,
+        .green_discount_bps = r.green_discount_bps,
+        .status = r.status,
+        .reason = r.reason,
+        .bucket = r.bucket,
+        .priority = r.priority,
+        .created_at = r.created_at,
+        .updated_at = r.updated_at,
+        .filled = r.filled,
+        .remaining = r.remaining,
+        .total_gpu_seconds = r.total_gpu_seconds,
+        .filled_gpu_seconds = r.filled_gpu_seconds,
+        .lapsed_gpu_seconds = r.lapsed_gpu_seconds,
+        .free_gpu_seconds = r.free_gpu_seconds,
+        .cancelled_gpu_seconds = r.cancelled_gpu_seconds,
+        .free = r.free,
+        .body_hash = r.body_hash,
+    };
   }
 
   // ---------------------------------------------------------------- accounts
 
+  // The entries of `accounts` by id in an open-addressing table (linear probing; accounts are never erased
+  // and every one is made here), so that the lookup of a command's account is a probe, not a tree descent.
+  struct AccountSlot {
+    std::int64_t id{0};
+    Account* a{nullptr};  // null: empty
+  };
+  std::vector<AccountSlot> account_index;
+  std::size_t account_indexed{0};
+
+  static std::size_t account_home(std::int64_t id, std::size_t mask) {
+    return static_cast<std::size_t>((static_cast<std::uint64_t>(id) * 0x9E3779B97F4A7C15ull) >> 32) & mask;
+  }
+
+  void index_account(std::int64_t id, Account* a) {
+    if ((account_indexed + 1) * 2 > account_index.size()) {
+      std::vector<AccountSlot> old = std::move(account_index);
+      account_index.assign(old.empty() ? 256 : old.size() * 2, AccountSlot{});
+      account_indexed = 0;
+      for (const AccountSlot& e : old) {
+        if (e.a) index_account(e.id, e.a);
+      }
+    }
+    const std::size_t mask = account_index.size() - 1;
+    std::size_t h = account_home(id, mask);
+    while (account_index[h].a) h = (h + 1) & mask;
+    account_index[h] = AccountSlot{id, a};
+    ++account_indexed;
+  }
+
   Account& account(AccountId id) {
-    auto [it, inserted] = accounts.try_emplace(id);
+    if (!account_index.empty()) {
+      const std::size_t mask = account_index.size() - 1;
+      for (std::size_t h = account_home(id.value, mask); account_index[h].a; h = (h + 1) & mask) {
+        if (account_index[h].id == id.value) return *account_index[h].a;
+      }
+    }
+    auto [it, inserted] = accounts.try_emplace(id);  // std::map: the address is stable
     if (inserted) it->second.limits = cfg.default_limits;
+    index_account(id.value, &it->second);
     return it->second;
   }
 
@@ -1137,7 +1198,7 @@ struct Engine::Impl {
     s.bucket = o.bucket;
     s.side = o.request.side;
     if (o.is_buy()) {
-      s.constrained = o.request.constraints().has_attribute_constraints();
+      s.constrained = o.request.cons && o.request.cons->has_attribute_constraints();  // none: not constrained
       s.price = o.request.price;
       s.qty = o.remaining;
     } else {
@@ -1170,17 +1231,22 @@ struct Engine::Impl {
 
   void view_apply(const Shown& s, const MarketId* m, int sign) {
     if (!s.shown) return;
+    view_add(s, m, sign, sign * s.qty.value);
+  }
+
+  // Adds `n_orders` orders and `gpus` GPUs to the level (or the constrained count) that `s` is shown at.
+  void view_add(const Shown& s, const MarketId* m, int n_orders, std::int64_t gpus) {
     Touched& t = touch(m, s.bucket);
     View& v = *t.view;
     if (s.constrained) {
-      v.constrained.orders += sign;
-      v.constrained.gpus += Qty(sign * s.qty.value);
+      v.constrained.orders += n_orders;
+      v.constrained.gpus += Qty(gpus);
       return;
     }
     auto& levels = s.side == Side::buy ? v.bids : v.asks;
     auto lvl = levels.find(s.price);
     const Qty before = lvl == levels.end() ? Qty(0) : lvl->second;
-    const Qty after = before + Qty(sign * s.qty.value);
+    const Qty after = before + Qty(gpus);
     const auto same = [&](const LevelBefore& b) { return b.side == s.side && b.price == s.price; };
     if (auto b = std::find_if(t.before.begin(), t.before.end(), same); b != t.before.end()) {
       b->now = after;
@@ -1200,8 +1266,16 @@ struct Engine::Impl {
     lo.o.bucket = order_bucket(lo.o);
     const Shown s = compute_shown(lo);
     if (s == lo.shown) return;
-    view_apply(lo.shown, lo.o.market, -1);
-    view_apply(s, lo.o.market, +1);
+    const Shown& was = lo.shown;
+    if (s.shown && was.shown && s.constrained == was.constrained && s.side == was.side && s.bucket == was.bucket &&
+        s.price == was.price) {
+      // Still on the same level (a fill or an amend of quantity): one change of its quantity, the same as
+      // taking the old contribution off and putting the new one on.
+      view_add(s, lo.o.market, 0, s.qty.value - was.qty.value);
+    } else {
+      view_apply(was, lo.o.market, -1);
+      view_apply(s, lo.o.market, +1);
+    }
     lo.shown = s;
   }
 
@@ -1230,13 +1304,10 @@ struct Engine::Impl {
         return a.side == Side::buy ? a.price > b.price : a.price < b.price;
       });
       ++v.sequence;
-      BookDelta& d = std::get<BookDelta>(sink_->emplace_back(std::in_place_type<BookDelta>));
-      d.market = *t.market;
-      d.bucket = t.bucket;
-      d.sequence = v.sequence;
-      d.changes.reserve(changed);
-      for (auto it = first; it != last; ++it) d.changes.push_back(LevelChange{it->side, it->price, it->now});
-      d.constrained_bids = v.constrained;
+      std::vector<LevelChange> changes;
+      changes.reserve(changed);
+      for (auto it = first; it != last; ++it) changes.push_back(LevelChange{it->side, it->price, it->now});
+      emit_as<BookDelta>(*t.market, t.bucket, v.sequence, std::move(changes), v.constrained);
     }
     n_touched = 0;
     last_touched = nullptr;
@@ -1774,7 +1845,7 @@ struct Engine::Impl {
       l.ask_min_chunk = ask->request.min_chunk;
       l.ask_min_duration = ask->request.min_duration;
     }
-    Lease& ref = leases.emplace(l.id, l).first->second;
+    Lease& ref = leases.emplace_hint(leases.end(), l.id, std::move(l))->second;  // ids only grow: the last one
     set_owed(ref, cost(price, qty, end - start));
     pools.at(lp.p.id).leases.insert(LeaseRef{ref.price, ref.id, &ref});
     schedule_lease(ref);
@@ -1841,8 +1912,8 @@ struct Engine::Impl {
     t.lease = l.id;
     set_fill_status(bid.o);
     set_fill_status(ask.o);
-    emit(TradeEvent{t});
-    emit(LeaseChanged{l});
+    emit_as<TradeEvent>(std::move(t));
+    emit_as<LeaseChanged>(l);
     hook(bid, bid_in);
     hook(ask, ask_in);
     announce_state(taker == Side::buy ? ask : bid);
@@ -2316,7 +2387,18 @@ struct Engine::Impl {
   void reject_command(Reason r, std::int64_t subject) { emit(CommandRejected{seq, r, subject}); }
 
   // Checks a placement `r` and fills `o`'s geometry and `market` (the interned market, once known).
-  Reason validate(const OrderRequest& r, Order& o, const Command& cmd, std::pair<const MarketId*, Book*>& market,
+  // What validate() works out of a placement before it can fail: the window as the order will hold it and
+  // a bid's remaining quantity (duration bids and sells keep 0 / no remaining, as an Order's defaults).
+  struct Geometry {
+    Seconds window_start;
+    Seconds window_end;
+    Qty remaining;
+  };
+
+  // The market a bid named last, interned (books are never erased): most placements name the same one.
+  std::pair<const MarketId*, Book*> last_market{nullptr, nullptr};
+
+  Reason validate(const OrderRequest& r, Geometry& o, const Command& cmd, std::pair<const MarketId*, Book*>& market,
                   const Account& a) {
     if (r.price.value <= 0 || r.quantity.value <= 0 || r.min_chunk.value <= 0) return Reason::invalid_field;
     if (r.price.value > 1'000'000'000'000 || r.quantity.value > 100'000'000) return Reason::invalid_field;
@@ -2334,15 +2416,21 @@ struct Engine::Impl {
           r.time_in_force != TimeInForce::fok) {
         return Reason::invalid_field;
       }
-      auto b = books.find(r.market);
-      if (b == books.end()) return Reason::not_found;
-      market = {&b->first, &b->second};
+      if (last_market.first && *last_market.first == r.market) {
+        market = last_market;
+      } else {
+        auto b = books.find(r.market);
+        if (b == books.end()) return Reason::not_found;
+        market = last_market = {&b->first, &b->second};
+      }
     } else {
       if (!r.start || !r.end || r.duration) return Reason::invalid_field;
       if (*r.end <= *r.start) return Reason::invalid_field;
       auto p = pools.find(r.pool);
       if (p == pools.end() || p->second.p.provider != cmd.account || p->second.p.retired) return Reason::not_found;
-      market = market_key(p->second.p.spec.market);
+      LivePool& lp = p->second;
+      if (!lp.book) std::tie(lp.market, lp.book) = market_key(lp.p.spec.market);
+      market = {lp.market, lp.book};
     }
     const Book& book = *market.second;
     if (book.halted) return Reason::market_halted;
@@ -2404,18 +2492,20 @@ struct Engine::Impl {
         return;
       }
     }
-    Order o;  // its request stays empty unless rejected: the resting form is built from `r`
-    o.id = OrderId(cmd.seq);
-    o.account = cmd.account;
-    o.priority = cmd.seq;
-    o.created_at = now;
-    o.updated_at = now;
-    o.effective_price = r.price;
-    o.body_hash = h;
+    // No staging Order: validate() works out the geometry, and an accepted order is built in its slot.
+    Geometry g;
     std::pair<const MarketId*, Book*> market{nullptr, nullptr};
     Account& acct = account(cmd.account);
-    const Reason bad = validate(r, o, cmd, market, acct);
+    const Reason bad = validate(r, g, cmd, market, acct);
     if (bad != Reason::none) {
+      Order o;
+      o.id = OrderId(cmd.seq);
+      o.account = cmd.account;
+      o.priority = cmd.seq;
+      o.created_at = now;
+      o.updated_at = now;
+      o.effective_price = r.price;
+      o.body_hash = h;
       o.request = r;
       if (market.first) o.market = *market.first;
       o.status = OrderStatus::rejected;
@@ -2427,48 +2517,68 @@ struct Engine::Impl {
       if (!r.client_order_id.empty()) finished_cids[CidKey{cmd.account, r.client_order_id}] = Finished{o, h, seq};
       return;
     }
+    LiveOrder& lo = orders.emplace_new(OrderId(cmd.seq));
+    RestOrder& o = lo.o;
+    request_into(o, r, market);
+    o.id = OrderId(cmd.seq);
+    o.account = cmd.account;
+    o.priority = cmd.seq;
+    o.created_at = now;
+    o.updated_at = now;
+    o.effective_price = r.price;
+    o.body_hash = h;
+    o.window_start = g.window_start;
+    o.window_end = g.window_end;
+    o.remaining = g.remaining;
     if (r.side == Side::sell) {
       LivePool& lp = pools.at(r.pool);
       o.green_discount_bps = lp.p.green_discount_bps;
-      o.effective_price = discounted(r.price, lp.p.green_discount_bps, market.second->spec.tick);
+      // No discount: the list price itself (validate() checked that it is on the tick).
+      o.effective_price = lp.p.green_discount_bps == 0 ? r.price
+                                                        : discounted(r.price, lp.p.green_discount_bps, market.second->spec.tick);
       o.free = Steps(o.window_start, o.window_end, r.quantity.value);
       o.total_gpu_seconds = r.quantity.value * (o.window_end - o.window_start).value;
+      // Its accounting as refresh_ask_accounting() finds it: its window starts at or after now (validate
+      // clips it), so nothing has lapsed and all of it is free.
+      o.free_gpu_seconds = o.total_gpu_seconds;
       lp.used.add(o.window_start, o.window_end, r.quantity.value);
       lp.used.trim_before(now);
+      lp.asks.add(lo, &LiveOrder::pool_slot);
     }
-    LiveOrder& lo = orders.emplace_new(o.id);
-    rest_into(lo.o, std::move(o), r, market);
-    if (lo.o.is_sell()) pools.at(r.pool).asks.add(lo, &LiveOrder::pool_slot);
     lo.acct = &acct;  // std::map: the address is stable
     acct.orders.add(lo, &LiveOrder::account_slot);
-    if (!r.client_order_id.empty()) open_cids[CidKey{cmd.account, r.client_order_id}] = lo.o.id;
-    hook(lo, false);
-    emit_order<OrderAccepted>(lo.o);
+    if (!r.client_order_id.empty()) open_cids[CidKey{cmd.account, r.client_order_id}] = o.id;
+    // What hook(lo, false) does for an order not yet in a book and not yet shown: its account sums and its
+    // bucket. Its timer waits for the hook that puts it in the book (or none: it ends while incoming).
+    account_add(lo, +1);
+    lo.counted = true;
+    o.bucket = order_bucket(o);
+    emit_order<OrderAccepted>(o);
     if (r.time_in_force == TimeInForce::gtd && *r.expire_at <= now) {
       finish_order(lo, OrderStatus::expired, Reason::expired, true);
       return;
     }
     // Only a post_only order needs the dry run (the walk is the costly part of a placement).
-    if (r.post_only && (lo.o.is_buy() ? bid_would_take(lo.o) : ask_would_take(lo.o))) {
+    if (r.post_only && (o.is_buy() ? bid_would_take(o) : ask_would_take(o))) {
       finish_order(lo, OrderStatus::rejected, Reason::would_take, true);
       return;
     }
-    if (lo.o.is_buy()) {
+    if (o.is_buy()) {
       match_bid(lo, true);
     } else {
       match_ask(lo, true);
     }
     const bool immediate = r.time_in_force == TimeInForce::ioc || r.time_in_force == TimeInForce::fok;
-    if (lo.o.is_open() && immediate) finish_order(lo, OrderStatus::cancelled, Reason::none, false);
-    const bool filled_some = lo.o.is_buy() ? lo.o.filled.value > 0 : lo.o.filled_gpu_seconds > 0;
-    if (lo.o.is_open()) {
+    if (o.is_open() && immediate) finish_order(lo, OrderStatus::cancelled, Reason::none, false);
+    const bool filled_some = o.is_buy() ? o.filled.value > 0 : o.filled_gpu_seconds > 0;
+    if (o.is_open()) {
       // Out of the book while incoming, and its account sums current (every fill re-hooked it): it only
       // enters the book.
       if (lo.in_book) unhook(lo);
       hook(lo, true);
-      if (filled_some) emit_order<OrderUpdated>(lo.o);
+      if (filled_some) emit_order<OrderUpdated>(o);
     } else {
-      emit_order<OrderDone>(lo.o);
+      emit_order<OrderDone>(o);
     }
   }
 

@@ -81,20 +81,30 @@ class StepTree {
     int r{-1};
   };
 
-  static constexpr std::int64_t kNone = std::numeric_limits<std::int64_t>::min() / 4;
-
   Node& n(int i) { return nodes_[static_cast<std::size_t>(i)]; }
   const Node& n(int i) const { return nodes_[static_cast<std::size_t>(i)]; }
 
+  // sum = left sum + delta + right sum; maxpre = the largest of the left's maxpre, the running sum at this
+  // node (left sum + delta) and that plus the right's maxpre (each child's terms only if it exists).
   void pull(int i) {
     Node& x = n(i);
-    const std::int64_t ls = x.l < 0 ? 0 : n(x.l).sum;
-    const std::int64_t lm = x.l < 0 ? kNone : n(x.l).maxpre;
-    const std::int64_t rm = x.r < 0 ? kNone : n(x.r).maxpre;
-    const std::int64_t rs = x.r < 0 ? 0 : n(x.r).sum;
-    const std::int64_t here = ls + x.delta;
-    x.sum = here + rs;
-    x.maxpre = std::max({lm, here, x.r < 0 ? kNone : here + rm});
+    std::int64_t here = x.delta;
+    std::int64_t best;
+    if (x.l >= 0) {
+      const Node& l = n(x.l);
+      here += l.sum;
+      best = std::max(l.maxpre, here);
+    } else {
+      best = here;
+    }
+    if (x.r >= 0) {
+      const Node& r = n(x.r);
+      x.sum = here + r.sum;
+      best = std::max(best, here + r.maxpre);
+    } else {
+      x.sum = here;
+    }
+    x.maxpre = best;
   }
 
   int make(std::int64_t key, std::int64_t delta) {
