@@ -472,9 +472,8 @@ struct LivePool {
   // could use now (spot_now), in ask priority order.
   std::int64_t book_count{0};
   AskSet book_spot_asks;
-  // A fixed-window bid's walk judges the pool's constraints once (walk_mark = the walk's number).
-  mutable std::uint64_t walk_mark{0};
-  mutable bool walk_ok{false};
+  // Its number in its Book's RunIndex (the maximum until its first ask is indexed).
+  mutable std::uint32_t run_number{std::numeric_limits<std::uint32_t>::max()};
 };
 
 using BidSet = ChunkedSet<BidKey, BidOrder>;
@@ -515,25 +514,33 @@ struct AskPool {
 
 // One run of a resting ask's free capacity (a maximal stretch of time with at least one lot, its min_chunk,
 // free throughout; summarize_runs' runs) as a fixed-window bid's walk reads it: the ask can serve [ws, we)
-// only if one of its runs holds it (runs are disjoint, so at most one does).
+// only if one of its runs holds it (runs are disjoint, so at most one does). 40 bytes: the ask's priority is
+// copied so that a walk orders its candidates without reading the order (a cache miss each); the times are
+// 32-bit (the index serves windows with 0 <= ws < we <= kRunMax, exactly: start clamped up to 0, end and
+// min_duration down to kRunMax and kRunMax + 1; runs that can hold no such window are not indexed); the pool
+// is its number in the index (RunIndex::pools).
+constexpr std::int64_t kRunMax = std::int64_t{std::numeric_limits<std::uint32_t>::max()} - 1;
+
 struct RunEntry {
   Price effective;
-  Seconds start;
-  Seconds end;
-  Seconds min_duration;
+  Seq priority{0};
   LiveOrder* lo{nullptr};
-  const LivePool* pool{nullptr};
+  std::uint32_t start{0};
+  std::uint32_t end{0};
+  std::uint32_t min_duration{0};
+  std::uint32_t pool{0};
   bool operator==(const RunEntry&) const = default;
 };
 
 // The free runs of a market's resting asks, in cells by the week (kRunSlot) of their start and of their end,
 // so that a window [ws, we) reads only cells whose runs may hold it (start week <= ws's, end week >= we's)
-// instead of every ask of every pool its price admits. A cell's entries are sorted by (effective, lo, start):
-// a walk stops at its limit price, and an ask leaving the book finds its entries by binary search (its runs
-// are recomputed from its free capacity, which does not change while it rests). Empty cells and rows are
-// erased. A market's index is built by its first fixed-window bid's walk and kept from then on (`enabled`):
-// a market of duration bids only, like the plain workload's, never pays for it. check_invariants compares
-// the whole index with a recomputation.
+// instead of every ask of every pool its price admits. A cell's entries are sorted by (effective, priority,
+// lo, start) in chunks (ChunkedSet: an insert or erase moves at most a chunk): a walk stops at its limit
+// price, and an ask leaving the book finds its entries by binary search (its runs are recomputed from its
+// free capacity, which does not change while it rests). Empty cells and rows are erased. A market's index is
+// built by its first fixed-window bid's walk and kept from then on (`enabled`): a market of duration bids
+// only, like the plain workload's, never pays for it. check_invariants compares the whole index with a
+// recomputation.
 constexpr std::int64_t kRunSlot = 7 * 86'400;
 
 inline std::int64_t run_slot(Seconds t) {
@@ -541,17 +548,28 @@ inline std::int64_t run_slot(Seconds t) {
   return v >= 0 ? v / kRunSlot : -((-v + kRunSlot - 1) / kRunSlot);
 }
 
-inline bool run_entry_less(const RunEntry& x, const RunEntry& y) {
-  if (x.effective.value != y.effective.value) return x.effective.value < y.effective.value;
-  if (x.lo != y.lo) return std::less<const LiveOrder*>()(x.lo, y.lo);
-  return x.start.value < y.start.value;
-}
+struct RunEntryLess {
+  bool operator()(const RunEntry& x, const RunEntry& y) const {
+    if (x.effective.value != y.effective.value) return x.effective.value < y.effective.value;
+    if (x.priority != y.priority) return x.priority < y.priority;
+    if (x.lo != y.lo) return std::less<const LiveOrder*>()(x.lo, y.lo);
+    return x.start < y.start;
+  }
+};
 
-using RunCell = std::vector<RunEntry>;
+using RunCell = ChunkedSet<RunEntry, RunEntryLess>;
 using RunRow = std::map<std::int64_t, RunCell>;  // by end week
+
+// A pool's verdict for the current walk (`mark` = the walk's number), by the pool's number in the index.
+struct RunPoolMark {
+  std::uint64_t mark{0};
+  bool ok{false};
+};
 
 struct RunIndex {
   std::map<std::int64_t, RunRow> rows;  // by start week
+  std::vector<const LivePool*> pools;   // by number (LivePool::run_number), never shrunk
+  std::vector<RunPoolMark> marks;       // parallel to pools
   std::size_t size{0};
   bool enabled{false};
 };
@@ -1323,7 +1341,6 @@ struct Engine::Impl {
   struct AskCandidate {
     Price effective;
     Seq priority{0};
-    OrderId id;
     LiveOrder* lo{nullptr};
     const LivePool* pool{nullptr};
   };
@@ -1335,7 +1352,7 @@ struct Engine::Impl {
   };
   mutable std::deque<WalkScratch> head_stack;  // a deque: a nested walk's emplace_back keeps references
   mutable std::size_t head_depth{0};
-  mutable std::uint64_t walk_count{0};  // numbers fixed-window walks (LivePool::walk_mark)
+  mutable std::uint64_t walk_count{0};  // numbers fixed-window walks (RunPoolMark::mark)
 
   template <class F>
   void walk_asks(const Book& b, const RestOrder& bid, Price limit, const BidConstraints& c, F&& fn) const {
@@ -1363,37 +1380,58 @@ struct Engine::Impl {
           for (const AskRef& r : ap.refs) index_runs(b, *r.lo, ap.lp);
         }
       }
-      // The runs that hold [ws, we): in cells whose start week is at most ws's and end week at least we's.
-      const std::uint64_t mark = ++walk_count;
-      const std::int64_t ws_slot = run_slot(ws);
-      const std::int64_t we_slot = run_slot(we);
-      const Seconds len = we - ws;
-      for (auto row = b.free_runs.rows.begin(); row != b.free_runs.rows.end() && row->first <= ws_slot; ++row) {
-        for (auto cell = row->second.lower_bound(we_slot); cell != row->second.end(); ++cell) {
-          for (const RunEntry& e : cell->second) {
-            if (e.effective > limit) break;
-            if (e.start > ws || e.end < we || len < e.min_duration) continue;
-            const LivePool* lp = e.pool;
-            if (lp->walk_mark != mark) {
-              lp->walk_mark = mark;
-              lp->walk_ok = pool_satisfies(lp->p, c);
+      if (ws.value < 0 || we.value > kRunMax) {  // outside the index's 32-bit times: every resting ask
+        for (const AskPool& ap : b.ask_pools) {
+          if (!pool_satisfies(ap.lp->p, c)) continue;
+          for (const AskRef& r : ap.refs) {
+            const RestOrder& o = r.lo->o;
+            if (o.effective_price > limit || we - ws < o.request.min_duration) continue;
+            bool holds = false;
+            for_each_run(o, [&](Seconds from, Seconds to) { holds = holds || (from <= ws && to >= we); });
+            if (holds) cands.push_back(AskCandidate{o.effective_price, o.priority, r.lo, ap.lp});
+          }
+        }
+      } else {
+        // The runs that hold [ws, we): in cells whose start week is at most ws's and end week at least we's.
+        RunIndex& ix = b.free_runs;
+        const std::uint64_t mark = ++walk_count;
+        const std::int64_t ws_slot = run_slot(ws);
+        const std::int64_t we_slot = run_slot(we);
+        const auto ws32 = static_cast<std::uint32_t>(ws.value);
+        const auto we32 = static_cast<std::uint32_t>(we.value);
+        const auto len32 = static_cast<std::uint32_t>((we - ws).value);
+        for (auto row = ix.rows.begin(); row != ix.rows.end() && row->first <= ws_slot; ++row) {
+          for (auto cell = row->second.lower_bound(we_slot); cell != row->second.end(); ++cell) {
+            for (const std::vector<RunEntry>& chunk : cell->second.chunks()) {
+              if (chunk.front().effective > limit) break;
+              for (const RunEntry& e : chunk) {
+                if (e.effective > limit) break;
+                if (e.start > ws32 || e.end < we32 || len32 < e.min_duration) continue;
+                RunPoolMark& pm = ix.marks[e.pool];
+                if (pm.mark != mark) {
+                  pm.mark = mark;
+                  pm.ok = pool_satisfies(ix.pools[e.pool]->p, c);
+                }
+                if (!pm.ok) continue;
+                cands.push_back(AskCandidate{e.effective, e.priority, e.lo, ix.pools[e.pool]});
+              }
             }
-            if (!lp->walk_ok) continue;
-            cands.push_back(AskCandidate{e.effective, e.lo->o.priority, e.lo->o.id, e.lo, lp});
           }
         }
       }
-      const auto later = [](const AskCandidate& x, const AskCandidate& y) {  // min-heap on (effective, priority, id)
+      // A min-heap on (effective, priority, id); the id is read from the order only for equal priorities (an order's priority is the sequence number of the command that gave it,
+      // so two different orders never tie; kept for exactness).
+      const auto later = [](const AskCandidate& x, const AskCandidate& y) {
         if (x.effective.value != y.effective.value) return x.effective.value > y.effective.value;
         if (x.priority != y.priority) return x.priority > y.priority;
-        return x.id.value > y.id.value;
+        return x.lo->o.id.value > y.lo->o.id.value;
       };
       std::make_heap(cands.begin(), cands.end(), later);
       while (!cands.empty()) {
         std::pop_heap(cands.begin(), cands.end(), later);
         const AskCandidate x = cands.back();
         cands.pop_back();
-        AskKey k{x.effective, x.priority, x.id};
+        AskKey k{x.effective, x.priority, x.lo->o.id};
         k.lo = x.lo;
         k.pool = x.pool;
         if (!fn(k)) return;
@@ -1554,36 +1592,54 @@ struct Engine::Impl {
     if (in_run) f(from, last);
   }
 
-  static RunEntry run_entry(LiveOrder& lo, const LivePool* lp, Seconds from, Seconds to) {
-    return RunEntry{lo.o.effective_price, from, to, lo.o.request.min_duration, &lo, lp};
+  // The index's entry for one run of a resting ask (its pool numbered already); nullopt for a run that can
+  // hold no window of the index's range (0 <= ws < we <= kRunMax), which is not indexed.
+  static std::optional<RunEntry> run_entry(const LiveOrder& lo, const LivePool* lp, Seconds from, Seconds to) {
+    if (to.value <= 0 || from.value >= kRunMax) return std::nullopt;
+    const auto u32 = [](std::int64_t v, std::int64_t hi) {
+      return static_cast<std::uint32_t>(std::clamp<std::int64_t>(v, 0, hi));
+    };
+    return RunEntry{lo.o.effective_price, lo.o.priority, const_cast<LiveOrder*>(&lo), u32(from.value, kRunMax),
+                    u32(to.value, kRunMax), u32(lo.o.request.min_duration.value, kRunMax + 1), lp->run_number};
   }
 
   // Puts a resting ask's runs into its book's RunIndex (hook) or takes them out (unhook; its free capacity
   // is what it was when hooked).
   static void index_runs(const Book& b, LiveOrder& lo, const LivePool* lp) {
-    if (!b.free_runs.enabled) return;
+    RunIndex& ix = b.free_runs;
+    if (!ix.enabled) return;
+    if (lp->run_number == std::numeric_limits<std::uint32_t>::max()) {
+      lp->run_number = static_cast<std::uint32_t>(ix.pools.size());
+      ix.pools.push_back(lp);
+      ix.marks.emplace_back();
+    }
     for_each_run(lo.o, [&](Seconds from, Seconds to) {
-      RunCell& cell = b.free_runs.rows[run_slot(from)][run_slot(to)];
-      const RunEntry e = run_entry(lo, lp, from, to);
-      cell.insert(std::upper_bound(cell.begin(), cell.end(), e, run_entry_less), e);
-      ++b.free_runs.size;
+      const std::optional<RunEntry> e = run_entry(lo, lp, from, to);
+      if (!e) return;
+      RunCell& cell = ix.rows[run_slot(Seconds(e->start))][run_slot(Seconds(e->end))];
+      const std::size_t n = cell.size();
+      cell.insert(*e);
+      if (cell.size() != n + 1) throw std::logic_error("free run index: entry already in");
+      ++ix.size;
     });
   }
   static void unindex_runs(Book& b, LiveOrder& lo, const LivePool* lp) {
-    if (!b.free_runs.enabled) return;
+    RunIndex& ix = b.free_runs;
+    if (!ix.enabled) return;
     for_each_run(lo.o, [&](Seconds from, Seconds to) {
-      auto row = b.free_runs.rows.find(run_slot(from));
-      if (row == b.free_runs.rows.end()) throw std::logic_error("free run index: no row");
-      auto cell = row->second.find(run_slot(to));
+      const std::optional<RunEntry> e = run_entry(lo, lp, from, to);
+      if (!e) return;
+      auto row = ix.rows.find(run_slot(Seconds(e->start)));
+      if (row == ix.rows.end()) throw std::logic_error("free run index: no row");
+      auto cell = row->second.find(run_slot(Seconds(e->end)));
       if (cell == row->second.end()) throw std::logic_error("free run index: no cell");
-      const RunEntry e = run_entry(lo, lp, from, to);
-      auto it = std::lower_bound(cell->second.begin(), cell->second.end(), e, run_entry_less);
-      if (it == cell->second.end() || !(*it == e)) throw std::logic_error("free run index: no entry");
-      cell->second.erase(it);
-      --b.free_runs.size;
+      const std::size_t n = cell->second.size();
+      cell->second.erase(*e);
+      if (cell->second.size() + 1 != n) throw std::logic_error("free run index: no entry");
+      --ix.size;
       if (cell->second.empty()) {
         row->second.erase(cell);
-        if (row->second.empty()) b.free_runs.rows.erase(row);
+        if (row->second.empty()) ix.rows.erase(row);
       }
     });
   }
@@ -2906,16 +2962,21 @@ struct Engine::Impl {
       for (const AskPool& ap : b.ask_pools) {
         if (!b.free_runs.enabled) break;
         for (const AskRef& r : ap.refs) {
+          if (ap.lp->run_number >= b.free_runs.pools.size() || b.free_runs.pools[ap.lp->run_number] != ap.lp) {
+            fail("free run index: pool " + std::to_string(ap.lp->p.id.value) + " not numbered");
+            break;
+          }
           for_each_run(r.lo->o, [&](Seconds from, Seconds to) {
+            const std::optional<RunEntry> e = run_entry(*r.lo, ap.lp, from, to);
+            if (!e) return;
             ++runs;
-            const RunEntry e = run_entry(*r.lo, ap.lp, from, to);
             bool found = false;
-            auto row = b.free_runs.rows.find(run_slot(from));
+            auto row = b.free_runs.rows.find(run_slot(Seconds(e->start)));
             if (row != b.free_runs.rows.end()) {
-              auto cell = row->second.find(run_slot(to));
+              auto cell = row->second.find(run_slot(Seconds(e->end)));
               if (cell != row->second.end()) {
-                auto it = std::lower_bound(cell->second.begin(), cell->second.end(), e, run_entry_less);
-                found = it != cell->second.end() && *it == e;
+                auto it = cell->second.lower_bound(*e);
+                found = it != cell->second.end() && *it == *e;
               }
             }
             if (!found) fail("free run of ask " + std::to_string(r.id.value) + " not indexed");
@@ -2927,10 +2988,12 @@ struct Engine::Impl {
         if (row.empty()) fail("free run index: empty row");
         for (const auto& [end_week, cell] : row) {
           if (cell.empty()) fail("free run index: empty cell");
-          for (std::size_t j = 1; j < cell.size(); ++j) {
-            if (!run_entry_less(cell[j - 1], cell[j])) fail("free run index: cell out of order");
+          const RunEntry* prev = nullptr;
+          for (const RunEntry& e : cell) {
+            if (prev && !RunEntryLess{}(*prev, e)) fail("free run index: cell out of order");
+            prev = &e;
+            ++indexed;
           }
-          indexed += cell.size();
         }
       }
       if (indexed != runs || indexed != b.free_runs.size) {
