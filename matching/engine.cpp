@@ -200,7 +200,7 @@ struct LiveOrder {
   Account* acct{nullptr};   // its account's entry (Impl::accounts is a std::map: stable), once looked up
   std::uint32_t account_slot{0};   // its place in its Account's orders
   std::uint32_t pool_slot{0};      // sell: its place in its LivePool's asks
-  std::uint32_t book_slot{0};      // sell in a book: its index in its AskPool's filters and refs
+  std::uint32_t book_slot{0};      // sell in a book: its index in its AskPool's asks
   int bid_group{-1};    // buy: index of its constraint group in its Book (set when it first rests)
   bool in_book{false};
   bool in_spot{false};  // sell: also in its pool's book_spot_asks
@@ -417,42 +417,6 @@ struct RunBounds {
   }
 };
 
-// One resting ask of a pool as a fixed-window bid's walk tests it, in 24 bytes (a walk reads every ask of
-// an admitted pool): its effective price and window_fits' fields, the times as 32-bit values, conservative
-// (a key that window_fits admits always passes): the run hull's start clamped into [0, 2^32 - 1], its end
-// the same with 2^32 - 1 standing for "no bound", min_duration clamped down, max_run as in the key.
-constexpr std::uint32_t kNoEnd = std::numeric_limits<std::uint32_t>::max();
-
-struct AskFilter {
-  Price effective;
-  std::uint32_t run_start{0};
-  std::uint32_t run_end{0};
-  std::int32_t max_run{0};
-  std::uint32_t min_duration{0};
-  // False when the ask cannot serve [ws, we) (window_fits on its key would be false), given ws >= now >= 0
-  // and we > ws.
-  bool fits(Seconds ws, Seconds we) const {
-    const std::int64_t len = (we - ws).value;
-    return ws.value >= run_start && (we.value <= run_end || run_end == kNoEnd) && len >= min_duration &&
-           (max_run == kAnyRun || len <= max_run);
-  }
-  bool operator==(const AskFilter&) const = default;
-};
-
-// The rest of the ask's key, read only for the asks that pass their filter (parallel to the filters).
-struct AskRef {
-  Seq priority{0};
-  OrderId id;
-  LiveOrder* lo{nullptr};
-};
-
-AskFilter filter_of(const AskKey& k) {
-  const auto u32 = [](std::int64_t v) {
-    return static_cast<std::uint32_t>(std::clamp<std::int64_t>(v, 0, std::int64_t{kNoEnd}));
-  };
-  return AskFilter{k.effective, u32(k.run_start().value), u32(k.run_end().value), k.max_run, u32(k.min_duration.value)};
-}
-
 // A pool's live lease, in (price, id) order: the order preemption considers them in. A lease's price never
 // changes; `l` points into Impl::leases (std::map: stable).
 struct LeaseRef {
@@ -468,7 +432,7 @@ struct LivePool {
   OrderList asks;  // open asks
   ChunkedSet<LeaseRef, std::less<LeaseRef>> leases;  // not ended
   std::size_t ask_pool_slot{0};  // its place in its Book's ask_pools while it has resting asks
-  // This pool's resting asks (all of them are in its AskPool's filters and refs) and those a duration bid
+  // This pool's resting asks (all of them are in its AskPool's asks) and those a duration bid
   // could use now (spot_now), in ask priority order.
   std::int64_t book_count{0};
   AskSet book_spot_asks;
@@ -494,20 +458,13 @@ struct BidGroup {
   std::map<std::string, BidSets> by_region;
 };
 
-// A pool's resting asks as a fixed-window bid walks them: an AskFilter and an AskRef each, in two parallel
-// arrays in no order (each LiveOrder keeps its index, book_slot; erase moves the last entry into the hole).
-// The summaries let a walk pass over the pool without reading an entry: a lower bound of its asks' prices
-// (exact after inserts; an erase of the cheapest recomputes it when the pool has at most kExactCheapest
-// asks, else leaves it lower) and their run bounds, and the cheapest price and run bounds of those in
-// book_spot_asks (spot_cheapest: max when it is empty).
-constexpr std::size_t kExactCheapest = 64;
-
+// A pool's resting asks in no order (each LiveOrder keeps its index, book_slot; erase moves the last one into
+// the hole; fixed-window bids find them through the RunIndex), and the cheapest price and run bounds of those
+// in book_spot_asks (spot_cheapest: max when it is empty), which let a duration bid's walk pass over the pool
+// without reading a key.
 struct AskPool {
   LivePool* lp{nullptr};
-  Price cheapest;                // <= every filter's effective
-  RunBounds runs;
-  std::vector<AskFilter> filters;
-  std::vector<AskRef> refs;
+  std::vector<LiveOrder*> asks;
   Price spot_cheapest{std::numeric_limits<std::int64_t>::max()};
   RunBounds spot_runs;
 };
@@ -1377,18 +1334,18 @@ struct Engine::Impl {
       if (!b.free_runs.enabled) {  // the market's first fixed-window bid: index every resting ask's runs
         b.free_runs.enabled = true;
         for (const AskPool& ap : b.ask_pools) {
-          for (const AskRef& r : ap.refs) index_runs(b, *r.lo, ap.lp);
+          for (LiveOrder* lo : ap.asks) index_runs(b, *lo, ap.lp);
         }
       }
       if (ws.value < 0 || we.value > kRunMax) {  // outside the index's 32-bit times: every resting ask
         for (const AskPool& ap : b.ask_pools) {
           if (!pool_satisfies(ap.lp->p, c)) continue;
-          for (const AskRef& r : ap.refs) {
-            const RestOrder& o = r.lo->o;
+          for (LiveOrder* lo : ap.asks) {
+            const RestOrder& o = lo->o;
             if (o.effective_price > limit || we - ws < o.request.min_duration) continue;
             bool holds = false;
             for_each_run(o, [&](Seconds from, Seconds to) { holds = holds || (from <= ws && to >= we); });
-            if (holds) cands.push_back(AskCandidate{o.effective_price, o.priority, r.lo, ap.lp});
+            if (holds) cands.push_back(AskCandidate{o.effective_price, o.priority, lo, ap.lp});
           }
         }
       } else {
@@ -1527,13 +1484,11 @@ struct Engine::Impl {
         unindex_runs(b, lo, lp);
         AskPool& ap = b.ask_pools[lp->ask_pool_slot];
         const std::uint32_t at = lo.book_slot;
-        if (at + 1 != ap.filters.size()) {
-          ap.filters[at] = ap.filters.back();
-          ap.refs[at] = ap.refs.back();
-          ap.refs[at].lo->book_slot = at;
+        if (at + 1 != ap.asks.size()) {
+          ap.asks[at] = ap.asks.back();
+          ap.asks[at]->book_slot = at;
         }
-        ap.filters.pop_back();
-        ap.refs.pop_back();
+        ap.asks.pop_back();
         if (lo.in_spot) {
           lp->book_spot_asks.erase(k);
           if (lp->book_spot_asks.empty()) {
@@ -1550,10 +1505,6 @@ struct Engine::Impl {
             b.ask_pools[i].lp->ask_pool_slot = i;
           }
           b.ask_pools.pop_back();
-        } else if (k.effective == ap.cheapest && ap.filters.size() <= kExactCheapest) {
-          Price cheapest(std::numeric_limits<std::int64_t>::max());
-          for (const AskFilter& other : ap.filters) cheapest = std::min(cheapest, other.effective);
-          ap.cheapest = cheapest;
         }
         lo.hooked_pool = nullptr;
         lo.in_spot = false;
@@ -1722,14 +1673,11 @@ struct Engine::Impl {
           lo.in_spot = spot_now(o);
           if (lp.book_count++ == 0) {
             lp.ask_pool_slot = b.ask_pools.size();
-            b.ask_pools.push_back(AskPool{&lp, k.effective, {}, {}, {}, Price(std::numeric_limits<std::int64_t>::max()), {}});
+            b.ask_pools.push_back(AskPool{&lp, {}, Price(std::numeric_limits<std::int64_t>::max()), {}});
           }
           AskPool& ap = b.ask_pools[lp.ask_pool_slot];
-          ap.cheapest = std::min(ap.cheapest, k.effective);
-          ap.runs.widen(k);
-          lo.book_slot = static_cast<std::uint32_t>(ap.filters.size());
-          ap.filters.push_back(filter_of(k));
-          ap.refs.push_back(AskRef{k.priority, k.id, &lo});
+          lo.book_slot = static_cast<std::uint32_t>(ap.asks.size());
+          ap.asks.push_back(&lo);
           if (lo.in_spot) {
             lp.book_spot_asks.insert(k);
             ap.spot_runs.widen(k);
@@ -2731,7 +2679,7 @@ struct Engine::Impl {
     if (!c.halted) {
       std::vector<OrderId> ids;
       for (const AskPool& ap : it->second.ask_pools) {
-        for (const AskRef& r : ap.refs) ids.push_back(r.id);
+        for (const LiveOrder* lo : ap.asks) ids.push_back(lo->o.id);
       }
       match_woken(std::move(ids));  // sorts them into ask priority
     }
@@ -2890,8 +2838,8 @@ struct Engine::Impl {
       if (in && o.is_sell()) {
         in = lo.hooked_pool == &pools.at(o.request.pool) && lo.hooked_pool->book_count > 0;
         if (in) {
-          const std::vector<AskRef>& refs = o.book->ask_pools[lo.hooked_pool->ask_pool_slot].refs;
-          in = lo.book_slot < refs.size() && refs[lo.book_slot].lo == &lo;
+          const std::vector<LiveOrder*>& asks = o.book->ask_pools[lo.hooked_pool->ask_pool_slot].asks;
+          in = lo.book_slot < asks.size() && asks[lo.book_slot] == &lo;
         }
       }
       if (!in) fail("open order not in book: " + to_string(to_order(o)));
@@ -2923,19 +2871,10 @@ struct Engine::Impl {
       for (const BidGroup& g : b.bid_groups) in_groups += g.resting;
       for (std::size_t i = 0; i < b.ask_pools.size(); ++i) {
         const AskPool& ap = b.ask_pools[i];
-        if (ap.refs.size() != ap.filters.size()) fail("ask pool arrays of pool " + std::to_string(ap.lp->p.id.value));
-        for (std::size_t j = 0; j < ap.refs.size(); ++j) {
-          const AskRef& r = ap.refs[j];
-          const RestOrder& o = r.lo->o;
-          AskKey fresh{o.effective_price, o.priority, o.id, r.lo, ap.lp, o.window_start, o.window_end,
-                       o.request.min_duration};
-          summarize_runs(o, fresh);
-          if (r.lo->book_slot != j || r.lo->hooked_pool != ap.lp || !r.lo->in_book || o.book != &b ||
-              !(ap.filters[j] == filter_of(fresh)) || r.priority != o.priority || r.id != o.id) {
-            fail("ask slot stale: " + std::to_string(r.id.value));
-          }
-          if (!ap.runs.bounds(fresh) || ap.cheapest > o.effective_price) {
-            fail("ask pool summary misses ask " + std::to_string(r.id.value));
+        for (std::size_t j = 0; j < ap.asks.size(); ++j) {
+          const LiveOrder& lo = *ap.asks[j];
+          if (lo.book_slot != j || lo.hooked_pool != ap.lp || !lo.in_book || lo.o.book != &b || !lo.o.is_sell()) {
+            fail("ask slot stale: " + std::to_string(lo.o.id.value));
           }
         }
         for (const AskKey& k : ap.lp->book_spot_asks) {
@@ -2951,7 +2890,7 @@ struct Engine::Impl {
                          : ap.spot_cheapest != spot.begin()->effective) {
           fail("spot cheapest of pool " + std::to_string(ap.lp->p.id.value) + " out of step");
         }
-        const auto n = static_cast<std::int64_t>(ap.refs.size());
+        const auto n = static_cast<std::int64_t>(ap.asks.size());
         if (ap.lp->ask_pool_slot != i || n == 0 || n != ap.lp->book_count) {
           fail("ask pool index of pool " + std::to_string(ap.lp->p.id.value) + " out of step");
         }
@@ -2961,13 +2900,13 @@ struct Engine::Impl {
       std::size_t runs = 0;
       for (const AskPool& ap : b.ask_pools) {
         if (!b.free_runs.enabled) break;
-        for (const AskRef& r : ap.refs) {
+        for (LiveOrder* lo : ap.asks) {
           if (ap.lp->run_number >= b.free_runs.pools.size() || b.free_runs.pools[ap.lp->run_number] != ap.lp) {
             fail("free run index: pool " + std::to_string(ap.lp->p.id.value) + " not numbered");
             break;
           }
-          for_each_run(r.lo->o, [&](Seconds from, Seconds to) {
-            const std::optional<RunEntry> e = run_entry(*r.lo, ap.lp, from, to);
+          for_each_run(lo->o, [&](Seconds from, Seconds to) {
+            const std::optional<RunEntry> e = run_entry(*lo, ap.lp, from, to);
             if (!e) return;
             ++runs;
             bool found = false;
@@ -2979,7 +2918,7 @@ struct Engine::Impl {
                 found = it != cell->second.end() && *it == *e;
               }
             }
-            if (!found) fail("free run of ask " + std::to_string(r.id.value) + " not indexed");
+            if (!found) fail("free run of ask " + std::to_string(lo->o.id.value) + " not indexed");
           });
         }
       }
