@@ -2,6 +2,7 @@
 #include "matching/engine.hpp"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <deque>
 #include <memory>
@@ -514,7 +515,20 @@ struct RunEntryLess {
   }
 };
 
-using RunCell = ChunkedSet<RunEntry, RunEntryLess>;
+using RunSet = ChunkedSet<RunEntry, RunEntryLess>;
+
+// One cell's runs, apart by their pool's tier (which never changes): a bid that excludes a tier (spot, unless
+// it is interruptible; every tier but those it names) does not read that tier's runs.
+constexpr std::size_t kTiers = static_cast<std::size_t>(Tier::spot) + 1;
+
+inline std::size_t tier_index(Tier t) { return static_cast<std::size_t>(t); }
+
+struct RunCell {
+  std::array<RunSet, kTiers> by_tier;
+  bool empty() const {
+    return std::all_of(by_tier.begin(), by_tier.end(), [](const RunSet& r) { return r.empty(); });
+  }
+};
 using RunRow = std::map<std::int64_t, RunCell>;  // by end week
 
 // A pool's verdict for the current walk (`mark` = the walk's number), by the pool's number in the index.
@@ -1366,20 +1380,29 @@ struct Engine::Impl {
         const auto ws32 = static_cast<std::uint32_t>(ws.value);
         const auto we32 = static_cast<std::uint32_t>(we.value);
         const auto len32 = static_cast<std::uint32_t>((we - ws).value);
+        // The tiers pool_satisfies admits (it judges the tier again with the rest, per pool).
+        std::array<bool, kTiers> tier_ok{};
+        for (std::size_t t = 0; t < kTiers; ++t) {
+          const Tier tier = static_cast<Tier>(t);
+          tier_ok[t] = (tier != Tier::spot || c.interruptible) && (c.tiers.empty() || contains_tier(c.tiers, tier));
+        }
         for (auto row = ix.rows.begin(); row != ix.rows.end() && row->first <= ws_slot; ++row) {
           for (auto cell = row->second.lower_bound(we_slot); cell != row->second.end(); ++cell) {
-            for (const std::vector<RunEntry>& chunk : cell->second.chunks()) {
-              if (chunk.front().effective > limit) break;
-              for (const RunEntry& e : chunk) {
-                if (e.effective > limit) break;
-                if (e.start > ws32 || e.end < we32 || len32 < e.min_duration) continue;
-                RunPoolMark& pm = ix.marks[e.pool];
-                if (pm.mark != mark) {
-                  pm.mark = mark;
-                  pm.ok = pool_satisfies(ix.pools[e.pool]->p, c);
+            for (std::size_t t = 0; t < kTiers; ++t) {
+              if (!tier_ok[t]) continue;
+              for (const std::vector<RunEntry>& chunk : cell->second.by_tier[t].chunks()) {
+                if (chunk.front().effective > limit) break;
+                for (const RunEntry& e : chunk) {
+                  if (e.effective > limit) break;
+                  if (e.start > ws32 || e.end < we32 || len32 < e.min_duration) continue;
+                  RunPoolMark& pm = ix.marks[e.pool];
+                  if (pm.mark != mark) {
+                    pm.mark = mark;
+                    pm.ok = pool_satisfies(ix.pools[e.pool]->p, c);
+                  }
+                  if (!pm.ok) continue;
+                  cands.push_back(AskCandidate{e.effective, e.priority, e.lo, ix.pools[e.pool]});
                 }
-                if (!pm.ok) continue;
-                cands.push_back(AskCandidate{e.effective, e.priority, e.lo, ix.pools[e.pool]});
               }
             }
           }
@@ -1576,10 +1599,10 @@ struct Engine::Impl {
     for_each_run(lo.o, [&](Seconds from, Seconds to) {
       const std::optional<RunEntry> e = run_entry(lo, lp, from, to);
       if (!e) return;
-      RunCell& cell = ix.rows[run_slot(Seconds(e->start))][run_slot(Seconds(e->end))];
-      const std::size_t n = cell.size();
-      cell.insert(*e);
-      if (cell.size() != n + 1) throw std::logic_error("free run index: entry already in");
+      RunSet& set = ix.rows[run_slot(Seconds(e->start))][run_slot(Seconds(e->end))].by_tier[tier_index(lp->p.spec.tier)];
+      const std::size_t n = set.size();
+      set.insert(*e);
+      if (set.size() != n + 1) throw std::logic_error("free run index: entry already in");
       ++ix.size;
     });
   }
@@ -1593,9 +1616,10 @@ struct Engine::Impl {
       if (row == ix.rows.end()) throw std::logic_error("free run index: no row");
       auto cell = row->second.find(run_slot(Seconds(e->end)));
       if (cell == row->second.end()) throw std::logic_error("free run index: no cell");
-      const std::size_t n = cell->second.size();
-      cell->second.erase(*e);
-      if (cell->second.size() + 1 != n) throw std::logic_error("free run index: no entry");
+      RunSet& set = cell->second.by_tier[tier_index(lp->p.spec.tier)];
+      const std::size_t n = set.size();
+      set.erase(*e);
+      if (set.size() + 1 != n) throw std::logic_error("free run index: no entry");
       --ix.size;
       if (cell->second.empty()) {
         row->second.erase(cell);
@@ -2923,8 +2947,9 @@ struct Engine::Impl {
             if (row != b.free_runs.rows.end()) {
               auto cell = row->second.find(run_slot(Seconds(e->end)));
               if (cell != row->second.end()) {
-                auto it = cell->second.lower_bound(*e);
-                found = it != cell->second.end() && *it == *e;
+                const RunSet& set = cell->second.by_tier[tier_index(ap.lp->p.spec.tier)];
+                auto it = set.lower_bound(*e);
+                found = it != set.end() && *it == *e;
               }
             }
             if (!found) fail("free run of ask " + std::to_string(lo->o.id.value) + " not indexed");
@@ -2936,11 +2961,14 @@ struct Engine::Impl {
         if (row.empty()) fail("free run index: empty row");
         for (const auto& [end_week, cell] : row) {
           if (cell.empty()) fail("free run index: empty cell");
-          const RunEntry* prev = nullptr;
-          for (const RunEntry& e : cell) {
-            if (prev && !RunEntryLess{}(*prev, e)) fail("free run index: cell out of order");
-            prev = &e;
-            ++indexed;
+          for (std::size_t t = 0; t < kTiers; ++t) {
+            const RunEntry* prev = nullptr;
+            for (const RunEntry& e : cell.by_tier[t]) {
+              if (prev && !RunEntryLess{}(*prev, e)) fail("free run index: cell out of order");
+              if (tier_index(b.free_runs.pools[e.pool]->p.spec.tier) != t) fail("free run index: run in another tier");
+              prev = &e;
+              ++indexed;
+            }
           }
         }
       }
