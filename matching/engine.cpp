@@ -1408,8 +1408,9 @@ struct Engine::Impl {
           }
         }
       }
-      // A min-heap on (effective, priority, id); the id is read from the order only for equal priorities (an order's priority is the sequence number of the command that gave it,
-      // so two different orders never tie; kept for exactness).
+      // A min-heap on (effective, priority, id); the id is read from the order only for equal priorities (an
+      // order's priority is the sequence number of the command that gave it, so two orders never tie; kept
+      // for exactness).
       const auto later = [](const AskCandidate& x, const AskCandidate& y) {
         if (x.effective.value != y.effective.value) return x.effective.value > y.effective.value;
         if (x.priority != y.priority) return x.priority > y.priority;
@@ -1599,7 +1600,8 @@ struct Engine::Impl {
     for_each_run(lo.o, [&](Seconds from, Seconds to) {
       const std::optional<RunEntry> e = run_entry(lo, lp, from, to);
       if (!e) return;
-      RunSet& set = ix.rows[run_slot(Seconds(e->start))][run_slot(Seconds(e->end))].by_tier[tier_index(lp->p.spec.tier)];
+      RunCell& cell = ix.rows[run_slot(Seconds(e->start))][run_slot(Seconds(e->end))];
+      RunSet& set = cell.by_tier[tier_index(lp->p.spec.tier)];
       const std::size_t n = set.size();
       set.insert(*e);
       if (set.size() != n + 1) throw std::logic_error("free run index: entry already in");
