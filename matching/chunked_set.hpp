@@ -46,6 +46,9 @@ class ChunkedSet {
   const_iterator end() const { return const_iterator(this, chunks_.size(), 0); }
   bool empty() const { return size_ == 0; }
   std::size_t size() const { return size_; }
+  // The keys chunk by chunk (each chunk non-empty and sorted, in order): for scans that want contiguous
+  // memory without the iterator's per-key bounds check.
+  const std::vector<std::vector<Key>>& chunks() const { return chunks_; }
   // Changes with every insert or erase: an iterator taken at an equal version is still valid.
   std::uint64_t version() const { return version_; }
 

@@ -2,6 +2,7 @@
 #include "matching/engine.hpp"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <deque>
 #include <memory>
@@ -200,7 +201,7 @@ struct LiveOrder {
   Account* acct{nullptr};   // its account's entry (Impl::accounts is a std::map: stable), once looked up
   std::uint32_t account_slot{0};   // its place in its Account's orders
   std::uint32_t pool_slot{0};      // sell: its place in its LivePool's asks
-  std::uint32_t book_slot{0};      // sell in a book: its index in its AskPool's filters and refs
+  std::uint32_t book_slot{0};      // sell in a book: its index in its AskPool's asks
   int bid_group{-1};    // buy: index of its constraint group in its Book (set when it first rests)
   bool in_book{false};
   bool in_spot{false};  // sell: also in its pool's book_spot_asks
@@ -417,42 +418,6 @@ struct RunBounds {
   }
 };
 
-// One resting ask of a pool as a fixed-window bid's walk tests it, in 24 bytes (a walk reads every ask of
-// an admitted pool): its effective price and window_fits' fields, the times as 32-bit values, conservative
-// (a key that window_fits admits always passes): the run hull's start clamped into [0, 2^32 - 1], its end
-// the same with 2^32 - 1 standing for "no bound", min_duration clamped down, max_run as in the key.
-constexpr std::uint32_t kNoEnd = std::numeric_limits<std::uint32_t>::max();
-
-struct AskFilter {
-  Price effective;
-  std::uint32_t run_start{0};
-  std::uint32_t run_end{0};
-  std::int32_t max_run{0};
-  std::uint32_t min_duration{0};
-  // False when the ask cannot serve [ws, we) (window_fits on its key would be false), given ws >= now >= 0
-  // and we > ws.
-  bool fits(Seconds ws, Seconds we) const {
-    const std::int64_t len = (we - ws).value;
-    return ws.value >= run_start && (we.value <= run_end || run_end == kNoEnd) && len >= min_duration &&
-           (max_run == kAnyRun || len <= max_run);
-  }
-  bool operator==(const AskFilter&) const = default;
-};
-
-// The rest of the ask's key, read only for the asks that pass their filter (parallel to the filters).
-struct AskRef {
-  Seq priority{0};
-  OrderId id;
-  LiveOrder* lo{nullptr};
-};
-
-AskFilter filter_of(const AskKey& k) {
-  const auto u32 = [](std::int64_t v) {
-    return static_cast<std::uint32_t>(std::clamp<std::int64_t>(v, 0, std::int64_t{kNoEnd}));
-  };
-  return AskFilter{k.effective, u32(k.run_start().value), u32(k.run_end().value), k.max_run, u32(k.min_duration.value)};
-}
-
 // A pool's live lease, in (price, id) order: the order preemption considers them in. A lease's price never
 // changes; `l` points into Impl::leases (std::map: stable).
 struct LeaseRef {
@@ -468,16 +433,15 @@ struct LivePool {
   OrderList asks;  // open asks
   ChunkedSet<LeaseRef, std::less<LeaseRef>> leases;  // not ended
   std::size_t ask_pool_slot{0};  // its place in its Book's ask_pools while it has resting asks
-  // This pool's resting asks (all of them are in its AskPool's filters and refs) and those a duration bid
+  // This pool's resting asks (all of them are in its AskPool's asks) and those a duration bid
   // could use now (spot_now), in ask priority order.
   std::int64_t book_count{0};
   AskSet book_spot_asks;
-  // A fixed-window bid's walk judges the pool's constraints once (walk_mark = the walk's number).
-  mutable std::uint64_t walk_mark{0};
-  mutable bool walk_ok{false};
   // Its market's key in Impl::books and its book (a pool's market never changes), once looked up.
   const MarketId* market{nullptr};
   Book* book{nullptr};
+  // Its number in its Book's RunIndex (the maximum until its first ask is indexed).
+  mutable std::uint32_t run_number{std::numeric_limits<std::uint32_t>::max()};
 };
 
 using BidSet = ChunkedSet<BidKey, BidOrder>;
@@ -498,45 +462,46 @@ struct BidGroup {
   std::map<std::string, BidSets> by_region;
 };
 
-// A pool's resting asks as a fixed-window bid walks them: an AskFilter and an AskRef each, in two parallel
-// arrays in no order (each LiveOrder keeps its index, book_slot; erase moves the last entry into the hole).
-// The summaries let a walk pass over the pool without reading an entry: a lower bound of its asks' prices
-// (exact after inserts; an erase of the cheapest recomputes it when the pool has at most kExactCheapest
-// asks, else leaves it lower) and their run bounds, and the cheapest price and run bounds of those in
-// book_spot_asks (spot_cheapest: max when it is empty).
-constexpr std::size_t kExactCheapest = 64;
-
+// A pool's resting asks in no order (each LiveOrder keeps its index, book_slot; erase moves the last one into
+// the hole; fixed-window bids find them through the RunIndex), and the cheapest price and run bounds of those
+// in book_spot_asks (spot_cheapest: max when it is empty), which let a duration bid's walk pass over the pool
+// without reading a key.
 struct AskPool {
   LivePool* lp{nullptr};
-  Price cheapest;                // <= every filter's effective
-  RunBounds runs;
-  std::vector<AskFilter> filters;
-  std::vector<AskRef> refs;
+  std::vector<LiveOrder*> asks;
   Price spot_cheapest{std::numeric_limits<std::int64_t>::max()};
   RunBounds spot_runs;
 };
 
 // One run of a resting ask's free capacity (a maximal stretch of time with at least one lot, its min_chunk,
 // free throughout; summarize_runs' runs) as a fixed-window bid's walk reads it: the ask can serve [ws, we)
-// only if one of its runs holds it (runs are disjoint, so at most one does).
+// only if one of its runs holds it (runs are disjoint, so at most one does). 40 bytes: the ask's priority is
+// copied so that a walk orders its candidates without reading the order (a cache miss each); the times are
+// 32-bit (the index serves windows with 0 <= ws < we <= kRunMax, exactly: start clamped up to 0, end and
+// min_duration down to kRunMax and kRunMax + 1; runs that can hold no such window are not indexed); the pool
+// is its number in the index (RunIndex::pools).
+constexpr std::int64_t kRunMax = std::int64_t{std::numeric_limits<std::uint32_t>::max()} - 1;
+
 struct RunEntry {
   Price effective;
-  Seconds start;
-  Seconds end;
-  Seconds min_duration;
+  Seq priority{0};
   LiveOrder* lo{nullptr};
-  const LivePool* pool{nullptr};
+  std::uint32_t start{0};
+  std::uint32_t end{0};
+  std::uint32_t min_duration{0};
+  std::uint32_t pool{0};
   bool operator==(const RunEntry&) const = default;
 };
 
 // The free runs of a market's resting asks, in cells by the week (kRunSlot) of their start and of their end,
 // so that a window [ws, we) reads only cells whose runs may hold it (start week <= ws's, end week >= we's)
-// instead of every ask of every pool its price admits. A cell's entries are sorted by (effective, lo, start):
-// a walk stops at its limit price, and an ask leaving the book finds its entries by binary search (its runs
-// are recomputed from its free capacity, which does not change while it rests). Empty cells and rows are
-// erased. A market's index is built by its first fixed-window bid's walk and kept from then on (`enabled`):
-// a market of duration bids only, like the plain workload's, never pays for it. check_invariants compares
-// the whole index with a recomputation.
+// instead of every ask of every pool its price admits. A cell's entries are sorted by (effective, priority,
+// lo, start) in chunks (ChunkedSet: an insert or erase moves at most a chunk): a walk stops at its limit
+// price, and an ask leaving the book finds its entries by binary search (its runs are recomputed from its
+// free capacity, which does not change while it rests). Empty cells and rows are erased. A market's index is
+// built by its first fixed-window bid's walk and kept from then on (`enabled`): a market of duration bids
+// only, like the plain workload's, never pays for it. check_invariants compares the whole index with a
+// recomputation.
 constexpr std::int64_t kRunSlot = 7 * 86'400;
 
 inline std::int64_t run_slot(Seconds t) {
@@ -544,17 +509,41 @@ inline std::int64_t run_slot(Seconds t) {
   return v >= 0 ? v / kRunSlot : -((-v + kRunSlot - 1) / kRunSlot);
 }
 
-inline bool run_entry_less(const RunEntry& x, const RunEntry& y) {
-  if (x.effective.value != y.effective.value) return x.effective.value < y.effective.value;
-  if (x.lo != y.lo) return std::less<const LiveOrder*>()(x.lo, y.lo);
-  return x.start.value < y.start.value;
-}
+struct RunEntryLess {
+  bool operator()(const RunEntry& x, const RunEntry& y) const {
+    if (x.effective.value != y.effective.value) return x.effective.value < y.effective.value;
+    if (x.priority != y.priority) return x.priority < y.priority;
+    if (x.lo != y.lo) return std::less<const LiveOrder*>()(x.lo, y.lo);
+    return x.start < y.start;
+  }
+};
 
-using RunCell = std::vector<RunEntry>;
+using RunSet = ChunkedSet<RunEntry, RunEntryLess>;
+
+// One cell's runs, apart by their pool's tier (which never changes): a bid that excludes a tier (spot, unless
+// it is interruptible; every tier but those it names) does not read that tier's runs.
+constexpr std::size_t kTiers = static_cast<std::size_t>(Tier::spot) + 1;
+
+inline std::size_t tier_index(Tier t) { return static_cast<std::size_t>(t); }
+
+struct RunCell {
+  std::array<RunSet, kTiers> by_tier;
+  bool empty() const {
+    return std::all_of(by_tier.begin(), by_tier.end(), [](const RunSet& r) { return r.empty(); });
+  }
+};
 using RunRow = std::map<std::int64_t, RunCell>;  // by end week
+
+// A pool's verdict for the current walk (`mark` = the walk's number), by the pool's number in the index.
+struct RunPoolMark {
+  std::uint64_t mark{0};
+  bool ok{false};
+};
 
 struct RunIndex {
   std::map<std::int64_t, RunRow> rows;  // by start week
+  std::vector<const LivePool*> pools;   // by number (LivePool::run_number), never shrunk
+  std::vector<RunPoolMark> marks;       // parallel to pools
   std::size_t size{0};
   bool enabled{false};
 };
@@ -613,6 +602,15 @@ class BidWalk {
   }
   void start() { std::make_heap(heads_.begin(), heads_.end(), later); }
   std::optional<BidKey> next() {
+    // The head that gave the last key usually gives the next one too (one set holds most of a book's bids,
+    // in order): while its key is not after the heap's least, it is taken without a push and a pop.
+    if (pending_ && reseek(*pending_) && (heads_.empty() || !later(*pending_, heads_.front()))) {
+      Head& h = *pending_;
+      const BidKey k = h.key;
+      ++h.it;
+      if (!settle(h)) pending_.reset();
+      return k;
+    }
     restore_pending();
     if (heads_.empty()) return std::nullopt;
     std::pop_heap(heads_.begin(), heads_.end(), later);
@@ -1394,7 +1392,6 @@ struct Engine::Impl {
   struct AskCandidate {
     Price effective;
     Seq priority{0};
-    OrderId id;
     LiveOrder* lo{nullptr};
     const LivePool* pool{nullptr};
   };
@@ -1406,7 +1403,7 @@ struct Engine::Impl {
   };
   mutable std::deque<WalkScratch> head_stack;  // a deque: a nested walk's emplace_back keeps references
   mutable std::size_t head_depth{0};
-  mutable std::uint64_t walk_count{0};  // numbers fixed-window walks (LivePool::walk_mark)
+  mutable std::uint64_t walk_count{0};  // numbers fixed-window walks (RunPoolMark::mark)
 
   template <class F>
   void walk_asks(const Book& b, const RestOrder& bid, Price limit, const BidConstraints& c, F&& fn) const {
@@ -1431,40 +1428,71 @@ struct Engine::Impl {
       if (!b.free_runs.enabled) {  // the market's first fixed-window bid: index every resting ask's runs
         b.free_runs.enabled = true;
         for (const AskPool& ap : b.ask_pools) {
-          for (const AskRef& r : ap.refs) index_runs(b, *r.lo, ap.lp);
+          for (LiveOrder* lo : ap.asks) index_runs(b, *lo, ap.lp);
         }
       }
-      // The runs that hold [ws, we): in cells whose start week is at most ws's and end week at least we's.
-      const std::uint64_t mark = ++walk_count;
-      const std::int64_t ws_slot = run_slot(ws);
-      const std::int64_t we_slot = run_slot(we);
-      const Seconds len = we - ws;
-      for (auto row = b.free_runs.rows.begin(); row != b.free_runs.rows.end() && row->first <= ws_slot; ++row) {
-        for (auto cell = row->second.lower_bound(we_slot); cell != row->second.end(); ++cell) {
-          for (const RunEntry& e : cell->second) {
-            if (e.effective > limit) break;
-            if (e.start > ws || e.end < we || len < e.min_duration) continue;
-            const LivePool* lp = e.pool;
-            if (lp->walk_mark != mark) {
-              lp->walk_mark = mark;
-              lp->walk_ok = pool_satisfies(lp->p, c);
+      if (ws.value < 0 || we.value > kRunMax) {  // outside the index's 32-bit times: every resting ask
+        for (const AskPool& ap : b.ask_pools) {
+          if (!pool_satisfies(ap.lp->p, c)) continue;
+          for (LiveOrder* lo : ap.asks) {
+            const RestOrder& o = lo->o;
+            if (o.effective_price > limit || we - ws < o.request.min_duration) continue;
+            bool holds = false;
+            for_each_run(o, [&](Seconds from, Seconds to) { holds = holds || (from <= ws && to >= we); });
+            if (holds) cands.push_back(AskCandidate{o.effective_price, o.priority, lo, ap.lp});
+          }
+        }
+      } else {
+        // The runs that hold [ws, we): in cells whose start week is at most ws's and end week at least we's.
+        RunIndex& ix = b.free_runs;
+        const std::uint64_t mark = ++walk_count;
+        const std::int64_t ws_slot = run_slot(ws);
+        const std::int64_t we_slot = run_slot(we);
+        const auto ws32 = static_cast<std::uint32_t>(ws.value);
+        const auto we32 = static_cast<std::uint32_t>(we.value);
+        const auto len32 = static_cast<std::uint32_t>((we - ws).value);
+        // The tiers pool_satisfies admits (it judges the tier again with the rest, per pool).
+        std::array<bool, kTiers> tier_ok{};
+        for (std::size_t t = 0; t < kTiers; ++t) {
+          const Tier tier = static_cast<Tier>(t);
+          tier_ok[t] = (tier != Tier::spot || c.interruptible) && (c.tiers.empty() || contains_tier(c.tiers, tier));
+        }
+        for (auto row = ix.rows.begin(); row != ix.rows.end() && row->first <= ws_slot; ++row) {
+          for (auto cell = row->second.lower_bound(we_slot); cell != row->second.end(); ++cell) {
+            for (std::size_t t = 0; t < kTiers; ++t) {
+              if (!tier_ok[t]) continue;
+              for (const std::vector<RunEntry>& chunk : cell->second.by_tier[t].chunks()) {
+                if (chunk.front().effective > limit) break;
+                for (const RunEntry& e : chunk) {
+                  if (e.effective > limit) break;
+                  if (e.start > ws32 || e.end < we32 || len32 < e.min_duration) continue;
+                  RunPoolMark& pm = ix.marks[e.pool];
+                  if (pm.mark != mark) {
+                    pm.mark = mark;
+                    pm.ok = pool_satisfies(ix.pools[e.pool]->p, c);
+                  }
+                  if (!pm.ok) continue;
+                  cands.push_back(AskCandidate{e.effective, e.priority, e.lo, ix.pools[e.pool]});
+                }
+              }
             }
-            if (!lp->walk_ok) continue;
-            cands.push_back(AskCandidate{e.effective, e.lo->o.priority, e.lo->o.id, e.lo, lp});
           }
         }
       }
-      const auto later = [](const AskCandidate& x, const AskCandidate& y) {  // min-heap on (effective, priority, id)
+      // A min-heap on (effective, priority, id); the id is read from the order only for equal priorities (an
+      // order's priority is the sequence number of the command that gave it, so two orders never tie; kept
+      // for exactness).
+      const auto later = [](const AskCandidate& x, const AskCandidate& y) {
         if (x.effective.value != y.effective.value) return x.effective.value > y.effective.value;
         if (x.priority != y.priority) return x.priority > y.priority;
-        return x.id.value > y.id.value;
+        return x.lo->o.id.value > y.lo->o.id.value;
       };
       std::make_heap(cands.begin(), cands.end(), later);
       while (!cands.empty()) {
         std::pop_heap(cands.begin(), cands.end(), later);
         const AskCandidate x = cands.back();
         cands.pop_back();
-        AskKey k{x.effective, x.priority, x.id};
+        AskKey k{x.effective, x.priority, x.lo->o.id};
         k.lo = x.lo;
         k.pool = x.pool;
         if (!fn(k)) return;
@@ -1560,13 +1588,11 @@ struct Engine::Impl {
         unindex_runs(b, lo, lp);
         AskPool& ap = b.ask_pools[lp->ask_pool_slot];
         const std::uint32_t at = lo.book_slot;
-        if (at + 1 != ap.filters.size()) {
-          ap.filters[at] = ap.filters.back();
-          ap.refs[at] = ap.refs.back();
-          ap.refs[at].lo->book_slot = at;
+        if (at + 1 != ap.asks.size()) {
+          ap.asks[at] = ap.asks.back();
+          ap.asks[at]->book_slot = at;
         }
-        ap.filters.pop_back();
-        ap.refs.pop_back();
+        ap.asks.pop_back();
         if (lo.in_spot) {
           lp->book_spot_asks.erase(k);
           if (lp->book_spot_asks.empty()) {
@@ -1583,10 +1609,6 @@ struct Engine::Impl {
             b.ask_pools[i].lp->ask_pool_slot = i;
           }
           b.ask_pools.pop_back();
-        } else if (k.effective == ap.cheapest && ap.filters.size() <= kExactCheapest) {
-          Price cheapest(std::numeric_limits<std::int64_t>::max());
-          for (const AskFilter& other : ap.filters) cheapest = std::min(cheapest, other.effective);
-          ap.cheapest = cheapest;
         }
         lo.hooked_pool = nullptr;
         lo.in_spot = false;
@@ -1625,36 +1647,56 @@ struct Engine::Impl {
     if (in_run) f(from, last);
   }
 
-  static RunEntry run_entry(LiveOrder& lo, const LivePool* lp, Seconds from, Seconds to) {
-    return RunEntry{lo.o.effective_price, from, to, lo.o.request.min_duration, &lo, lp};
+  // The index's entry for one run of a resting ask (its pool numbered already); nullopt for a run that can
+  // hold no window of the index's range (0 <= ws < we <= kRunMax), which is not indexed.
+  static std::optional<RunEntry> run_entry(const LiveOrder& lo, const LivePool* lp, Seconds from, Seconds to) {
+    if (to.value <= 0 || from.value >= kRunMax) return std::nullopt;
+    const auto u32 = [](std::int64_t v, std::int64_t hi) {
+      return static_cast<std::uint32_t>(std::clamp<std::int64_t>(v, 0, hi));
+    };
+    return RunEntry{lo.o.effective_price, lo.o.priority, const_cast<LiveOrder*>(&lo), u32(from.value, kRunMax),
+                    u32(to.value, kRunMax), u32(lo.o.request.min_duration.value, kRunMax + 1), lp->run_number};
   }
 
   // Puts a resting ask's runs into its book's RunIndex (hook) or takes them out (unhook; its free capacity
   // is what it was when hooked).
   static void index_runs(const Book& b, LiveOrder& lo, const LivePool* lp) {
-    if (!b.free_runs.enabled) return;
+    RunIndex& ix = b.free_runs;
+    if (!ix.enabled) return;
+    if (lp->run_number == std::numeric_limits<std::uint32_t>::max()) {
+      lp->run_number = static_cast<std::uint32_t>(ix.pools.size());
+      ix.pools.push_back(lp);
+      ix.marks.emplace_back();
+    }
     for_each_run(lo.o, [&](Seconds from, Seconds to) {
-      RunCell& cell = b.free_runs.rows[run_slot(from)][run_slot(to)];
-      const RunEntry e = run_entry(lo, lp, from, to);
-      cell.insert(std::upper_bound(cell.begin(), cell.end(), e, run_entry_less), e);
-      ++b.free_runs.size;
+      const std::optional<RunEntry> e = run_entry(lo, lp, from, to);
+      if (!e) return;
+      RunCell& cell = ix.rows[run_slot(Seconds(e->start))][run_slot(Seconds(e->end))];
+      RunSet& set = cell.by_tier[tier_index(lp->p.spec.tier)];
+      const std::size_t n = set.size();
+      set.insert(*e);
+      if (set.size() != n + 1) throw std::logic_error("free run index: entry already in");
+      ++ix.size;
     });
   }
   static void unindex_runs(Book& b, LiveOrder& lo, const LivePool* lp) {
-    if (!b.free_runs.enabled) return;
+    RunIndex& ix = b.free_runs;
+    if (!ix.enabled) return;
     for_each_run(lo.o, [&](Seconds from, Seconds to) {
-      auto row = b.free_runs.rows.find(run_slot(from));
-      if (row == b.free_runs.rows.end()) throw std::logic_error("free run index: no row");
-      auto cell = row->second.find(run_slot(to));
+      const std::optional<RunEntry> e = run_entry(lo, lp, from, to);
+      if (!e) return;
+      auto row = ix.rows.find(run_slot(Seconds(e->start)));
+      if (row == ix.rows.end()) throw std::logic_error("free run index: no row");
+      auto cell = row->second.find(run_slot(Seconds(e->end)));
       if (cell == row->second.end()) throw std::logic_error("free run index: no cell");
-      const RunEntry e = run_entry(lo, lp, from, to);
-      auto it = std::lower_bound(cell->second.begin(), cell->second.end(), e, run_entry_less);
-      if (it == cell->second.end() || !(*it == e)) throw std::logic_error("free run index: no entry");
-      cell->second.erase(it);
-      --b.free_runs.size;
+      RunSet& set = cell->second.by_tier[tier_index(lp->p.spec.tier)];
+      const std::size_t n = set.size();
+      set.erase(*e);
+      if (set.size() + 1 != n) throw std::logic_error("free run index: no entry");
+      --ix.size;
       if (cell->second.empty()) {
         row->second.erase(cell);
-        if (row->second.empty()) b.free_runs.rows.erase(row);
+        if (row->second.empty()) ix.rows.erase(row);
       }
     });
   }
@@ -1737,14 +1779,11 @@ struct Engine::Impl {
           lo.in_spot = spot_now(o);
           if (lp.book_count++ == 0) {
             lp.ask_pool_slot = b.ask_pools.size();
-            b.ask_pools.push_back(AskPool{&lp, k.effective, {}, {}, {}, Price(std::numeric_limits<std::int64_t>::max()), {}});
+            b.ask_pools.push_back(AskPool{&lp, {}, Price(std::numeric_limits<std::int64_t>::max()), {}});
           }
           AskPool& ap = b.ask_pools[lp.ask_pool_slot];
-          ap.cheapest = std::min(ap.cheapest, k.effective);
-          ap.runs.widen(k);
-          lo.book_slot = static_cast<std::uint32_t>(ap.filters.size());
-          ap.filters.push_back(filter_of(k));
-          ap.refs.push_back(AskRef{k.priority, k.id, &lo});
+          lo.book_slot = static_cast<std::uint32_t>(ap.asks.size());
+          ap.asks.push_back(&lo);
           if (lo.in_spot) {
             lp.book_spot_asks.insert(k);
             ap.spot_runs.widen(k);
@@ -2785,7 +2824,7 @@ struct Engine::Impl {
     if (!c.halted) {
       std::vector<OrderId> ids;
       for (const AskPool& ap : it->second.ask_pools) {
-        for (const AskRef& r : ap.refs) ids.push_back(r.id);
+        for (const LiveOrder* lo : ap.asks) ids.push_back(lo->o.id);
       }
       match_woken(std::move(ids));  // sorts them into ask priority
     }
@@ -2944,8 +2983,8 @@ struct Engine::Impl {
       if (in && o.is_sell()) {
         in = lo.hooked_pool == &pools.at(o.request.pool) && lo.hooked_pool->book_count > 0;
         if (in) {
-          const std::vector<AskRef>& refs = o.book->ask_pools[lo.hooked_pool->ask_pool_slot].refs;
-          in = lo.book_slot < refs.size() && refs[lo.book_slot].lo == &lo;
+          const std::vector<LiveOrder*>& asks = o.book->ask_pools[lo.hooked_pool->ask_pool_slot].asks;
+          in = lo.book_slot < asks.size() && asks[lo.book_slot] == &lo;
         }
       }
       if (!in) fail("open order not in book: " + to_string(to_order(o)));
@@ -2977,19 +3016,10 @@ struct Engine::Impl {
       for (const BidGroup& g : b.bid_groups) in_groups += g.resting;
       for (std::size_t i = 0; i < b.ask_pools.size(); ++i) {
         const AskPool& ap = b.ask_pools[i];
-        if (ap.refs.size() != ap.filters.size()) fail("ask pool arrays of pool " + std::to_string(ap.lp->p.id.value));
-        for (std::size_t j = 0; j < ap.refs.size(); ++j) {
-          const AskRef& r = ap.refs[j];
-          const RestOrder& o = r.lo->o;
-          AskKey fresh{o.effective_price, o.priority, o.id, r.lo, ap.lp, o.window_start, o.window_end,
-                       o.request.min_duration};
-          summarize_runs(o, fresh);
-          if (r.lo->book_slot != j || r.lo->hooked_pool != ap.lp || !r.lo->in_book || o.book != &b ||
-              !(ap.filters[j] == filter_of(fresh)) || r.priority != o.priority || r.id != o.id) {
-            fail("ask slot stale: " + std::to_string(r.id.value));
-          }
-          if (!ap.runs.bounds(fresh) || ap.cheapest > o.effective_price) {
-            fail("ask pool summary misses ask " + std::to_string(r.id.value));
+        for (std::size_t j = 0; j < ap.asks.size(); ++j) {
+          const LiveOrder& lo = *ap.asks[j];
+          if (lo.book_slot != j || lo.hooked_pool != ap.lp || !lo.in_book || lo.o.book != &b || !lo.o.is_sell()) {
+            fail("ask slot stale: " + std::to_string(lo.o.id.value));
           }
         }
         for (const AskKey& k : ap.lp->book_spot_asks) {
@@ -3005,7 +3035,7 @@ struct Engine::Impl {
                          : ap.spot_cheapest != spot.begin()->effective) {
           fail("spot cheapest of pool " + std::to_string(ap.lp->p.id.value) + " out of step");
         }
-        const auto n = static_cast<std::int64_t>(ap.refs.size());
+        const auto n = static_cast<std::int64_t>(ap.asks.size());
         if (ap.lp->ask_pool_slot != i || n == 0 || n != ap.lp->book_count) {
           fail("ask pool index of pool " + std::to_string(ap.lp->p.id.value) + " out of step");
         }
@@ -3015,20 +3045,26 @@ struct Engine::Impl {
       std::size_t runs = 0;
       for (const AskPool& ap : b.ask_pools) {
         if (!b.free_runs.enabled) break;
-        for (const AskRef& r : ap.refs) {
-          for_each_run(r.lo->o, [&](Seconds from, Seconds to) {
+        for (LiveOrder* lo : ap.asks) {
+          if (ap.lp->run_number >= b.free_runs.pools.size() || b.free_runs.pools[ap.lp->run_number] != ap.lp) {
+            fail("free run index: pool " + std::to_string(ap.lp->p.id.value) + " not numbered");
+            break;
+          }
+          for_each_run(lo->o, [&](Seconds from, Seconds to) {
+            const std::optional<RunEntry> e = run_entry(*lo, ap.lp, from, to);
+            if (!e) return;
             ++runs;
-            const RunEntry e = run_entry(*r.lo, ap.lp, from, to);
             bool found = false;
-            auto row = b.free_runs.rows.find(run_slot(from));
+            auto row = b.free_runs.rows.find(run_slot(Seconds(e->start)));
             if (row != b.free_runs.rows.end()) {
-              auto cell = row->second.find(run_slot(to));
+              auto cell = row->second.find(run_slot(Seconds(e->end)));
               if (cell != row->second.end()) {
-                auto it = std::lower_bound(cell->second.begin(), cell->second.end(), e, run_entry_less);
-                found = it != cell->second.end() && *it == e;
+                const RunSet& set = cell->second.by_tier[tier_index(ap.lp->p.spec.tier)];
+                auto it = set.lower_bound(*e);
+                found = it != set.end() && *it == *e;
               }
             }
-            if (!found) fail("free run of ask " + std::to_string(r.id.value) + " not indexed");
+            if (!found) fail("free run of ask " + std::to_string(lo->o.id.value) + " not indexed");
           });
         }
       }
@@ -3037,10 +3073,15 @@ struct Engine::Impl {
         if (row.empty()) fail("free run index: empty row");
         for (const auto& [end_week, cell] : row) {
           if (cell.empty()) fail("free run index: empty cell");
-          for (std::size_t j = 1; j < cell.size(); ++j) {
-            if (!run_entry_less(cell[j - 1], cell[j])) fail("free run index: cell out of order");
+          for (std::size_t t = 0; t < kTiers; ++t) {
+            const RunEntry* prev = nullptr;
+            for (const RunEntry& e : cell.by_tier[t]) {
+              if (prev && !RunEntryLess{}(*prev, e)) fail("free run index: cell out of order");
+              if (tier_index(b.free_runs.pools[e.pool]->p.spec.tier) != t) fail("free run index: run in another tier");
+              prev = &e;
+              ++indexed;
+            }
           }
-          indexed += cell.size();
         }
       }
       if (indexed != runs || indexed != b.free_runs.size) {
