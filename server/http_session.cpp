@@ -4,7 +4,6 @@
 
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
@@ -39,7 +38,7 @@ class HttpSession : public Session, public std::enable_shared_from_this<HttpSess
  public:
   template <class... Args>
   HttpSession(HttpServer& server, std::string ip, Args&&... args)
-      : stream_(std::forward<Args>(args)...), server_(server), ip_(std::move(ip)), wait_timer_(stream_.get_executor()) {}
+      : stream_(std::forward<Args>(args)...), server_(server), ip_(std::move(ip)) {}
 
   ~HttpSession() override {
     if (!handed_over_) server_.remove_session(this, ip_);
@@ -77,34 +76,8 @@ class HttpSession : public Session, public std::enable_shared_from_this<HttpSess
     parser_.emplace();
     parser_->body_limit(config().body_limit);
     parser_->header_limit(static_cast<std::uint32_t>(config().header_limit));
-    if constexpr (!kIsTls<Stream>) {
-      if (buffer_.size() == 0) return wait_readable();
-    }
-    read_request();
-  }
-
-  // Between requests on a plain connection: wait until the socket is readable, then read. A read
-  // started at once (Beast's async_read) first tries recvmsg, which finds nothing right after an
-  // answer (the client has not seen it yet) and costs a system call per request before the read
-  // waits in epoll; a wait for readability goes to epoll directly, and the read after it finds the
-  // request there. A connection idle past read_timeout is closed, as before.
-  void wait_readable() {
-    wait_timer_.expires_after(config().read_timeout);
-    wait_timer_.async_wait([self = this->shared_from_this()](beast::error_code ec) {
-      if (ec) return;  // cancelled: the socket became readable, or the session is going
-      beast::error_code ignored;
-      beast::get_lowest_layer(self->stream_).socket().cancel(ignored);
-    });
-    beast::get_lowest_layer(stream_).socket().async_wait(
-        tcp::socket::wait_read, [self = this->shared_from_this()](beast::error_code ec) {
-          self->wait_timer_.cancel();
-          if (ec || self->closing_) return self->close();  // timed out, shut down, or a socket error
-          self->read_request();
-        });
-  }
-
-  void read_request() {
-    // One deadline for the whole next request: a slow sender (slow loris) is closed when it passes.
+    // One deadline for the whole next request: an idle keep-alive connection or a slow sender
+    // (slow loris) is closed when it passes.
     beast::get_lowest_layer(stream_).expires_after(config().read_timeout);
     bhttp::async_read(stream_, buffer_, *parser_,
                       [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
@@ -299,7 +272,6 @@ class HttpSession : public Session, public std::enable_shared_from_this<HttpSess
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   std::optional<RequestContext> ctx_;  // the request being handled, until its response is written
   std::string out_;  // the response being written, as bytes
-  net::steady_timer wait_timer_;  // closes a plain connection idle between requests (wait_readable)
   std::array<char, 4096> drain_buffer_{};
   Clock::time_point started_{};
   std::string method_;
