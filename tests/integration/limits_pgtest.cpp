@@ -85,10 +85,23 @@ bool has_header(const std::string& response, const std::string& line) {
 TEST_CASE("connections past the per-IP limit get a 429 with Retry-After and the limit headers, and a freed place is taken again") {
   TestDatabase db;
   Gpuexd server(db.dsn(), {"--max-connections-per-ip", "2", "--ip-rate", "10", "--ip-burst", "20"});
-  auto first = std::make_unique<HttpClient>(server.port());
-  HttpClient second(server.port());
-  REQUIRE(first->get("/healthz").status == 200);  // both connections are open and counted
-  REQUIRE(second.get("/healthz").status == 200);
+  // Two connections, open and counted (a refused one is tried again: the server may not yet have seen
+  // the close of the connection the start-up's readiness check used).
+  auto admitted_client = [&] {
+    auto client = std::make_unique<HttpClient>(server.port(), 1s);
+    for (auto deadline = std::chrono::steady_clock::now() + 5s; std::chrono::steady_clock::now() < deadline;) {
+      try {
+        if (client->get("/healthz").status == 200) return client;
+      } catch (const std::exception&) {
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+    FAIL("no connection was admitted within 5 s");
+    return client;
+  };
+  auto first = admitted_client();
+  auto second_client = admitted_client();
+  HttpClient& second = *second_client;
 
   RawConnection third(server.port());
   auto refused = third.read_until_closed(5s);
