@@ -2505,6 +2505,18 @@ struct Engine::Impl {
     return Reason::none;
   }
 
+  // The fields a placed order gets from its command, accepted (a RestOrder in its slot) or rejected (an Order).
+  template <class O>
+  void stamp_placed(O& o, const Command& cmd, const OrderRequest& r, std::uint64_t h) const {
+    o.id = OrderId(cmd.seq);
+    o.account = cmd.account;
+    o.priority = cmd.seq;
+    o.created_at = now;
+    o.updated_at = now;
+    o.effective_price = r.price;
+    o.body_hash = h;
+  }
+
   void on(const Command& cmd, const PlaceOrder& c) {
     const OrderRequest& r = c.order;
     // Only a client_order_id's repeats compare the hash; without one it stays 0 (see Order::body_hash).
@@ -2538,13 +2550,7 @@ struct Engine::Impl {
     const Reason bad = validate(r, g, cmd, market, acct);
     if (bad != Reason::none) {
       Order o;
-      o.id = OrderId(cmd.seq);
-      o.account = cmd.account;
-      o.priority = cmd.seq;
-      o.created_at = now;
-      o.updated_at = now;
-      o.effective_price = r.price;
-      o.body_hash = h;
+      stamp_placed(o, cmd, r, h);
       o.request = r;
       if (market.first) o.market = *market.first;
       o.status = OrderStatus::rejected;
@@ -2559,13 +2565,7 @@ struct Engine::Impl {
     LiveOrder& lo = orders.emplace_new(OrderId(cmd.seq));
     RestOrder& o = lo.o;
     request_into(o, r, market);
-    o.id = OrderId(cmd.seq);
-    o.account = cmd.account;
-    o.priority = cmd.seq;
-    o.created_at = now;
-    o.updated_at = now;
-    o.effective_price = r.price;
-    o.body_hash = h;
+    stamp_placed(o, cmd, r, h);
     o.window_start = g.window_start;
     o.window_end = g.window_end;
     o.remaining = g.remaining;

@@ -379,7 +379,21 @@ void random_load(Market& m, std::uint32_t seed, int orders) {
   }
 }
 
-// The seq and digest a clean stop logged, and those a start recovered, from the servers' logs.
+// A batch of one command (a cancel of an order that does not exist, which the writer logs all the same)
+// whose outcome is appended to `outcomes` as "<seq> committed" or "<seq> not committed".
+gpuex::store::Batch cancel_batch(gpuex::matching::Seq seq, std::int64_t account, std::mutex& mutex,
+                                 std::vector<std::string>& outcomes) {
+  using namespace gpuex::matching;
+  gpuex::store::LoggedCommand logged;
+  logged.command = Command{seq, Seconds(unix_now()), AccountId(account), Cancel{OrderId(999)}};
+  logged.done = [&mutex, &outcomes, seq](const EventSink* events) {
+    std::lock_guard lock(mutex);
+    outcomes.push_back(std::to_string(seq) + (events ? " committed" : " not committed"));
+  };
+  gpuex::store::Batch b;
+  b.push_back(std::move(logged));
+  return b;
+}
 
 }  // namespace
 
@@ -642,17 +656,7 @@ TEST_CASE("a transaction that fails at its COMMIT fails the one queued behind it
       },
       1);
   writer.add_listener([&](const Batch&) { ++listened; });
-  auto batch = [&](Seq seq, std::int64_t account) {
-    gpuex::store::LoggedCommand logged;
-    logged.command = Command{seq, Seconds(unix_now()), AccountId(account), Cancel{OrderId(999)}};
-    logged.done = [&, seq](const EventSink* events) {
-      std::lock_guard lock(mutex);
-      outcomes.push_back(std::to_string(seq) + (events ? " committed" : " not committed"));
-    };
-    Batch b;
-    b.push_back(std::move(logged));
-    return b;
-  };
+  auto batch = [&](gpuex::matching::Seq seq, std::int64_t account) { return cancel_batch(seq, account, mutex, outcomes); };
   writer.submit(batch(1, 1));
   writer.submit(batch(2, 666));  // N: fails at its COMMIT
   writer.submit(batch(3, 1));    // N+1: queued behind N's COMMIT
@@ -693,17 +697,7 @@ TEST_CASE("store writer: a transaction that failed without an answer is publishe
     std::lock_guard lock(mutex);
     published.push_back(b.front().command.seq);
   });
-  auto batch = [&](Seq seq) {
-    gpuex::store::LoggedCommand logged;
-    logged.command = Command{seq, Seconds(unix_now()), AccountId(1), Cancel{OrderId(999)}};
-    logged.done = [&, seq](const EventSink* events) {
-      std::lock_guard lock(mutex);
-      outcomes.push_back(std::to_string(seq) + (events ? " committed" : " not committed"));
-    };
-    Batch b;
-    b.push_back(std::move(logged));
-    return b;
-  };
+  auto batch = [&](Seq seq) { return cancel_batch(seq, 1, mutex, outcomes); };
   auto logged = [&](Seq seq) {
     return db.exec("SELECT count(*) FROM engine_commands WHERE seq = $1::bigint", {std::to_string(seq)}).integer(0, 0) == 1;
   };
