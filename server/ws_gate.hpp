@@ -35,6 +35,7 @@
 #include <sys/uio.h>
 
 #include <cerrno>
+#include <climits>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -103,10 +104,14 @@ class FrameGate {
             uring_ = sender;
             uring_total_ = 0;
             uring_iov_.clear();
+            // One sendmsg takes at most IOV_MAX buffers (more is EMSGSIZE): the rest, if any, goes
+            // out through uring_finish() as after a short send.
             for (const auto& b : buffers) {
+              if (uring_iov_.size() == IOV_MAX) break;
               uring_iov_.push_back(iovec{const_cast<void*>(b.data()), b.size()});
               uring_total_ += b.size();
             }
+            uring_all_ = uring_iov_.size() == buffers.size();
             lock.unlock();
             if (sender->queue(socket.native_handle(), uring_iov_.data(), uring_iov_.size(), uring)) {
               boost::asio::post(next_.get_executor(), [sender] { sender->flush(); });
@@ -132,7 +137,9 @@ class FrameGate {
   // uring_finish() on the strand.
   bool uring_sent(int result) {
     std::lock_guard lock(mutex_);
-    if (result < 0 || static_cast<std::size_t>(result) != uring_total_ || !foreign_.empty()) return false;
+    if (result < 0 || static_cast<std::size_t>(result) != uring_total_ || !uring_all_ || !foreign_.empty()) {
+      return false;
+    }
     busy_ = false;
     uring_ = nullptr;
     return true;
@@ -247,6 +254,7 @@ class FrameGate {
   UringSender* uring_ = nullptr;  // where our send waits, while it does
   std::vector<iovec> uring_iov_;
   std::size_t uring_total_ = 0;
+  bool uring_all_ = true;  // uring_iov_ holds every buffer of the write
 };
 
 // Beast closes the connection through its layers (websocket/teardown.hpp): through ours to the next.

@@ -488,11 +488,16 @@ class WsSession : public http::Session,
     return [self = this->shared_from_this()](beast::error_code ec) {
       if (ec) {
         self->sending_.clear();
-        std::lock_guard lock(self->mutex_);
-        self->in_flight_ = 0;
-        self->in_flight_bytes_ = 0;
-        self->writing_ = false;
-        return;  // the read side sees the failure and ends the session
+        {
+          std::lock_guard lock(self->mutex_);
+          self->in_flight_ = 0;
+          self->in_flight_bytes_ = 0;
+          self->writing_ = false;
+        }
+        // Frames that could not be written are lost: the connection cannot go on without a gap.
+        // (operation_aborted: a close frame went out, and the close handshake ends the session.)
+        if (ec != net::error::operation_aborted) self->end();
+        return;
       }
       self->write_next();
     };

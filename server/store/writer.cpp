@@ -219,6 +219,7 @@ Writer::Counters Writer::counters() const {
 
 void Writer::run() {
   std::optional<PgConnection> conn;
+  int backend_pid = 0;  // conn's
   std::uint64_t statements = 0;
   for (;;) {
     std::vector<Batch> batches;
@@ -244,6 +245,9 @@ void Writer::run() {
     try {
       if (!conn || !conn->healthy()) {
         conn = PgConnection::connect(dsn_, std::chrono::seconds(2), "gpuexd writer");
+        // Kept now: libpq forgets the pid once the connection is lost, and fence() must end that
+        // backend even then (it may still be running a pipeline that holds COMMIT).
+        backend_pid = conn->backend_pid();
         prepare(*conn, parts_);
       }
       for (auto* part : parts_) part->before(*conn, batches);
@@ -254,9 +258,9 @@ void Writer::run() {
       pipe.sync();
     } catch (const std::exception& e) {
       spdlog::error("store: a batch of {} commands did not commit: {}", batches.size(), e.what());
-      if (conn && conn->backend_pid() > 0) {
+      if (conn && backend_pid > 0) {
         std::lock_guard lock(mutex_);
-        abandoned_backend_ = conn->backend_pid();
+        abandoned_backend_ = backend_pid;
       }
       conn.reset();  // a connection in an unknown state is not reused
       for (auto* part : parts_) part->rolled_back();
