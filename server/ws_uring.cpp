@@ -59,15 +59,13 @@ UringSender* UringSender::for_this_thread() {
   static const bool off = disabled_by_environment();
   if (off) return nullptr;
   auto ring = std::make_unique<Ring>();
-  // SUBMIT_ALL: a send that fails at submission does not hold back the others; COOP_TASKRUN: no
-  // interrupt of this thread for completion work (it runs at the next io_uring_enter).
+  // SUBMIT_ALL: a send that fails at submission does not hold back the others (submit_locked()
+  // counts on every queued send being submitted: without it, on a kernel before 5.18, it could wait
+  // for ever, so such a kernel gets sendmsg); COOP_TASKRUN: no interrupt of this thread for
+  // completion work (it runs at the next io_uring_enter).
   io_uring_params params{};
   params.flags = IORING_SETUP_SUBMIT_ALL | IORING_SETUP_COOP_TASKRUN;
   int rc = io_uring_queue_init_params(2 * kBatch, &ring->ring, &params);
-  if (rc == -EINVAL) {
-    params = {};
-    rc = io_uring_queue_init_params(2 * kBatch, &ring->ring, &params);
-  }
   if (rc < 0) {
     static std::once_flag logged;
     std::call_once(logged, [rc] {
