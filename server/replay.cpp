@@ -326,18 +326,18 @@ class Replay {
       return false;
     }
     // The asks of an earlier run end 90 days after it: without one left, that market has nothing to sell.
-    std::string provider;
-    if (const auto* p = v.as_object().if_contains("providers"); p && p->is_array() && !p->as_array().empty()) {
-      const auto& first = p->as_array().front();
-      const auto* k = first.is_object() ? first.as_object().if_contains("api_key") : nullptr;
-      if (k && k->is_string()) provider = std::string(k->as_string());
+    const json::array* providers = nullptr;
+    if (const auto* p = v.as_object().if_contains("providers"); p && p->is_array()) providers = &p->as_array();
+    const json::value* first_key = nullptr;
+    if (providers && !providers->empty() && providers->front().is_object()) {
+      first_key = providers->front().as_object().if_contains("api_key");
     }
-    if (provider.empty() || !has_open_order(provider)) {
+    if (!first_key || !first_key->is_string() || !has_open_order(std::string(first_key->as_string()))) {
       std::printf("replay: the asks of %s's accounts have ended; making new accounts and asks\n", o_.accounts.c_str());
       return false;
     }
     buyer_keys_ = std::move(buyers);
-    if (const auto* p = v.as_object().if_contains("providers"); p && p->is_array()) providers_ = p->as_array().size();
+    providers_ = providers->size();
     std::printf("replay: reusing the %zu buyers of %s (pools and asks from an earlier run)\n", buyer_keys_.size(),
                 o_.accounts.c_str());
     return true;
@@ -347,7 +347,8 @@ class Replay {
     Reply r = call(bhttp::verb::get, "/v1/orders?status=open&limit=1", nullptr, key);
     if (r.status != 200) return false;
     auto v = r.json();
-    return v.is_object() && v.as_object().contains("orders") && v.at("orders").is_array() && !v.at("orders").as_array().empty();
+    const json::value* orders = v.is_object() ? v.as_object().if_contains("orders") : nullptr;
+    return orders && orders->is_array() && !orders->as_array().empty();
   }
 
   // The keys of the accounts made, so a person (or a test) can look at the market as one of them.

@@ -50,12 +50,12 @@ void CandlePublisher::request(CandleRequest r) {
 
 void CandlePublisher::merge(const CandleRequest& r) {
   Pending& p = pending_[{r.market.value, to_string(r.bucket)}];
-  auto& slot = r.snapshot ? p.snapshot : p.update;
-  if (!slot) {
-    slot = r;
+  if (r.snapshot) {
+    if (!p.snapshot) p.snapshot = r;  // read as of the time it is read (run())
+  } else if (!p.update) {
+    p.update = r;
   } else {
-    slot->from = std::min(slot->from, r.from);
-    slot->at = std::max(slot->at, r.at);
+    p.update->include(r.from, r.at);
   }
 }
 

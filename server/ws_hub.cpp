@@ -302,8 +302,7 @@ void Hub::publish(const store::Batch& batch) {
               if (candle_feed_) {
                 auto key = std::pair{t.market.value, to_string(t.bucket)};
                 if (auto f = candles.find(key); f != candles.end()) {
-                  f->second.from = std::min(f->second.from, t.time.value);
-                  f->second.at = std::max(f->second.at, t.time.value);
+                  f->second.include(t.time.value, t.time.value);
                 } else if (has_candle_listeners(key.first, key.second)) {
                   candles.emplace(key, CandleRequest{t.market, t.bucket, t.time.value, t.time.value, false});
                 }

@@ -7,6 +7,7 @@
 
 #include <boost/json/object.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -84,6 +85,12 @@ struct CandleRequest {
   std::int64_t from = 0;
   std::int64_t at = 0;
   bool snapshot = false;
+
+  // Widens the range to cover [first, last] too.
+  void include(std::int64_t first, std::int64_t last) {
+    from = std::min(from, first);
+    at = std::max(at, last);
+  }
 };
 
 class Hub {

@@ -464,9 +464,7 @@ class WsSession : public http::Session,
       {
         std::lock_guard lock(mutex_);
         if (out_.empty()) {
-          in_flight_ = 0;
-          in_flight_bytes_ = 0;
-          writing_ = false;
+          write_over_locked();
           if (closing_ && close_code_) start_close();
           return;
         }
@@ -483,16 +481,21 @@ class WsSession : public http::Session,
     }
   }
 
+  // The gather write in flight is over (written, or lost with the connection); mutex_ held.
+  void write_over_locked() {
+    sending_.clear();
+    in_flight_ = 0;
+    in_flight_bytes_ = 0;
+    writing_ = false;
+  }
+
   // What runs when the rest of a gather write went out asynchronously (or failed).
   typename FrameGate<NextLayer>::Done written_handler() {
     return [self = this->shared_from_this()](beast::error_code ec) {
       if (ec) {
-        self->sending_.clear();
         {
           std::lock_guard lock(self->mutex_);
-          self->in_flight_ = 0;
-          self->in_flight_bytes_ = 0;
-          self->writing_ = false;
+          self->write_over_locked();
         }
         // Frames that could not be written are lost: the connection cannot go on without a gap.
         // (operation_aborted: a close frame went out, and the close handshake ends the session.)
@@ -510,10 +513,7 @@ class WsSession : public http::Session,
     if (ws_.next_layer().uring_sent(result)) {
       std::unique_lock lock(mutex_);
       if (out_.empty() && !(closing_ && close_code_)) {
-        sending_.clear();  // this write's own: the strand touches it only while writing_
-        in_flight_ = 0;
-        in_flight_bytes_ = 0;
-        writing_ = false;
+        write_over_locked();  // sending_ too: the strand touches it only while writing_
         return;
       }
       lock.unlock();
@@ -555,10 +555,7 @@ class WsSession : public http::Session,
     leave_hub();
     close_deadline_.expires_after(kCloseDeadline);
     close_deadline_.async_wait([self = this->shared_from_this()](beast::error_code ec) {
-      if (ec) return;
-      self->ws_.next_layer().settle();
-      beast::error_code ignored;
-      beast::get_lowest_layer(self->ws_).socket().close(ignored);
+      if (!ec) self->close_socket();
     });
     if (!writing) start_close();
   }
@@ -578,6 +575,13 @@ class WsSession : public http::Session,
     for (const auto& [key, s] : subs) context_.hub.unsubscribe(s.channel, this);
   }
 
+  // Strand: a send of ours still queued on io_uring goes to the kernel before the descriptor is freed.
+  void close_socket() {
+    ws_.next_layer().settle();
+    beast::error_code ignored;
+    beast::get_lowest_layer(ws_).socket().close(ignored);
+  }
+
   // The connection is over (either side closed it, or it failed): runs once.
   void end() {
     if (ended_) return;
@@ -590,9 +594,7 @@ class WsSession : public http::Session,
     leave_hub();
     timer_.cancel();
     close_deadline_.cancel();
-    ws_.next_layer().settle();
-    beast::error_code ignored;
-    beast::get_lowest_layer(ws_).socket().close(ignored);
+    close_socket();
     // Also when the server stops: the client loses the connection all the same (API.md).
     if (!switch_busy_) fire_dead_mans_switch();
   }
