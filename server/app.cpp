@@ -10,6 +10,7 @@
 
 #include <boost/json.hpp>
 
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <iostream>
@@ -26,6 +27,7 @@
 #include "server/engine_runner.hpp"
 #include "server/http_server.hpp"
 #include "server/routes.hpp"
+#include "server/store/health_monitor.hpp"
 #include "server/store/migrations.hpp"
 #include "server/ws_candles.hpp"
 #include "server/ws_session.hpp"
@@ -141,14 +143,13 @@ void raise_open_files_limit(const ServerConfig& config) {
 }
 
 // One server per database: a second would log commands beside the first, and its start would fire the
-// dead man's switches the first one holds (as if left by a crash). The session lock is held by a
-// connection kept for the server's life; a server killed a moment ago may still hold it while its
-// backend notices, so a start waits a little for it.
+// dead man's switches the first one holds (as if left by a crash). The session lock is held by the
+// health monitor's connection for the server's life (taken again if PostgreSQL restarts); a server
+// killed a moment ago may still hold it while its backend notices, so a start waits a little for it.
 std::optional<store::PgConnection> hold_serving_lock(const ServerConfig& config) {
-  constexpr const char* kTryLock = "SELECT pg_try_advisory_lock(7474017)";  // migrations use 7474016
   auto db = connect_with_wait(config);
   for (int attempt = 0; attempt < 20; ++attempt) {
-    if (db.exec(kTryLock).text(0, 0) == std::string("t")) return db;
+    if (db.exec(store::kTryServingLock).text(0, 0) == std::string("t")) return db;
     if (attempt == 0) spdlog::warn("another gpuexd serves this database; waiting up to 10 s for it to end");
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
@@ -189,7 +190,14 @@ int serve(const ServerConfig& config) {
 
   net::io_context ioc(static_cast<int>(config.io_threads));
   Metrics metrics;
-  store::HealthMonitor health(config.dsn, config.health_interval);
+  // Lost only if another gpuexd started while this one's lock connection was gone (PostgreSQL restarted):
+  // two servers must never write one database, so this one ends at once, as a crash would (everything
+  // it acknowledged is committed; the other server recovered it).
+  store::HealthMonitor health(config.dsn, config.health_interval, store::ServingLock{std::move(*serving_lock), [] {
+    spdlog::critical("another gpuexd took this database's serving lock while PostgreSQL was away: stopping at once");
+    spdlog::default_logger()->flush();
+    std::_Exit(3);
+  }});
   store::QueryPool queries(config.dsn, config.query_pool_size);
   KeyStore keys(queries);
   RateLimiter per_key(config.key_rate_per_s, config.key_burst);

@@ -9,8 +9,8 @@
 
 namespace gpuex::store {
 
-HealthMonitor::HealthMonitor(std::string dsn, std::chrono::milliseconds interval)
-    : dsn_(std::move(dsn)), interval_(interval), thread_([this] { run(); }) {}
+HealthMonitor::HealthMonitor(std::string dsn, std::chrono::milliseconds interval, std::optional<ServingLock> lock)
+    : dsn_(std::move(dsn)), interval_(interval), lock_(std::move(lock)), thread_([this] { run(); }) {}
 
 HealthMonitor::~HealthMonitor() { stop(); }
 
@@ -25,13 +25,21 @@ void HealthMonitor::stop() {
 
 void HealthMonitor::run() {
   std::optional<PgConnection> conn;
+  if (lock_) conn = std::move(lock_->held);
   auto timeout = std::chrono::duration_cast<std::chrono::seconds>(interval_) + std::chrono::seconds(1);
   for (;;) {
     bool ok = false;
     try {
-      if (!conn || !conn->healthy()) conn = PgConnection::connect(dsn_, timeout);
-      conn->exec("SELECT 1");
-      ok = true;
+      if (!conn || !conn->healthy()) {
+        conn = PgConnection::connect(dsn_, timeout, "gpuexd health");
+        if (lock_ && conn->exec(kTryServingLock).text(0, 0) != std::string("t")) {
+          conn.reset();
+          lock_->lost();
+          lock_.reset();  // called once; the probes go on without the lock
+        }
+      }
+      if (conn) conn->exec("SELECT 1");
+      ok = conn.has_value();
     } catch (const StoreError& e) {
       conn.reset();
       if (up_.load()) spdlog::error("store: PostgreSQL stopped answering: {}", e.what());

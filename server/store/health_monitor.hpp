@@ -1,18 +1,35 @@
-// Watches whether PostgreSQL answers, so /readyz and the metrics can tell the truth without a query.
+// Watches whether PostgreSQL answers, so /readyz and the metrics can tell the truth without a query,
+// and keeps this server's serving lock (one gpuexd per database).
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
+#include "server/store/connection.hpp"
+
 namespace gpuex::store {
+
+// The session lock that makes one gpuexd per database (migrations use 7474016).
+inline constexpr const char* kTryServingLock = "SELECT pg_try_advisory_lock(7474017)";
+
+// A serving lock already taken on `held`. It lives as long as that connection's backend: when PostgreSQL
+// restarts (or the backend is ended) the lock is gone with it, so the probe that reconnects takes it
+// again. If another server took it meanwhile, `lost` is called (once, from the monitor's thread).
+struct ServingLock {
+  PgConnection held;
+  std::function<void()> lost;
+};
 
 class HealthMonitor {
  public:
-  HealthMonitor(std::string dsn, std::chrono::milliseconds interval);
+  // With a serving lock, the probes run on its connection.
+  HealthMonitor(std::string dsn, std::chrono::milliseconds interval, std::optional<ServingLock> lock = std::nullopt);
   ~HealthMonitor();
   HealthMonitor(const HealthMonitor&) = delete;
   HealthMonitor& operator=(const HealthMonitor&) = delete;
@@ -29,6 +46,7 @@ class HealthMonitor {
 
   std::string dsn_;
   std::chrono::milliseconds interval_;
+  std::optional<ServingLock> lock_;
   std::atomic<bool> up_{false};
   std::atomic<std::uint64_t> failures_{0};
   std::mutex mutex_;

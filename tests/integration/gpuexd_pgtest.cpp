@@ -4,6 +4,7 @@
 #include <boost/json.hpp>
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <thread>
 
 #include "server/store/connection.hpp"
 #include "support/cluster.hpp"
@@ -136,6 +137,44 @@ TEST_CASE("a second gpuexd on the same database refuses to start, and one starts
   first.reset();
   Gpuexd again(db.dsn(), {}, false);
   CHECK(HttpClient(again.port()).get("/v1/markets").status == 200);
+}
+
+TEST_CASE("the serving lock is taken again when its connection is lost, and a server that finds it taken by another stops") {
+  TestDatabase db;
+  Gpuexd server(db.dsn());  // probes the store every 200 ms
+  REQUIRE(wait_for_status(server.port(), "/readyz", 200, std::chrono::seconds(10)));
+  auto conn = gpuex::store::PgConnection::connect(db.dsn());
+  // The backend holding the serving lock of this database (0 when nobody holds it).
+  auto holder = [&] {
+    auto r = conn.exec(
+        "SELECT coalesce(max(pid), 0) FROM pg_locks WHERE locktype = 'advisory' AND objid = 7474017 AND granted "
+        "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())");
+    return r.integer(0, 0);
+  };
+  auto first = holder();
+  REQUIRE(first != 0);
+  REQUIRE(first != conn.backend_pid());
+
+  // PostgreSQL ends that backend (as a restart would): the server takes its lock again.
+  conn.exec("SELECT pg_terminate_backend($1::int)", {std::to_string(first)});
+  std::int64_t again = 0;
+  for (int i = 0; i < 100 && (again == 0 || again == first); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    again = holder();
+  }
+  CHECK(again != 0);
+  CHECK(again != first);
+  CHECK(server.process().running());
+  CHECK(HttpClient(server.port()).get("/v1/markets").status == 200);
+
+  // This time another holder queues for the lock before the server reconnects (as a second gpuexd
+  // started meanwhile would): the server must not go on writing beside it.
+  conn.exec("SELECT pg_terminate_backend($1::int), pg_advisory_lock(7474017)", {std::to_string(again)});
+  CHECK(holder() == conn.backend_pid());
+  auto code = server.process().wait(std::chrono::seconds(10));
+  REQUIRE(code.has_value());
+  CHECK(*code == 3);
+  CHECK_THAT(server.log(), Catch::Contains("another gpuexd took this database's serving lock"));
 }
 
 TEST_CASE("migrate applies every migration exactly once") {
