@@ -256,7 +256,7 @@ int serve(const ServerConfig& config) {
   add_web_routes(router, services, config.web_root, config.web_vendor);
 
   HttpServer server(ioc, config, router, metrics, tls ? &*tls : nullptr);
-  ws::Context websocket{hub, keys, switches, per_ip, services.markets, config};
+  ws::Context websocket{hub, keys, switches, per_ip, key_lookups, services.markets, config};
   server.set_websocket(&websocket);
   server.set_ip_limiter(&per_ip);
   auto bound = server.start();

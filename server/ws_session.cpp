@@ -106,17 +106,26 @@ class WsSession : public http::Session,
     if (!token) return accept();
     context_.keys.authenticate(*token, [self = this->shared_from_this()](KeyStore::Outcome outcome, Principal p) {
       net::post(self->ws_.get_executor(), [self, outcome, p = std::move(p)]() mutable {
-        if (outcome == KeyStore::Outcome::ok) {
-          self->principal_ = std::move(p);
-          return self->accept();
+        switch (outcome) {
+          case KeyStore::Outcome::ok:
+            self->principal_ = std::move(p);
+            return self->accept();
+          case KeyStore::Outcome::throttled:
+            return self->refuse_upgrade(rate_limited_response(self->context_.key_lookups.peek(self->ip_)));
+          case KeyStore::Outcome::store_unavailable:
+            return self->refuse_upgrade(http::error_response(http::Status::service_unavailable, "store_unavailable",
+                                                             "the key cannot be checked: PostgreSQL does not answer"));
+          case KeyStore::Outcome::unknown:
+            return self->refuse_upgrade(
+                http::error_response(http::Status::unauthorized, "unauthenticated", "unknown or revoked API key"));
         }
-        self->refuse_upgrade(outcome == KeyStore::Outcome::store_unavailable
-                                 ? http::error_response(http::Status::service_unavailable, "store_unavailable",
-                                                        "the key cannot be checked: PostgreSQL does not answer")
-                                 : http::error_response(http::Status::unauthorized, "unauthenticated",
-                                                        "unknown or revoked API key"));
       });
-    });
+    }, allow_key_lookup());
+  }
+
+  // A key the server has not seen costs a store lookup: limited per IP, as for HTTP requests (gate.cpp).
+  std::function<bool()> allow_key_lookup() {
+    return [this] { return context_.key_lookups.take(ip_).allowed; };
   }
 
   void refuse_upgrade(http::Response res) {
@@ -324,7 +333,7 @@ class WsSession : public http::Session,
         self->auth_busy_ = false;
         if (!self->ended_) self->read();
       });
-    });
+    }, allow_key_lookup());
   }
 
   void auth_answered(KeyStore::Outcome outcome, Principal p) {
@@ -332,6 +341,10 @@ class WsSession : public http::Session,
       return reply({{"type", "error"},
                     {"code", "store_unavailable"},
                     {"message", "the key cannot be checked: PostgreSQL does not answer"}});
+    }
+    if (outcome == KeyStore::Outcome::throttled) {
+      return bad("rate_limited", "too many keys checked from this address: retry after " +
+                                     std::to_string(context_.key_lookups.peek(ip_).retry_after_s) + " s");
     }
     if (outcome != KeyStore::Outcome::ok) return bad("unauthenticated", "unknown or revoked API key", "key");
     principal_ = std::move(p);

@@ -32,6 +32,7 @@ struct Context {
   KeyStore& keys;
   DeadMansSwitches& switches;
   RateLimiter& per_ip;
+  RateLimiter& key_lookups;  // store lookups of keys not cached, per IP (as for HTTP: gate.hpp)
   const std::map<std::string, matching::MarketSpec>& markets;
   const ServerConfig& config;
 

@@ -10,6 +10,7 @@
 #include "server/store/connection.hpp"
 #include "support/cluster.hpp"
 #include "support/http_client.hpp"
+#include "support/ws_client.hpp"
 
 using namespace gpuex::test;
 
@@ -249,6 +250,29 @@ TEST_CASE("store lookups of keys the server has not seen are limited per IP befo
   auto wrong = client.request("GET", "/v1/orders", "", bearer(made_up));
   CHECK(wrong.status == 401);
   CHECK(wrong.headers["ratelimit-remaining"] == "1");
+}
+
+TEST_CASE("WebSocket auth shares the per-IP limit on store lookups of keys not seen") {
+  TestDatabase db;
+  REQUIRE(run_gpuexd({"migrate", "--dsn", db.dsn()}).exit_code == 0);
+  auto reader = create_account(db.dsn(), "reader", "read");
+  Gpuexd server(db.dsn(), {"--ip-rate", "0.01", "--ip-burst", "3"}, false);
+  auto made_up = [](int i) { return "gpx_k_00000000000000f" + std::to_string(i) + "_" + std::string(64, 'a'); };
+
+  // The upgrade itself takes the IP's request bucket; each auth of a key not seen takes a lookup.
+  WsClient ws(server.port());
+  for (int i = 0; i < 3; ++i) {
+    ws.send(boost::json::object{{"op", "auth"}, {"key", made_up(i)}});
+    CHECK(ws.expect("error").at("code").as_string() == "unauthenticated");
+  }
+  ws.send(boost::json::object{{"op", "auth"}, {"key", made_up(3)}});
+  CHECK(ws.expect("error").at("code").as_string() == "rate_limited");
+  // A real key not seen yet waits too, on the upgrade as in a message.
+  ws.send(boost::json::object{{"op", "auth"}, {"key", reader.api_key}});
+  CHECK(ws.expect("error").at("code").as_string() == "rate_limited");
+  auto refused = upgrade(server.port(), bearer(reader.api_key));
+  CHECK(refused.status == 429);
+  CHECK(refused.headers.count("retry-after") == 1);
 }
 
 TEST_CASE("an Idempotency-Key makes account and key creation happen once, and never shows a secret twice") {
