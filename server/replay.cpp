@@ -15,6 +15,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -359,6 +360,10 @@ class Replay {
     const std::string tmp = o_.accounts + ".tmp";
     {
       std::ofstream out(tmp, std::ios::trunc);
+      // API keys: readable by their owner only, before any is written.
+      std::error_code ec;
+      std::filesystem::permissions(tmp, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write, ec);
+      if (ec) throw Refused("cannot restrict " + tmp + " to its owner: " + ec.message());
       out << json::serialize(json::object{{"providers", providers}, {"buyers", buyers}}) << '\n';
       if (!out) throw Refused("cannot write " + o_.accounts);
     }

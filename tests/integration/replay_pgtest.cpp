@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -51,6 +52,9 @@ TEST_CASE("replay turns real offers into pools and asks and runs buyers that tra
   CHECK(run.output.find("replay: stopped after") != std::string::npos);
   CHECK(run.output.find("orders sent") != std::string::npos);
 
+  // It holds API keys: nobody but its owner may read it, whatever the umask.
+  namespace fs = std::filesystem;
+  CHECK((fs::status(accounts).permissions() & (fs::perms::group_all | fs::perms::others_all)) == fs::perms::none);
   auto keys = json::parse(read_file(accounts)).as_object();
   const auto& providers = keys.at("providers").as_array();
   const auto& buyers = keys.at("buyers").as_array();
