@@ -5,6 +5,7 @@
 #include <boost/json.hpp>
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -29,6 +30,7 @@ struct Sent {
   std::string body;
   unsigned status = 0;     // 0: no answer (the server died with it in flight)
   std::string order_id;    // when acknowledged
+  json::array fills;       // the fills acknowledged with it
 };
 
 }  // namespace
@@ -101,7 +103,10 @@ TEST_CASE("acknowledged orders survive kill -9 exactly once, with their fills") 
             auto r = http.request("POST", "/v1/orders", s.body, bearer(who.api_key));
             s.status = r.status;
             auto j = r.json();
-            if (r.status == 201 || r.status == 200) s.order_id = std::string(j.at("order").at("id").as_string());
+            if (r.status == 201 || r.status == 200) {
+              s.order_id = std::string(j.at("order").at("id").as_string());
+              s.fills = j.at("fills").as_array();
+            }
             if (r.status == 422) s.order_id = std::string(j.at("error").at("order_id").as_string());
           } catch (const std::exception&) {
             s.status = 0;
@@ -119,14 +124,17 @@ TEST_CASE("acknowledged orders survive kill -9 exactly once, with their fills") 
     for (auto& t : clients) t.join();
   }
 
-  std::size_t acked = 0, unknown = 0;
+  std::size_t acked = 0, unknown = 0, acked_fills = 0;
   for (const auto& s : sent) {
     if (s.status == 0) ++unknown;
     else if (!s.order_id.empty()) ++acked;
+    acked_fills += s.fills.size();
   }
-  INFO(sent.size() << " orders sent, " << acked << " acknowledged, " << unknown << " in flight at a kill");
+  INFO(sent.size() << " orders sent, " << acked << " acknowledged, " << unknown << " in flight at a kill, "
+                   << acked_fills << " fills acknowledged");
   REQUIRE(acked > 50);
   REQUIRE(unknown >= 6);
+  REQUIRE(acked_fills > 10);
 
   {
     // Recovery from the latest snapshot and the log after it equals a replay of the whole log. (No tick in
@@ -175,6 +183,14 @@ TEST_CASE("acknowledged orders survive kill -9 exactly once, with their fills") 
       auto j = retry.json();
       auto id = retry.status == 200 ? j.at("order").at("id") : j.at("error").at("order_id");
       CHECK(id.as_string() == stored.json().at("id").as_string());
+      // Every fill acknowledged with the order is there, unchanged (later fills of a resting order come
+      // beside them).
+      const json::array none;
+      const auto& now = retry.status == 200 ? j.at("fills").as_array() : none;
+      for (const auto& fill : s.fills) {
+        INFO("acknowledged fill " << json::serialize(fill));
+        CHECK(std::find(now.begin(), now.end(), fill) != now.end());
+      }
     } else {
       CHECK((retry.status == 201 || retry.status == 422));
     }
