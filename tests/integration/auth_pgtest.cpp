@@ -103,19 +103,29 @@ TEST_CASE("keys are stored only as SHA-256 hashes") {
   auto ops = create_account(db.dsn(), "ops", "admin");
   CHECK(ops.api_key.size() == 4 + 18 + 1 + 64);  // gpx_ + k_<16 hex> + _ + 256 bits in hex
 
+  // The stored hash is SHA-256 of the whole key as shown, computed here by PostgreSQL (not by gpuexd's code).
   auto conn = gpuex::store::PgConnection::connect(db.dsn());
-  auto row = conn.exec("SELECT encode(key_sha256, 'hex'), api_keys::text FROM api_keys WHERE id = $1", {ops.key_id});
+  auto row = conn.exec("SELECT key_sha256 = sha256(convert_to($2, 'UTF8')), api_keys::text FROM api_keys WHERE id = $1",
+                       {ops.key_id, ops.api_key});
   REQUIRE(row.rows() == 1);
-  auto hash = gpuex::hash_key(ops.api_key);
-  std::string hex;
-  for (unsigned char c : hash) {
-    static const char* d = "0123456789abcdef";
-    hex += d[c >> 4];
-    hex += d[c & 15];
-  }
-  CHECK(row.text(0, 0) == hex);
+  CHECK(row.text(0, 0) == std::string("t"));
   std::string secret = ops.api_key.substr(ops.api_key.size() - 64);
   CHECK(std::string(row.text(0, 1)).find(secret) == std::string::npos);
+
+  // Nor does a key reach the server's log, used right or wrong, in a header or a WebSocket auth.
+  Gpuexd server(db.dsn(), {}, false);
+  HttpClient client(server.port());
+  CHECK(client.request("GET", "/v1/admin/state-digest", "", bearer(ops.api_key)).status == 200);
+  const std::string wrong = ops.api_key.substr(0, ops.api_key.size() - 1) + (ops.api_key.back() == '0' ? "1" : "0");
+  CHECK(client.request("GET", "/v1/admin/state-digest", "", bearer(wrong)).status == 401);
+  {
+    WsClient ws(server.port());
+    ws.send(boost::json::object{{"op", "auth"}, {"key", ops.api_key}});
+    CHECK(ws.expect("auth").at("account_id").is_string());
+  }
+  REQUIRE(server.stop() == 0);
+  CHECK(server.log().find(secret) == std::string::npos);
+  CHECK(server.log().find(wrong.substr(wrong.size() - 64)) == std::string::npos);
 }
 
 TEST_CASE("bad admin bodies get 400 with the field at fault") {

@@ -141,6 +141,7 @@ TEST_CASE("a table of malformed and hostile requests gets the expected status an
   // Headers over the limit are refused before any route runs.
   auto huge = http.request("GET", "/v1/markets", "", {{"X-Padding", std::string(20 * 1024, 'h')}});
   CHECK(huge.status == 431);
+  CHECK(huge.json().at("error").at("code").as_string() == "headers_too_large");
 
   // And the server is still there, serving.
   CHECK(http.get("/healthz").status == 200);
