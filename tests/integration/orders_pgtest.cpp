@@ -732,6 +732,9 @@ TEST_CASE("store writer: a transaction that failed without an answer is publishe
   }
   SECTION("fence() ends the waiting transaction before it commits, and publishes nothing") {
     writer.fence(db);
+    // The writer's backend is gone before the lock goes: nothing is left that could commit it later.
+    CHECK(db.exec("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'gpuexd writer' "
+                  "AND datname = current_database()").integer(0, 0) == 0);
     locker.exec("COMMIT");
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     CHECK_FALSE(logged(2));

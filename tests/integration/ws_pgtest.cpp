@@ -408,8 +408,12 @@ TEST_CASE("ws: the dead man's switch cancels all of the account's open orders wh
     ws.expect("cancel_on_disconnect");
     ws.send(json::object{{"op", "cancel_on_disconnect"}, {"enabled", false}});
     CHECK_FALSE(ws.expect("cancel_on_disconnect").at("enabled").as_bool());
+    // Nothing is left armed to fire, now or at the next start...
+    auto armed = gpuex::store::PgConnection::connect(x.db.dsn())
+                     .exec("SELECT count(*) FROM dead_mans_switches WHERE account_id = $1::bigint", {x.buyer.account_id});
+    CHECK(armed.integer(0, 0) == 0);
     ws.kill();
-    std::this_thread::sleep_for(500ms);  // give a wrong cancel the time to happen
+    std::this_thread::sleep_for(500ms);  // ...and a wrong cancel had the time to happen
     CHECK(x.open_orders(x.buyer) == 1);
   }
 }
@@ -564,6 +568,7 @@ TEST_CASE("ws: private channels carry only the subscriber's own orders, fills an
         CHECK(m->at("lease").at("role").as_string() == "buyer");
       }
     }
+    CHECK_FALSE(ws.ended().has_value());  // the stream went quiet: it did not end before a foreign message
     CHECK(seen_fills == fills);
     CHECK(seen_orders >= orders.size() * 2);
     CHECK(seen_leases >= 1);
@@ -584,6 +589,7 @@ TEST_CASE("ws: private channels carry only the subscriber's own orders, fills an
       CHECK(m->at("fill").at("side").as_string() == "sell");
     }
   }
+  CHECK_FALSE(p.ended().has_value());
   CHECK(provider_fills == 2);
   std::set<std::string> all_leases = a_leases;
   all_leases.insert(b_leases.begin(), b_leases.end());
