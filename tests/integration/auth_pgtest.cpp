@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <map>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -95,6 +97,65 @@ TEST_CASE("a revoked key stops working at once") {
   HttpClient client2(again.port());
   CHECK(client2.request("POST", "/v1/accounts", R"({"name": "c", "scopes": ["read"]})", bearer(other.api_key)).status == 401);
   CHECK(client2.request("POST", "/v1/accounts", R"({"name": "c", "scopes": ["read"]})", bearer(ops.api_key)).status == 201);
+}
+
+TEST_CASE("every route refuses a key without its scope, as API.md's endpoint table gives them") {
+  TestDatabase db;
+  REQUIRE(run_gpuexd({"migrate", "--dsn", db.dsn()}).exit_code == 0);
+  // One key per scope; each route names the scopes that may call it (any of them), from API.md.
+  std::map<std::string, CreatedAccount> keys;
+  for (const char* scope : {"read", "trade", "provide", "admin"}) keys[scope] = create_account(db.dsn(), scope, scope);
+  Gpuexd server(db.dsn(), {"--test-clock", "--key-rate", "10000", "--key-burst", "10000"}, false);
+  HttpClient client(server.port());
+  struct Route {
+    const char* method;
+    const char* path;
+    const char* body;
+    std::set<std::string> scopes;
+  };
+  const std::string buy = R"({"side": "buy", "market": "H100-SXM-80G", "price": "1.0000", "quantity": 1, "duration": 3600})";
+  const std::string sell = R"({"side": "sell", "pool_id": "1", "price": "1.0000", "quantity": 1, "start": "2030-01-01T00:00:00Z", "end": "2030-01-02T00:00:00Z"})";
+  const std::vector<Route> routes = {
+      {"POST", "/v1/accounts", R"({"name": "x", "scopes": ["read"]})", {"admin"}},
+      {"POST", "/v1/accounts/1/keys", R"({"scopes": ["read"]})", {"admin"}},
+      {"DELETE", "/v1/keys/k_0000000000000001", "", {"admin"}},
+      {"POST", "/v1/pools", "{}", {"provide"}},
+      {"GET", "/v1/pools", "", {"provide"}},
+      {"GET", "/v1/pools/1", "", {"provide"}},
+      {"PATCH", "/v1/pools/1", R"({"nodes": 2})", {"provide"}},
+      {"DELETE", "/v1/pools/1", "", {"provide"}},
+      {"POST", "/v1/pools/1/verify", R"({"verified": false})", {"admin"}},
+      {"POST", "/v1/markets/H100-SXM-80G/halt", "", {"admin"}},
+      {"POST", "/v1/markets/H100-SXM-80G/resume", "", {"admin"}},
+      {"PUT", "/v1/accounts/1/limits", "{}", {"admin"}},
+      {"POST", "/v1/orders", buy.c_str(), {"trade"}},      // a buy needs trade...
+      {"POST", "/v1/orders", sell.c_str(), {"provide"}},   // ...a sell provide
+      {"GET", "/v1/orders", "", {"read"}},
+      {"GET", "/v1/orders/1", "", {"read"}},
+      {"GET", "/v1/orders/by-client-id/x", "", {"read"}},
+      {"DELETE", "/v1/orders/1", "", {"trade", "provide"}},
+      {"PATCH", "/v1/orders/1", R"({"quantity": 1})", {"trade", "provide"}},
+      {"DELETE", "/v1/orders", "", {"trade", "provide"}},
+      {"GET", "/v1/fills", "", {"read"}},
+      {"GET", "/v1/leases", "", {"read"}},
+      {"GET", "/v1/leases/1", "", {"read"}},
+      {"POST", "/v1/leases/1/release", "", {"trade"}},
+      {"GET", "/v1/admin/state-digest", "", {"admin"}},
+      {"POST", "/v1/admin/clock", R"({"advance_s": 0})", {"admin"}},
+  };
+  for (const auto& r : routes) {
+    for (const auto& [scope, who] : keys) {
+      auto reply = client.request(r.method, r.path, r.body, bearer(who.api_key));
+      INFO(r.method << " " << r.path << " " << r.body << " with a " << scope << " key: " << reply.status << " " << reply.body);
+      if (r.scopes.count(scope)) {
+        CHECK(reply.status != 403);
+        CHECK(reply.status != 401);
+      } else {
+        CHECK(reply.status == 403);
+        if (reply.status == 403) CHECK(error_code(reply) == "forbidden");
+      }
+    }
+  }
 }
 
 TEST_CASE("keys are stored only as SHA-256 hashes") {
