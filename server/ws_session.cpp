@@ -72,6 +72,16 @@ class WsSession : public http::Session,
     std::lock_guard lock(mutex_);
     auto it = subscriptions_.find(key);
     if (it == subscriptions_.end()) return false;  // unsubscribed meanwhile
+    // A revoked key reads nothing more of its account, not even until the timer's next check. (A private
+    // subscription exists only once principal_ is set, and it is never changed after.)
+    if (it->second.channel.is_private() && context_.keys.revoked(principal_->key_id)) {
+      if (!std::exchange(revoked_seen_, true)) {
+        net::post(ws_.get_executor(), [self = this->shared_from_this()] {
+          self->close(websocket::close_code::policy_error, "the API key was revoked");
+        });
+      }
+      return false;
+    }
     it->second.last_seq = seq;
     it->second.last_sent = Clock::now();
     it->second.started = true;
@@ -688,6 +698,7 @@ class WsSession : public http::Session,
   std::optional<websocket::close_reason> close_code_;
   std::map<std::string, Subscription> subscriptions_;
   unsigned bad_messages_ = 0;
+  bool revoked_seen_ = false;  // deliver() found the key revoked and asked the strand to close
 };
 
 template <class NextLayer>

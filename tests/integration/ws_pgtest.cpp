@@ -715,9 +715,17 @@ TEST_CASE("ws: an auth and a subscribe sent together are answered in order, and 
   CHECK(second->at("type").as_string() == "subscribed");
   CHECK(second->at("channels").as_array() == json::array{"orders"});
 
+  // The account's other key places an order right after the revocation: the revoked key's connection
+  // reads none of it, closed before the order's message would go out.
+  auto issued = x.call(admin, "POST", "/v1/accounts/" + x.buyer2.account_id + "/keys", json::parse(R"({"scopes": ["trade"]})"));
+  REQUIRE(issued.status == 201);
+  CreatedAccount other{x.buyer2.account_id, "", std::string(issued.json().at("api_key").as_string())};
   REQUIRE(x.call(admin, "DELETE", "/v1/keys/" + x.buyer2.key_id).status == 200);
+  x.bid(other, "1.0000", 1);
   auto deadline = std::chrono::steady_clock::now() + 5s;
-  while (!ws.ended() && std::chrono::steady_clock::now() < deadline) ws.next(1s);
+  while (!ws.ended() && std::chrono::steady_clock::now() < deadline) {
+    if (auto m = ws.next(1s)) CHECK(m->at("type").as_string() != "order");
+  }
   REQUIRE(ws.ended());
   CHECK(ws.ended()->code == 1008);
   CHECK(ws.ended()->reason == "the API key was revoked");
