@@ -123,6 +123,20 @@ int admin_create_account(const ServerConfig& config, const std::string& name, co
   return 0;
 }
 
+int admin_revoke_key(const ServerConfig& config, const std::string& key_id) {
+  auto db = connect_with_wait(config);
+  auto revoked = revoke_key(db, key_id);
+  if (!revoked) {
+    spdlog::critical("no key {} in {}", key_id, store::describe_dsn(config.dsn));
+    return 1;
+  }
+  spdlog::info("key {} revoked (running servers refuse it from now on)", key_id);
+  std::cout << boost::json::serialize(boost::json::object{
+                   {"key_id", key_id}, {"account_id", revoked->account_id}, {"revoked_at", revoked->revoked_at}})
+            << std::endl;
+  return 0;
+}
+
 // Each connection is a file: the soft open-files limit (often 1,024) is raised to the hard one, and a
 // limit still below --max-connections is said, since connections past it fail to be accepted (EMFILE).
 void raise_open_files_limit(const ServerConfig& config) {
@@ -190,16 +204,20 @@ int serve(const ServerConfig& config) {
 
   net::io_context ioc(static_cast<int>(config.io_threads));
   Metrics metrics;
+  store::QueryPool queries(config.dsn, config.query_pool_size);
+  KeyStore keys(queries);
   // Lost only if another gpuexd started while this one's lock connection was gone (PostgreSQL restarted):
   // two servers must never write one database, so this one ends at once, as a crash would (everything
   // it acknowledged is committed; the other server recovered it).
-  store::HealthMonitor health(config.dsn, config.health_interval, store::ServingLock{std::move(*serving_lock), [] {
+  store::ServingLock lock{std::move(*serving_lock), [] {
     spdlog::critical("another gpuexd took this database's serving lock while PostgreSQL was away: stopping at once");
     spdlog::default_logger()->flush();
     std::_Exit(3);
-  }});
-  store::QueryPool queries(config.dsn, config.query_pool_size);
-  KeyStore keys(queries);
+  }};
+  // Keys revoked elsewhere (another tool, SQL) stop working here too.
+  store::Listener revocations{kKeyRevokedChannel, [&keys](const std::string& key_id) { keys.revoke(key_id); },
+                              [&keys](store::PgConnection& db) { keys.recheck(db); }};
+  store::HealthMonitor health(config.dsn, config.health_interval, std::move(lock), std::move(revocations));
   RateLimiter per_key(config.key_rate_per_s, config.key_burst);
   RateLimiter per_ip(config.ip_rate_per_s, config.ip_burst);
   RateLimiter key_lookups(config.ip_rate_per_s, config.ip_burst);  // store lookups of keys not cached, per IP

@@ -15,5 +15,7 @@ int migrate(const ServerConfig& config);
 
 // `gpuexd admin create-account`: prints the new account and its key (shown once) as JSON.
 int admin_create_account(const ServerConfig& config, const std::string& name, const std::string& scopes);
+// `gpuexd admin revoke-key`: works while servers run (they hear of it at once); 1 if there is no such key.
+int admin_revoke_key(const ServerConfig& config, const std::string& key_id);
 
 }  // namespace gpuex

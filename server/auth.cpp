@@ -106,6 +106,15 @@ NewKey create_key(store::PgConnection& db, std::int64_t account_id, Scopes scope
   return k;
 }
 
+std::optional<RevokedKey> revoke_key(store::PgConnection& db, const std::string& key_id) {
+  auto row = db.exec(
+      "UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1 "
+      "RETURNING account_id, to_char(revoked_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')",
+      {key_id});
+  if (row.rows() == 0) return std::nullopt;
+  return RevokedKey{std::string(row.text(0, 0)), std::string(row.text(0, 1))};
+}
+
 std::pair<std::int64_t, NewKey> insert_account(store::PgConnection& db, std::string_view name, Scopes scopes) {
   auto id = db.exec(kInsertAccount, {std::string(name)}).integer(0, 0);
   return {id, create_key(db, id, scopes)};
@@ -165,6 +174,19 @@ void KeyStore::authenticate(std::string_view key, std::function<void(Outcome, Pr
 void KeyStore::revoke(const std::string& key_id) {
   std::lock_guard lock(mutex_);
   cache_[key_id].revoked = true;  // a tombstone if it was not cached
+}
+
+void KeyStore::recheck(store::PgConnection& db) {
+  std::string ids;  // a text[] literal; ids are k_ and hex digits
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [id, entry] : cache_) {
+      if (!entry.revoked) ids += (ids.empty() ? "" : ",") + id;
+    }
+  }
+  if (ids.empty()) return;
+  auto rows = db.exec("SELECT id FROM api_keys WHERE id = ANY($1::text[]) AND revoked_at IS NOT NULL", {"{" + ids + "}"});
+  for (int i = 0; i < rows.rows(); ++i) revoke(std::string(rows.text(i, 0)));
 }
 
 bool KeyStore::revoked(const std::string& key_id) {

@@ -35,6 +35,15 @@ std::pair<std::int64_t, NewKey> create_account(store::PgConnection& db, std::str
 // The same inside the caller's transaction.
 std::pair<std::int64_t, NewKey> insert_account(store::PgConnection& db, std::string_view name, Scopes scopes);
 NewKey create_key(store::PgConnection& db, std::int64_t account_id, Scopes scopes);
+// Revokes a key (again: a no-op keeping the first time); nullopt if there is no such key. Every running
+// gpuexd hears of it (migrations/0013) and refuses the key from then on.
+struct RevokedKey {
+  std::string account_id;
+  std::string revoked_at;  // RFC 3339 UTC
+};
+std::optional<RevokedKey> revoke_key(store::PgConnection& db, const std::string& key_id);
+// The channel of those announcements (LISTEN), each carrying the key's id.
+inline constexpr const char* kKeyRevokedChannel = "gpuex_key_revoked";
 
 // Checks bearer keys. Known keys are cached in memory; a key not in the cache is looked up in
 // PostgreSQL once (keys created by `gpuexd admin` while the server runs). Revocation through this
@@ -53,6 +62,9 @@ class KeyStore {
 
   // Forget a key now (after it was revoked in the database).
   void revoke(const std::string& key_id);
+  // Revokes every cached key the database says is revoked: for revocations this server may not have
+  // heard of (announced while its listening connection was down).
+  void recheck(store::PgConnection& db);
   // Whether this server revoked the key (WebSocket connections it authenticated close then).
   bool revoked(const std::string& key_id);
 

@@ -124,6 +124,10 @@ int main(int argc, char** argv) {
   std::string account_name, account_scopes;
   create_account->add_option("--name", account_name, "Account name")->required();
   create_account->add_option("--scopes", account_scopes, "Comma-separated: read, trade, provide, admin")->required();
+  auto* revoke_key = admin->add_subcommand("revoke-key", "Revoke an API key (running servers refuse it at once)");
+  add_database_options(*revoke_key, config);
+  std::string key_id;
+  revoke_key->add_option("--key-id", key_id, "The key's id (k_ and 16 hex digits)")->required();
 
   auto* replay = app.add_subcommand("replay", "Load generator: real offers as pools and asks, buyers bidding at a rate");
   gpuex::ReplayOptions replay_options;
@@ -159,6 +163,7 @@ int main(int argc, char** argv) {
     if (*serve) return gpuex::serve(config);
     if (*replay) return gpuex::replay(replay_options);
     if (*create_account) return gpuex::admin_create_account(config, account_name, account_scopes);
+    if (*revoke_key) return gpuex::admin_revoke_key(config, key_id);
     return gpuex::migrate(config);
   } catch (const gpuex::store::StoreError& e) {
     spdlog::critical("database: {}", e.what());

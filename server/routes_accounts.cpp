@@ -14,9 +14,6 @@ using http::bhttp::verb;
 namespace {
 
 constexpr const char* kAccountExists = "SELECT 1 FROM accounts WHERE id = $1::bigint";
-constexpr const char* kRevokeKey =
-    "UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1 "
-    "RETURNING account_id, to_char(revoked_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')";
 
 http::Response store_unavailable() {
   return http::error_response(http::Status::service_unavailable, "store_unavailable",
@@ -155,13 +152,13 @@ void add_account_routes(http::Router& router, Services& services) {
     std::string key_id = ctx.path_params.at("key_id");
     services.queries.submit(
         [&services, respond, key_id](store::PgConnection& db) {
-          auto row = db.exec(kRevokeKey, {key_id});
-          if (row.rows() == 0) return respond(http::error_response(http::Status::not_found, "not_found", "no such key"));
+          auto revoked = revoke_key(db, key_id);
+          if (!revoked) return respond(http::error_response(http::Status::not_found, "not_found", "no such key"));
           services.keys.revoke(key_id);  // after the commit: no request is let in by this key from now on
           spdlog::info("admin: key {} revoked", key_id);
           respond(http::json_response(http::Status::ok, {{"id", key_id},
-                                                         {"account_id", std::string(row.text(0, 0))},
-                                                         {"revoked_at", std::string(row.text(0, 1))}}));
+                                                         {"account_id", revoked->account_id},
+                                                         {"revoked_at", revoked->revoked_at}}));
         },
         [respond](const std::string&) { respond(store_unavailable()); });
   }));

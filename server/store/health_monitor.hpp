@@ -26,10 +26,20 @@ struct ServingLock {
   std::function<void()> lost;
 };
 
+// Notifications of one channel (LISTEN on the monitor's connection, read every 100 ms): `heard` gets
+// each payload. Those sent while no connection listened are lost, so `resync` runs on the connection
+// each time it starts listening, to read what they would have told.
+struct Listener {
+  std::string channel;  // an SQL identifier
+  std::function<void(const std::string& payload)> heard;
+  std::function<void(PgConnection&)> resync;
+};
+
 class HealthMonitor {
  public:
   // With a serving lock, the probes run on its connection.
-  HealthMonitor(std::string dsn, std::chrono::milliseconds interval, std::optional<ServingLock> lock = std::nullopt);
+  HealthMonitor(std::string dsn, std::chrono::milliseconds interval, std::optional<ServingLock> lock = std::nullopt,
+                std::optional<Listener> listener = std::nullopt);
   ~HealthMonitor();
   HealthMonitor(const HealthMonitor&) = delete;
   HealthMonitor& operator=(const HealthMonitor&) = delete;
@@ -43,10 +53,12 @@ class HealthMonitor {
 
  private:
   void run();
+  void read_notifications(PgConnection& conn);
 
   std::string dsn_;
   std::chrono::milliseconds interval_;
   std::optional<ServingLock> lock_;
+  std::optional<Listener> listener_;
   std::atomic<bool> up_{false};
   std::atomic<std::uint64_t> failures_{0};
   std::mutex mutex_;

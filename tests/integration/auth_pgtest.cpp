@@ -158,6 +158,59 @@ TEST_CASE("every route refuses a key without its scope, as API.md's endpoint tab
   }
 }
 
+TEST_CASE("a key revoked outside the server (gpuexd admin revoke-key, SQL) stops working there at once, also on its WebSocket") {
+  TestDatabase db;
+  REQUIRE(run_gpuexd({"migrate", "--dsn", db.dsn()}).exit_code == 0);
+  std::vector<CreatedAccount> readers;
+  for (int i = 0; i < 3; ++i) readers.push_back(create_account(db.dsn(), "reader" + std::to_string(i), "read"));
+  Gpuexd server(db.dsn(), {}, false);
+  HttpClient client(server.port());
+  // Each key is checked against PostgreSQL once, then cached.
+  for (const auto& r : readers) REQUIRE(client.request("GET", "/v1/orders", "", bearer(r.api_key)).status == 200);
+  WsClient ws(server.port(), bearer(readers[0].api_key));
+  ws.send(boost::json::object{{"op", "subscribe"}, {"channels", boost::json::array{"orders"}}});
+  REQUIRE(ws.expect("subscribed").at("channels").as_array().size() == 1);
+  auto refused_within_5s = [&](const CreatedAccount& r) {
+    for (int i = 0; i < 50; ++i) {
+      if (client.request("GET", "/v1/orders", "", bearer(r.api_key)).status == 401) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+  };
+
+  auto revoked = run_gpuexd({"admin", "revoke-key", "--dsn", db.dsn(), "--key-id", readers[0].key_id});
+  INFO(revoked.output);
+  REQUIRE(revoked.exit_code == 0);
+  CHECK_THAT(revoked.output, Catch::Contains(R"("account_id":")" + readers[0].account_id + "\""));
+  CHECK(refused_within_5s(readers[0]));
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!ws.ended() && std::chrono::steady_clock::now() < deadline) ws.next(std::chrono::milliseconds(500));
+  REQUIRE(ws.ended());
+  CHECK(ws.ended()->reason == "the API key was revoked");
+
+  auto conn = gpuex::store::PgConnection::connect(db.dsn());
+  conn.exec("UPDATE api_keys SET revoked_at = now() WHERE id = $1", {readers[1].key_id});
+  CHECK(refused_within_5s(readers[1]));
+  CHECK(client.request("GET", "/v1/orders", "", bearer(readers[2].api_key)).status == 200);  // the others still work
+
+  // A revocation nobody heard (the announcement off, as if it came while the server's listening
+  // connection was down) is found when that connection comes back.
+  conn.exec_script("BEGIN; ALTER TABLE api_keys DISABLE TRIGGER api_keys_revoked; "
+                   "UPDATE api_keys SET revoked_at = now() WHERE id = '" + readers[2].key_id + "'; "
+                   "ALTER TABLE api_keys ENABLE TRIGGER api_keys_revoked; COMMIT");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  CHECK(client.request("GET", "/v1/orders", "", bearer(readers[2].api_key)).status == 200);  // not heard yet
+  conn.exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name IN ('gpuexd', 'gpuexd health') "
+            "AND datname = current_database() AND pid IN (SELECT pid FROM pg_locks WHERE locktype = 'advisory' "
+            "AND objid = 7474017)");
+  CHECK(refused_within_5s(readers[2]));
+
+  auto unknown = run_gpuexd({"admin", "revoke-key", "--dsn", db.dsn(), "--key-id", "k_00000000000000ff"});
+  CHECK(unknown.exit_code == 1);
+  CHECK_THAT(unknown.output, Catch::Contains("no key k_00000000000000ff"));
+  CHECK(server.process().running());
+}
+
 TEST_CASE("keys are stored only as SHA-256 hashes") {
   TestDatabase db;
   REQUIRE(run_gpuexd({"migrate", "--dsn", db.dsn()}).exit_code == 0);
