@@ -154,6 +154,7 @@ struct Exchange {
              micros(f.at("list_price")), f.at("quantity").as_int64(), parse_time(f.at("start")),
              parse_time(f.at("end")), green, ""};
     REQUIRE(out.list == *gpuex::parse_fixed(list, 6));
+    if (!green) REQUIRE(out.price == out.list);  // a plain pool gives no discount: the trade is at the ask
     out.bucket = out.start - out.time <= 900 ? "spot" : at(out.start).substr(0, 7);
     return out;
   }
@@ -202,6 +203,7 @@ TEST_CASE("candles, stats, index and trade prints equal what the hand-made trade
   Exchange x;
   auto green = x.pool(true);
   auto plain = x.pool(false);
+  x.advance(61 - x.now() % 60);  // a second into a minute: the first three trades share it (checked by hand below)
   std::vector<Fill> fills;
   fills.push_back(x.spot(plain, false, "2.0000", 4, 3600));
   fills.push_back(x.spot(green, true, "3.0000", 2, 7200));  // green_plus: 20 % off -> 2.4000
@@ -251,7 +253,8 @@ TEST_CASE("candles, stats, index and trade prints equal what the hand-made trade
       }
     }
     // Hand check of the first minute: 4×1h at 2.00, 2×2h at 2.40, 8×0.5h at 1.50 = 12 GPU-h, USD 23.60.
-    if (floor_to(fills[0].time, 60) == floor_to(fills[2].time, 60)) {
+    REQUIRE(floor_to(fills[0].time, 60) == floor_to(fills[2].time, 60));
+    {
       auto body = x.get(std::string("/v1/markets/") + kMarket + "/candles?interval=1m&from=" + at(fills[0].time) +
                         "&to=" + at(fills[2].time + 1));
       auto c = body.at("candles").at(0);
