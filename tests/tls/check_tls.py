@@ -174,6 +174,28 @@ def run_checks(port, cert, provider_key):
         fail("an untrusted certificate was accepted")
     except ssl.SSLCertVerificationError:
         pass
+    # TLS below 1.2 is refused by the server: the client offers only 1.1 (its own floor lowered) and gets
+    # the server's protocol_version alert.
+    old = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    old.load_verify_locations(cert)
+    old.set_ciphers("DEFAULT:@SECLEVEL=0")
+    old.minimum_version = ssl.TLSVersion.TLSv1_1
+    old.maximum_version = ssl.TLSVersion.TLSv1_1
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S) as raw:
+            with old.wrap_socket(raw, server_hostname="127.0.0.1"):
+                fail("a TLS 1.1 handshake was accepted")
+    except ssl.SSLError as e:
+        check("PROTOCOL_VERSION" in str(e).upper() or "UNSUPPORTED_PROTOCOL" in str(e).upper(),
+              "TLS 1.1 refused by the server's alert, not by the client: %s" % e)
+    # Plain HTTP on the TLS port gets no HTTP answer.
+    with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S) as raw:
+        raw.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        try:
+            answer = raw.recv(64)
+        except (ConnectionResetError, socket.timeout):
+            answer = b""
+        check(not answer.startswith(b"HTTP/"), "plain HTTP on the TLS port was answered: %r" % answer)
 
     status, pool = https("POST", "/v1/pools", {
         "market": "H100-SXM-80G", "region": "DE", "tier": "bare_metal", "gpus_per_node": 8, "nodes": 100,
