@@ -220,6 +220,7 @@ Writer::Counters Writer::counters() const {
 void Writer::run() {
   std::optional<PgConnection> conn;
   int backend_pid = 0;  // conn's
+  auto last_used = std::chrono::steady_clock::now();  // conn's last batch
   std::uint64_t statements = 0;
   for (;;) {
     std::vector<Batch> batches;
@@ -243,6 +244,13 @@ void Writer::run() {
       continue;
     }
     try {
+      // A connection idle for a while may have lost its backend (PostgreSQL restarted): reading what
+      // arrived meanwhile (the backend's goodbye, then the end of the stream) tells, so that a new
+      // connection is made before the batch instead of the batch failing on the old one.
+      if (conn && std::chrono::steady_clock::now() - last_used > std::chrono::seconds(1)) {
+        for (int i = 0; i < 2 && PQconsumeInput(conn->raw()) == 1;) ++i;
+      }
+      last_used = std::chrono::steady_clock::now();
       if (!conn || !conn->healthy()) {
         conn = PgConnection::connect(dsn_, std::chrono::seconds(2), "gpuexd writer");
         // Kept now: libpq forgets the pid once the connection is lost, and fence() must end that

@@ -115,6 +115,25 @@ TEST_CASE("readyz follows PostgreSQL down and up while gpuexd keeps running, and
   CHECK(server.stop() == 0);
 }
 
+TEST_CASE("after PostgreSQL restarted while nothing was written, the first write commits (no failed batch)") {
+  OwnCluster cluster;
+  REQUIRE(run_gpuexd({"migrate", "--dsn", cluster.url()}).exit_code == 0);
+  auto buyer = create_account(cluster.url(), "buyer", "trade,read");
+  Gpuexd server(cluster.url(), {}, false);
+  const std::string bid = R"({"side": "buy", "market": "H100-SXM-80G", "price": "1.0000", "quantity": 2, "duration": 3600})";
+  HttpClient client(server.port());
+  REQUIRE(client.request("POST", "/v1/orders", bid, bearer(buyer.api_key)).status == 201);
+
+  REQUIRE(cluster.pg("stop").exit_code == 0);
+  REQUIRE(cluster.pg("start").exit_code == 0);
+  CHECK(wait_for_status(server.port(), "/readyz", 200, std::chrono::seconds(20)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // the writer checks a connection idle over 1 s
+  auto placed = client.request("POST", "/v1/orders", bid, bearer(buyer.api_key));
+  INFO(placed.body);
+  CHECK(placed.status == 201);
+  CHECK(server.log().find("did not commit") == std::string::npos);
+}
+
 TEST_CASE("a frozen writer backend: the write is answered 503 in bounded time, and the engine waits for that backend to be gone before reading the store") {
   TestDatabase db;
   REQUIRE(run_gpuexd({"migrate", "--dsn", db.dsn()}).exit_code == 0);
