@@ -40,7 +40,7 @@ export const get = (path) => call('GET', path);
 export class Stream {
   constructor(onStatus) {
     this.onStatus = onStatus;
-    this.channels = new Map();  // name -> {onMessage, resync, seq}
+    this.channels = new Map();  // name -> {onMessage, resync, seq, renewing}
     this.key = null;
     this.pendingAuth = null;
     this.authing = false;     // an auth message is out and not answered yet
@@ -85,7 +85,7 @@ export class Stream {
   }
 
   subscribe(name, onMessage, resync) {
-    this.channels.set(name, { onMessage, resync, seq: null });
+    this.channels.set(name, { onMessage, resync, seq: null, renewing: false });
     this.send({ op: 'subscribe', channels: [name] });
   }
 
@@ -136,13 +136,23 @@ export class Stream {
       return;
     }
     if (msg.type === 'error') return console.warn('gpuex stream:', msg.code, msg.message);
+    if (msg.type === 'subscribed') {
+      for (const name of msg.channels) {
+        const c = this.channels.get(name);
+        if (c) c.renewing = false;
+      }
+      return;
+    }
     const c = msg.channel && this.channels.get(msg.channel);
-    if (!c || msg.seq === undefined) return;
+    // While a channel is subscribed anew after a gap, what the old subscription still had in flight
+    // is dropped: the first message taken is the new subscription's (it follows `subscribed`).
+    if (!c || msg.seq === undefined || c.renewing) return;
     const first = c.seq === null || msg.type === 'snapshot';
     const expected = msg.type === 'heartbeat' ? c.seq : c.seq + 1;
     if (!first && msg.seq !== expected) {
       // Missed messages: a book resubscribes for a new snapshot; others reload.
       c.seq = null;
+      c.renewing = true;
       this.send({ op: 'unsubscribe', channels: [msg.channel] });
       this.send({ op: 'subscribe', channels: [msg.channel] });
       if (c.resync) c.resync();

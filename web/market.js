@@ -94,6 +94,7 @@ export class MarketView {
   }
 
   onTrade(msg) {
+    if (this.trades.some((t) => t.trade_id === msg.trade.trade_id)) return;  // already loaded over REST
     this.trades.unshift(msg.trade);
     this.trades.length = Math.min(this.trades.length, TAPE_LENGTH);
     this.queueRender();
@@ -124,7 +125,10 @@ export class MarketView {
     const market = this.market;
     const res = await get(`/v1/markets/${market}/trades?limit=${TAPE_LENGTH}`).catch(() => null);
     if (!res || market !== this.market) return;
-    this.trades = res.trades;
+    // Trades the stream brought while the list was read stay in front of it.
+    const newest = res.trades.length ? BigInt(res.trades[0].trade_id) : -1n;
+    const newer = this.trades.filter((t) => BigInt(t.trade_id) > newest);
+    this.trades = newer.concat(res.trades).slice(0, TAPE_LENGTH);
     this.queueRender();
   }
 
