@@ -46,6 +46,7 @@ struct ServerConfig {
   std::chrono::milliseconds ws_idle_timeout{60'000}; // close a connection that sent nothing this long
   std::size_t ws_queue_limit = 4'096;                // messages waiting for a slow reader, then close
   std::size_t ws_queue_bytes = 16 * 1024 * 1024;      // ...or bytes of them (book snapshots are large)
+  std::size_t ws_queue_total_bytes = std::size_t{1} << 30;  // all queues together: past it, the fullest close
   int ws_send_buffer = 64 * 1024;                    // the socket's kernel send buffer (0: the OS's)
   std::size_t ws_max_subscriptions = 100;            // channels per connection
   std::size_t ws_message_limit = 16 * 1024;          // bytes in one client message (close 1009 above)

@@ -98,6 +98,11 @@ int main(int argc, char** argv) {
                     "WebSocket: bytes of messages queued for a slow reader before it is closed")
       ->check(CLI::Range(std::size_t{64 * 1024}, std::size_t{1} << 30))
       ->capture_default_str();
+  serve->add_option("--ws-queue-total-bytes", config.ws_queue_total_bytes,
+                    "WebSocket: bytes queued for all connections together; past it, a connection holding more "
+                    "than its share is closed as a slow consumer")
+      ->check(CLI::Range(std::size_t{64 * 1024}, std::size_t{1} << 40))
+      ->capture_default_str();
   serve->add_option("--ws-send-buffer", config.ws_send_buffer,
                     "WebSocket: kernel send buffer per connection in bytes (0: the OS default, which grows to MBs)")
       ->check(CLI::Range(0, 64 * 1024 * 1024))

@@ -46,6 +46,8 @@ void add_system_routes(http::Router& router, Services& services) {
     add("gpuex_ws_deliveries_total", "counter", "WebSocket messages queued to subscribers.", ws.deliveries);
     add("gpuex_ws_writes_total", "counter", "WebSocket socket writes of queued frames (one write carries all that queued).",
         ws.writes);
+    add("gpuex_ws_queued_bytes", "gauge", "Bytes in the WebSocket outbound queues (queued or being written).",
+        ws.queued_bytes);
     add("gpuex_ws_slow_consumers_total", "counter", "WebSocket connections closed for not reading fast enough.",
         ws.slow_consumers);
     add("gpuex_engine_accepting", "gauge", "1 while the engine takes writes.", services.runner.accepting() ? 1 : 0);

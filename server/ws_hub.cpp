@@ -344,6 +344,7 @@ Hub::Stats Hub::stats() const {
   std::lock_guard lock(mutex_);
   Stats s = stats_;
   s.writes = writes_.load(std::memory_order_relaxed);
+  s.queued_bytes = queued_bytes();
   s.channels = channels_.size();
   for (const auto& [key, l] : channels_) s.subscriptions += l.subscribers.size();
   return s;

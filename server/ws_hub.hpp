@@ -129,11 +129,20 @@ class Hub {
   // A connection wrote its queued frames with one gather write (any thread, no lock).
   void count_write() { writes_.fetch_add(1, std::memory_order_relaxed); }
 
+  // The outbound queues of all connections together (any thread, no lock): bytes queued or being
+  // written (a message shared by several queues counts in each), and the connections open. They bound
+  // the memory slow readers can hold all together (ws_session.cpp).
+  void queued(std::int64_t bytes) { queued_bytes_.fetch_add(bytes, std::memory_order_relaxed); }
+  std::int64_t queued_bytes() const { return queued_bytes_.load(std::memory_order_relaxed); }
+  void connection(int opened) { connections_.fetch_add(opened, std::memory_order_relaxed); }
+  std::int64_t connections() const { return connections_.load(std::memory_order_relaxed); }
+
   struct Stats {
     std::uint64_t messages = 0;        // messages built
     std::uint64_t deliveries = 0;      // messages handed to subscribers
     std::uint64_t slow_consumers = 0;  // connections closed for falling behind
     std::uint64_t writes = 0;          // socket writes of queued frames (one carries one or more)
+    std::int64_t queued_bytes = 0;     // in all outbound queues
     std::size_t subscriptions = 0;
     std::size_t channels = 0;  // channels with listeners
   };
@@ -169,6 +178,8 @@ class Hub {
   Stats stats_;
   std::vector<std::shared_ptr<Subscriber>> to_wake_;
   std::atomic<std::uint64_t> writes_{0};
+  std::atomic<std::int64_t> queued_bytes_{0};
+  std::atomic<std::int64_t> connections_{0};
 };
 
 }  // namespace gpuex::ws

@@ -52,9 +52,15 @@ class WsSession : public http::Session,
         timer_(ws_.get_executor()),
         close_deadline_(ws_.get_executor()),
         inbound_(context.config.ws_message_burst),
-        started_(Clock::now()) {}
+        started_(Clock::now()) {
+    context_.hub.connection(+1);
+  }
 
-  ~WsSession() override { server_.remove_session(this, ip_); }
+  ~WsSession() override {
+    context_.hub.queued(-static_cast<std::int64_t>(queued_bytes_ + in_flight_bytes_));
+    context_.hub.connection(-1);
+    server_.remove_session(this, ip_);
+  }
 
   void run() {
     net::dispatch(ws_.get_executor(), [self = this->shared_from_this()] { self->authenticate_upgrade(); });
@@ -446,8 +452,8 @@ class WsSession : public http::Session,
   // asked for; with `wake` false the caller does that later (start_writing) if this returns true.
   bool enqueue_locked(const Message& message, bool wake = true) {
     if (closing_) return false;
-    if (out_.size() + in_flight_ >= config().ws_queue_limit ||
-        queued_bytes_ + in_flight_bytes_ + message->size() > config().ws_queue_bytes) {
+    const std::size_t mine = queued_bytes_ + in_flight_bytes_ + message->size();
+    if (out_.size() + in_flight_ >= config().ws_queue_limit || mine > config().ws_queue_bytes || over_share(mine)) {
       // A reader this far behind is closed, not buffered without bound.
       closing_ = true;
       out_.clear();
@@ -456,11 +462,30 @@ class WsSession : public http::Session,
     }
     out_.push_back(message);
     queued_bytes_ += message->size();
+    context_.hub.queued(static_cast<std::int64_t>(message->size()));
     if (writing_ || wake_pending_) return false;
     wake_pending_ = true;
     if (!wake) return true;
     start_writing();
     return false;
+  }
+
+  // When all queues together would pass --ws-queue-total-bytes, the connections holding more than an
+  // equal share of it are the ones closed: readers that keep up hold little and are never picked.
+  bool over_share(std::size_t mine) const {
+    const auto total = static_cast<std::size_t>(std::max<std::int64_t>(0, context_.hub.queued_bytes()));
+    const auto cap = config().ws_queue_total_bytes;
+    return total + mine > cap && mine > cap / static_cast<std::size_t>(std::max<std::int64_t>(1, context_.hub.connections()));
+  }
+
+  // The queued frames become the write in flight; the bytes of the last write are gone. mutex_ held.
+  void take_queue_locked() {
+    context_.hub.queued(-static_cast<std::int64_t>(in_flight_bytes_));
+    sending_.clear();
+    sending_.swap(out_);
+    in_flight_ = sending_.size();
+    in_flight_bytes_ = queued_bytes_;
+    queued_bytes_ = 0;
   }
 
   // Any thread: the strand starts writing (unless it already is).
@@ -491,10 +516,7 @@ class WsSession : public http::Session,
           if (closing_ && close_code_) start_close();
           return;
         }
-        sending_.swap(out_);
-        in_flight_ = sending_.size();
-        in_flight_bytes_ = queued_bytes_;
-        queued_bytes_ = 0;
+        take_queue_locked();
       }
       iov_.clear();
       for (const auto& m : sending_) iov_.emplace_back(m->data(), m->size());
@@ -508,6 +530,7 @@ class WsSession : public http::Session,
   void write_over_locked() {
     sending_.clear();
     in_flight_ = 0;
+    context_.hub.queued(-static_cast<std::int64_t>(in_flight_bytes_));
     in_flight_bytes_ = 0;
     writing_ = false;
   }
@@ -557,8 +580,9 @@ class WsSession : public http::Session,
   }
 
   void close_slow_consumer() {
-    spdlog::info("ws: closing a slow consumer at {} (its queue reached {} messages or {} bytes)", ip_,
-                 config().ws_queue_limit, config().ws_queue_bytes);
+    spdlog::info("ws: closing a slow consumer at {} (its queue reached {} messages or {} bytes, or more than its "
+                 "share of {} bytes queued for all connections)",
+                 ip_, config().ws_queue_limit, config().ws_queue_bytes, config().ws_queue_total_bytes);
     context_.hub.count_slow_consumer();
     close(websocket::close_code::policy_error, "slow consumer: the outbound queue is full");
   }

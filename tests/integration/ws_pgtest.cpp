@@ -378,6 +378,33 @@ TEST_CASE("ws: a reader that lets large messages pile up is closed by the queue'
   CHECK(x.server->log().find("closing a slow consumer") != std::string::npos);
 }
 
+TEST_CASE("ws: slow readers together are bounded too: past the total, those holding more than their share close, a reader that keeps up stays") {
+  Exchange x({"--ws-queue-total-bytes", "131072"});  // each queue alone may hold 16 MiB
+  auto pool = x.pool();
+  for (int i = 0; i < 400; ++i) x.ask(pool, price(30000 + i), 1);  // a deep book: ~10 KB per snapshot
+  WsClient reader(x.port());
+  subscribe(reader, {kBook});
+  BookReplica replica;
+  std::vector<std::unique_ptr<WsClient>> slow;
+  for (int c = 0; c < 3; ++c) {
+    slow.push_back(std::make_unique<WsClient>(x.port(), WsClient::Headers{}, 4096));
+    // Each asks for a fresh snapshot again and again and never reads: ~400 KB each, 1.2 MB together.
+    for (int i = 0; i < 40; ++i) slow.back()->send(json::object{{"op", "subscribe"}, {"channels", json::array{kBook}}});
+  }
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (x.metric("gpuex_ws_slow_consumers_total") < 3 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(100ms);
+  }
+  CHECK(x.metric("gpuex_ws_slow_consumers_total") == 3);
+  CHECK(x.metric("gpuex_ws_queued_bytes") <= 131072);
+  // The reader that kept up still follows the book.
+  x.ask(pool, price(40000), 1);
+  auto rest = x.book();
+  replica.follow(reader, rest.at("sequence").to_number<std::uint64_t>());
+  replica.check_equals(rest);
+  CHECK_FALSE(reader.ended().has_value());
+}
+
 TEST_CASE("ws: the dead man's switch cancels all of the account's open orders when its connection is killed") {
   Exchange x;
   auto pool = x.pool();
