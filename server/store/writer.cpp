@@ -248,7 +248,7 @@ void Writer::run() {
       // arrived meanwhile (the backend's goodbye, then the end of the stream) tells, so that a new
       // connection is made before the batch instead of the batch failing on the old one.
       if (conn && std::chrono::steady_clock::now() - last_used > std::chrono::seconds(1)) {
-        for (int i = 0; i < 2 && PQconsumeInput(conn->raw()) == 1;) ++i;
+        if (PQconsumeInput(conn->raw()) == 1) PQconsumeInput(conn->raw());  // the goodbye, then the end
       }
       last_used = std::chrono::steady_clock::now();
       if (!conn || !conn->healthy()) {
