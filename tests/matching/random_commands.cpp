@@ -240,6 +240,65 @@ CommandBody RandomCommands::place_buy(AccountId& account) {
   return PlaceOrder{r};
 }
 
+// An order the engine must refuse before it looks at the market (DESIGN.md §4 "Rejections": malformed fields
+// and combinations, an unknown market or pool, someone else's or a retired pool): invalid_field or not_found.
+CommandBody RandomCommands::place_invalid(AccountId& account) {
+  const std::int64_t kind = range(0, 14);
+  const bool sell_kind = kind == 4 || kind == 5 || kind == 9 || kind == 10 || kind == 11 || kind == 14;
+  CommandBody body = sell_kind ? place_sell(account) : place_buy(account);
+  auto* place = std::get_if<PlaceOrder>(&body);
+  if (!place) return body;  // no pool yet: the AddPool place_sell chose
+  OrderRequest& r = place->order;
+  switch (kind) {
+    case 0: r.quantity = Qty(chance(50) ? 0 : -r.min_chunk.value); break;
+    case 1: r.price = Price(chance(50) ? 0 : -100); break;
+    case 2: r.time_in_force = TimeInForce::gtd, r.expire_at.reset(), r.constraints.single_pool = false; break;
+    case 3:  // single_pool needs ioc or fok
+      r.constraints.single_pool = true;
+      r.time_in_force = chance(50) ? TimeInForce::gtc : TimeInForce::gtd;
+      if (r.time_in_force == TimeInForce::gtd) r.expire_at = Seconds(now_ + kHour);
+      break;
+    case 4:  // a sell without a window, or with an empty one
+      if (chance(50)) r.start.reset(), r.end.reset();
+      else r.end = r.start;
+      break;
+    case 5: r.duration = Seconds(kHour); break;  // a sell with a duration
+    case 6:  // a buy with both a window and a duration, or with neither
+      if (chance(50)) {
+        r.start = Seconds(now_ + kHour), r.end = Seconds(now_ + 2 * kHour), r.duration = Seconds(kHour);
+      } else {
+        r.start.reset(), r.end.reset(), r.duration.reset();
+      }
+      break;
+    case 7: r.min_chunk = Qty(chance(50) ? 0 : -2); break;
+    case 8:  // post_only is for gtc and gtd only
+      r.post_only = true, r.time_in_force = chance(50) ? TimeInForce::ioc : TimeInForce::fok;
+      r.expire_at.reset(), r.constraints.single_pool = false;
+      break;
+    case 9: r.pool = PoolId(987654); break;  // unknown pool
+    case 10: {                                // someone else's pool
+      static const std::vector<AccountId> accounts{kP1, kP2, kB1, kB2};
+      AccountId other = pick(accounts);
+      if (other == account) other = account == kP1 ? kP2 : kP1;
+      account = other;
+      break;
+    }
+    case 11: {  // a retired pool (its provider's), else an unknown one
+      const PoolId live = r.pool;
+      for (const PoolInfo& p : pools_)
+        if (p.retired && chance(50)) r.pool = p.id, account = p.provider;
+      if (r.pool == live) r.pool = PoolId(987655);
+      break;
+    }
+    case 12: r.market = MarketId{"B200"}; break;  // unknown market
+    case 13:                                      // a duration that is not positive
+      r.start.reset(), r.end.reset(), r.duration = Seconds(chance(50) ? 0 : -kHour);
+      break;
+    default: r.min_duration = Seconds(-kMinute); break;  // 14: a negative min_duration
+  }
+  return body;
+}
+
 // A repeat of an earlier client_order_id: the same body (a duplicate) or a changed one (a conflict).
 CommandBody RandomCommands::repeat_client_order(AccountId& account) {
   if (placed_with_cid_.empty()) return place_buy(account);
@@ -285,14 +344,20 @@ CommandBody RandomCommands::random_body(AccountId& account) {
     if (v < 8) return VerifyPool{p.id, false, Seconds(0), ""};
     return VerifyPool{p.id, true, Seconds(now_ + range(1, 10 * kMinute)), "short"};
   }
-  if (r < 330) return place_sell(account);
+  if (r < 315) return place_sell(account);
+  if (r < 330) return place_invalid(account);
   if (r < 540) return place_buy(account);
   if (r < 620) return place_spot_bid(account);
   if (r < 660) return repeat_client_order(account);
   if (r < 710) {
     if (open.empty()) return Tick{};
     const OrderInfo& o = pick(open);
-    account = chance(95) ? o.account : kB2;
+    account = chance(92) ? o.account : other_account(o.account);
+    if (chance(4)) {  // an order that ended (or never was): not_found
+      for (const OrderInfo& x : orders_)
+        if (!x.open && x.account == account) return Cancel{x.id};
+      return Cancel{OrderId(seq_ + 1000)};
+    }
     return Cancel{o.id};
   }
   if (r < 725) {
@@ -303,7 +368,7 @@ CommandBody RandomCommands::random_body(AccountId& account) {
   if (r < 790) {
     if (open.empty()) return Tick{};
     const OrderInfo& o = pick(open);
-    account = o.account;
+    account = chance(92) ? o.account : other_account(o.account);  // someone else's order: not_found
     Amend a;
     a.order = o.id;
     const std::int64_t k = range(0, 2);
@@ -311,6 +376,7 @@ CommandBody RandomCommands::random_body(AccountId& account) {
       const std::int64_t lots = o.quantity.value / std::max<std::int64_t>(1, o.min_chunk.value);
       a.quantity = Qty(o.min_chunk.value * range(1, std::max<std::int64_t>(1, lots)));
       if (chance(5)) a.quantity = Qty(o.quantity.value + 1);
+      if (o.min_chunk.value > 1 && chance(8)) a.quantity = Qty(a.quantity->value - 1);  // breaks the lot
     }
     if (k != 0) a.price = random_price(15000, 26000, MarketId{"H100"});
     return a;
@@ -341,6 +407,13 @@ CommandBody RandomCommands::random_body(AccountId& account) {
     return SetGreenPolicy{p};
   }
   return Tick{};
+}
+
+// Any trading account but `a`.
+AccountId RandomCommands::other_account(AccountId a) {
+  static const std::vector<AccountId> accounts{kP1, kP2, kB1, kB2};
+  AccountId b = pick(accounts);
+  return b == a ? (a == kB1 ? kB2 : kB1) : b;
 }
 
 Command RandomCommands::next() {

@@ -70,6 +70,8 @@ class RandomCommands {
   CommandBody place_buy(AccountId& account);
   CommandBody place_spot_bid(AccountId& account);
   CommandBody repeat_client_order(AccountId& account);
+  CommandBody place_invalid(AccountId& account);
+  AccountId other_account(AccountId a);
   void add_options(OrderRequest& r, bool sell);
 
   std::uint64_t state_;
