@@ -613,3 +613,47 @@ TEST_CASE("debug: restore divergence of one random sequence", "[.debug]") {
     }
   }
 }
+
+// Exposure limits on an amend (DESIGN.md §4: "An order that would exceed one is rejected"): an amend that raises
+// the account's open notional past its limit is refused; one that lowers it is not, even with a higher price and
+// even while the account is over a limit lowered since. Engine and reference must agree on both.
+TEST_CASE("an amend is refused for exposure only when it raises the open notional past the limit", "[differential]") {
+  const std::int64_t t0 = kStart;
+  OrderRequest bid;
+  bid.side = Side::buy;
+  bid.market = MarketId{"H100"};
+  bid.price = Price(2'000'000);
+  bid.quantity = Qty(8);
+  bid.duration = Seconds(3600);  // notional 8 x 2.00 x 1 h = 16 USD
+  Limits tight;
+  tight.max_open_notional = 10'000'000;  // USD 10: the account is now over it
+  Amend up_and_down{OrderId(2), Qty(4), Price(2'600'000)};  // 4 x 2.60 = 10.40 USD: lower, still over the limit
+  Amend up{OrderId(2), std::nullopt, Price(2'100'000)};      // 8 x 2.10 = 16.80 USD: higher, over the limit
+  const std::vector<Command> script{
+      Command{1, Seconds(t0), AccountId(99), SetLimits{AccountId(10), Limits{}}},
+      Command{2, Seconds(t0), AccountId(10), PlaceOrder{bid}},
+      Command{3, Seconds(t0), AccountId(99), SetLimits{AccountId(10), tight}},
+      Command{4, Seconds(t0), AccountId(10), up},
+      Command{5, Seconds(t0), AccountId(10), up_and_down},
+  };
+  const std::string vs_reference = reference_divergence(script);
+  INFO(vs_reference);
+  CHECK(vs_reference.empty());
+  Engine engine(RandomCommands::config());
+  EventSink events;
+  for (const Command& c : script) {
+    events.clear();
+    engine.apply(c, events);
+    if (c.seq == 4) {
+      REQUIRE(!events.empty());
+      const auto* r = std::get_if<CommandRejected>(&events.front());
+      REQUIRE(r != nullptr);
+      CHECK(r->reason == Reason::exposure_limit);
+    }
+  }
+  REQUIRE(!events.empty());
+  const auto* updated = std::get_if<OrderUpdated>(&events.front());
+  REQUIRE(updated != nullptr);
+  CHECK(updated->order.request.quantity == Qty(4));
+  CHECK(updated->order.request.price == Price(2'600'000));
+}
