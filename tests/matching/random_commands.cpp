@@ -119,7 +119,7 @@ CommandBody RandomCommands::place_sell(AccountId& account) {
     // Spot capacity offered for days: what interruptible bids fill and later preempt.
     r.start = Seconds(now_ - range(0, kHour));
     r.end = Seconds(now_ + range(2, 6) * kDay);
-    r.quantity = Qty(std::int64_t{p.gpus_per_node} * p.nodes);
+    r.quantity = Qty(std::max<std::int64_t>(1, std::int64_t{p.gpus_per_node} * p.nodes));  // a pool of 0 nodes: 1
     r.min_chunk = Qty(1);
     r.time_in_force = TimeInForce::gtc;
     if (chance(30)) r.client_order_id = "c" + std::to_string(next_cid_++);
@@ -128,7 +128,7 @@ CommandBody RandomCommands::place_sell(AccountId& account) {
   static const std::vector<std::int64_t> chunks{1, 1, 1, 2, 4};
   std::int64_t chunk = chance(15) ? p.gpus_per_node : pick(chunks);
   const std::int64_t gpus = std::int64_t{p.gpus_per_node} * p.nodes;
-  chunk = std::min(chunk, gpus);
+  chunk = std::max<std::int64_t>(1, std::min(chunk, gpus));  // a pool shrunk to no nodes still gets asks
   r.min_chunk = Qty(chunk);
   r.quantity = Qty(chunk * range(1, std::max<std::int64_t>(1, gpus / chunk)));
   if (chance(4)) r.quantity = Qty(r.quantity.value + 1);  // quantity_not_multiple_of_chunk (or fits anyway)
@@ -325,12 +325,20 @@ CommandBody RandomCommands::random_body(AccountId& account) {
     const std::int64_t a = range(0, 9);
     account = a < 5 ? kP1 : a < 9 ? kP2 : kB2;
     if (pools_.size() >= 9) return Tick{};
-    return AddPool{random_pool_spec()};
+    PoolSpec spec = random_pool_spec();
+    const std::int64_t bad = range(0, 19);  // now and then a pool the engine must refuse
+    if (bad == 0) spec.market = MarketId{"B200"};
+    if (bad == 1) spec.gpus_per_node = 0;
+    if (bad == 2) spec.region.clear();
+    if (bad == 3) spec.nodes = -1;
+    return AddPool{spec};
   }
   if (r < 55) {
     const PoolInfo& p = pick(pools_);
     account = chance(95) ? p.provider : kB1;
-    return ResizePool{p.id, static_cast<std::int32_t>(std::max<std::int64_t>(1, p.nodes + range(-2, 2)))};
+    const std::int64_t k = range(0, 19);
+    const std::int64_t nodes = k == 0 ? 0 : k == 1 ? -1 : std::max<std::int64_t>(1, p.nodes + range(-2, 2));
+    return ResizePool{p.id, static_cast<std::int32_t>(nodes)};
   }
   if (r < 65) {
     const PoolInfo& p = pick(pools_);
@@ -378,7 +386,15 @@ CommandBody RandomCommands::random_body(AccountId& account) {
       if (chance(5)) a.quantity = Qty(o.quantity.value + 1);
       if (o.min_chunk.value > 1 && chance(8)) a.quantity = Qty(a.quantity->value - 1);  // breaks the lot
     }
-    if (k != 0) a.price = random_price(15000, 26000, MarketId{"H100"});
+    if (k != 0) {
+      a.price = random_price(15000, 26000, MarketId{"H100"});
+      // Half the time a step or two around its own price (raises meet the exposure limit, cuts post_only).
+      if (chance(50)) a.price = Price(std::max<std::int64_t>(50000, o.price.value + range(-2, 3) * 50000));
+      // A cut with a dearer price: the notional may go down all the same (never refused) or up.
+      if (k == 2 && chance(50)) a.price = Price(o.price.value / 50000 * 50000 + range(1, 3) * 50000);
+      // Now and then a bid's price several times over: over a tight notional limit (exposure_limit), or not.
+      if (o.side == Side::buy && chance(40)) a.price = Price(o.price.value / 50000 * 50000 * range(5, 40));
+    }
     return a;
   }
   if (r < 830) {
@@ -394,7 +410,8 @@ CommandBody RandomCommands::random_body(AccountId& account) {
     if (chance(50)) {
       l.max_open_orders = range(2, 8);
       l.max_open_gpus = Qty(range(8, 40));
-      l.max_open_notional = range(50, 2000) * 1'000'000;
+      // Now and then below what the account already has open: over its limit, it may still lower its exposure.
+      l.max_open_notional = (chance(30) ? range(1, 30) : range(50, 2000)) * 1'000'000;
     }
     return SetLimits{pick(accounts), l};
   }

@@ -313,6 +313,17 @@ void ReferenceMatcher::apply(const Command& cmd, EventSink& out) {
       [&](const auto& body) {
         using T = std::decay_t<decltype(body)>;
         if constexpr (std::is_same_v<T, AddPool>) {
+          // A pool is "a set of identical nodes in one place" of one market: at least one GPU per node, a node count
+          // that is not negative, a region; malformed fields first, then an unknown market (as for orders).
+          const PoolSpec& spec = body.spec;
+          if (spec.gpus_per_node <= 0 || spec.nodes < 0 || spec.region.empty()) {
+            out.push_back(CommandRejected{cmd.seq, Reason::invalid_field, cmd.seq});
+            return;
+          }
+          if (!market(spec.market)) {
+            out.push_back(CommandRejected{cmd.seq, Reason::not_found, cmd.seq});
+            return;
+          }
           Pool p;
           p.id = PoolId(cmd.seq);
           p.provider = cmd.account;
@@ -327,7 +338,8 @@ void ReferenceMatcher::apply(const Command& cmd, EventSink& out) {
             out.push_back(CommandRejected{cmd.seq, Reason::not_found, body.pool.value});
             return;
           }
-          if (body.nodes <= 0) {
+          // "A pool can grow, shrink": to no nodes at all too, if nothing is held on it.
+          if (body.nodes < 0) {
             out.push_back(CommandRejected{cmd.seq, Reason::invalid_field, body.pool.value});
             return;
           }
