@@ -243,6 +243,7 @@ CommandBody RandomCommands::place_buy(AccountId& account) {
 // An order the engine must refuse before it looks at the market (DESIGN.md §4 "Rejections": malformed fields
 // and combinations, an unknown market or pool, someone else's or a retired pool): invalid_field or not_found.
 CommandBody RandomCommands::place_invalid(AccountId& account) {
+  if (!malformed_) return place_buy(account);
   const std::int64_t kind = range(0, 14);
   const bool sell_kind = kind == 4 || kind == 5 || kind == 9 || kind == 10 || kind == 11 || kind == 14;
   CommandBody body = sell_kind ? place_sell(account) : place_buy(account);
@@ -326,7 +327,7 @@ CommandBody RandomCommands::random_body(AccountId& account) {
     account = a < 5 ? kP1 : a < 9 ? kP2 : kB2;
     if (pools_.size() >= 9) return Tick{};
     PoolSpec spec = random_pool_spec();
-    const std::int64_t bad = range(0, 19);  // now and then a pool the engine must refuse
+    const std::int64_t bad = malformed_ ? range(0, 19) : 19;  // now and then a pool the engine must refuse
     if (bad == 0) spec.market = MarketId{"B200"};
     if (bad == 1) spec.gpus_per_node = 0;
     if (bad == 2) spec.region.clear();
@@ -336,7 +337,7 @@ CommandBody RandomCommands::random_body(AccountId& account) {
   if (r < 55) {
     const PoolInfo& p = pick(pools_);
     account = chance(95) ? p.provider : kB1;
-    const std::int64_t k = range(0, 19);
+    const std::int64_t k = malformed_ ? range(0, 19) : 19;  // the server takes 1 node or more
     const std::int64_t nodes = k == 0 ? 0 : k == 1 ? -1 : std::max<std::int64_t>(1, p.nodes + range(-2, 2));
     return ResizePool{p.id, static_cast<std::int32_t>(nodes)};
   }
@@ -375,6 +376,18 @@ CommandBody RandomCommands::random_body(AccountId& account) {
   }
   if (r < 790) {
     if (open.empty()) return Tick{};
+    // An account whose notional limit was set below what it has open cuts a bid and asks a little more for it:
+    // its open notional goes down, so the amend must not be refused for exposure (nor one that raises it let by).
+    std::vector<OrderInfo> over;
+    for (const OrderInfo& o : open)
+      if (o.side == Side::buy && over_limit_[o.account] && o.quantity.value >= 2 * o.min_chunk.value) over.push_back(o);
+    if (!over.empty() && chance(40)) {
+      const OrderInfo& o = pick(over);
+      account = o.account;
+      const std::int64_t lots = o.quantity.value / o.min_chunk.value;
+      Amend a{o.id, Qty(o.min_chunk.value * range(1, lots - 1)), Price(o.price.value / 50000 * 50000 + range(1, 2) * 50000)};
+      return a;
+    }
     const OrderInfo& o = pick(open);
     account = chance(92) ? o.account : other_account(o.account);  // someone else's order: not_found
     Amend a;
@@ -413,7 +426,9 @@ CommandBody RandomCommands::random_body(AccountId& account) {
       // Now and then below what the account already has open: over its limit, it may still lower its exposure.
       l.max_open_notional = (chance(30) ? range(1, 30) : range(50, 2000)) * 1'000'000;
     }
-    return SetLimits{pick(accounts), l};
+    const AccountId who = pick(accounts);
+    over_limit_[who] = l.max_open_notional <= 30'000'000;
+    return SetLimits{who, l};
   }
   if (r < 885) {
     GreenPolicy p = GreenPolicy::defaults();
