@@ -2667,7 +2667,9 @@ struct Engine::Impl {
       const Qty rem = o.remaining - cut;
       const Int128 n = a.notional_x3600 - cost_x3600(o.request.price, o.remaining, bid_seconds(o)) +
                        cost_x3600(price, rem, bid_seconds(o));
-      if (price > o.request.price && n > static_cast<Int128>(a.limits.max_open_notional) * 3600) {
+      // Refused only when the amend raises the open notional past the limit: one that lowers it (a cut with a
+      // higher price) is never refused, even while the account is over a limit lowered since.
+      if (n > a.notional_x3600 && n > static_cast<Int128>(a.limits.max_open_notional) * 3600) {
         return reject_command(Reason::exposure_limit, o.id.value);
       }
     } else if (cut.value > 0) {

@@ -124,6 +124,46 @@ void drop_body_hashes(EventSink& events) {
         e);
 }
 
+std::vector<ref::Segment> segments_of(const Steps& steps) {
+  std::vector<ref::Segment> out;
+  for (const Step& p : steps.pieces()) out.push_back(ref::Segment{p.from, p.to, p.gpus});
+  return out;
+}
+
+std::string dump_segments(const std::vector<ref::Segment>& v) {
+  std::ostringstream s;
+  s << "[";
+  for (const ref::Segment& x : v) s << "[" << x.from.value << "," << x.to.value << "," << x.gpus << "]";
+  s << "]";
+  return s.str();
+}
+
+// The reference keeps a sell's free capacity in its own form and reports it beside its events (event_free()),
+// leaving Order::free empty; this compares the engine's with it, event by event, and then empties the engine's
+// too, so that the events compare whole. Returns "" or what differs.
+std::string take_free(EventSink& fast, const ReferenceMatcher& reference) {
+  std::map<std::size_t, std::vector<ref::Segment>> expected;
+  for (const auto& [index, pieces] : reference.event_free()) expected[index] = pieces;
+  std::ostringstream fail;
+  for (std::size_t j = 0; j < fast.size(); ++j)
+    std::visit(
+        [&](auto& v) {
+          if constexpr (requires { v.order.free; }) {
+            if (v.order.is_sell()) {
+              const std::vector<ref::Segment> got = segments_of(v.order.free);
+              auto it = expected.find(j);
+              const std::vector<ref::Segment> want = it == expected.end() ? std::vector<ref::Segment>{} : it->second;
+              if (got != want)
+                fail << "  event " << j << " (order " << v.order.id.value << "): engine free " << dump_segments(got)
+                     << ", reference " << dump_segments(want) << "\n";
+            }
+            v.order.free = Steps();
+          }
+        },
+        fast[j]);
+  return fail.str();
+}
+
 std::string dump_events(const EventSink& events) {
   std::string s;
   for (const Event& e : events) s += "    " + to_string(e) + "\n";
@@ -133,6 +173,22 @@ std::string dump_events(const EventSink& events) {
 // Counts of what the reference's events show, to make sure the random mix is rich.
 struct Mix {
   std::map<std::string, std::int64_t> counts;
+  std::map<OrderId, BidConstraints> bids;  // of the current sequence (ids restart with each)
+  void new_sequence() { bids.clear(); }
+  // What a command of that kind was answered with, when it was refused: "cancel_not_found", "amend_off_tick".
+  void count_refusal(const Command& cmd, const EventSink& events) {
+    const char* kind = std::holds_alternative<Cancel>(cmd.body)         ? "cancel_"
+                       : std::holds_alternative<Amend>(cmd.body)        ? "amend_"
+                       : std::holds_alternative<ReleaseLease>(cmd.body) ? "release_"
+                       : std::holds_alternative<AddPool>(cmd.body)      ? "add_pool_"
+                       : std::holds_alternative<ResizePool>(cmd.body)   ? "resize_pool_"
+                                                                         : nullptr;
+    if (!kind) return;
+    bool refused = false;
+    for (const Event& e : events)
+      if (const auto* r = std::get_if<CommandRejected>(&e)) add(kind + std::string(to_string(r->reason))), refused = true;
+    if (!refused) add(kind + std::string("done"));
+  }
   void add(const std::string& k) { ++counts[k]; }
   std::int64_t operator[](const std::string& k) const {
     auto it = counts.find(k);
@@ -145,6 +201,7 @@ struct Mix {
             using T = std::decay_t<decltype(v)>;
             if constexpr (std::is_same_v<T, OrderAccepted>) {
               add("accepted");
+              if (v.order.is_buy()) bids[v.order.id] = v.order.request.constraints;
               add(std::string("accepted_") + std::string(to_string(v.order.request.time_in_force)));
               if (v.order.request.constraints.single_pool) add("accepted_single_pool");
               if (v.order.request.post_only) add("accepted_post_only");
@@ -152,6 +209,8 @@ struct Mix {
               if (v.order.request.min_chunk.value > 1) add("accepted_lots");
             } else if constexpr (std::is_same_v<T, OrderRejected>) {
               add("rejected_" + std::string(to_string(v.order.reason)));
+              add("rejected_" + std::string(to_string(v.order.request.side)) + "_" +
+                  std::string(to_string(v.order.reason)));
             } else if constexpr (std::is_same_v<T, OrderUpdated>) {
               add("updated");
             } else if constexpr (std::is_same_v<T, OrderDone>) {
@@ -164,6 +223,20 @@ struct Mix {
               if (!v.trade.bucket.is_spot()) add("trade_forward");
               if (v.trade.green_discount_bps > 0) add("trade_green");
               if (v.trade.taker == Side::sell) add("trade_taker_sell");
+              // Trades of bids with each kind of attribute constraint: they must really find their pools.
+              auto it = bids.find(v.trade.buy_order);
+              if (it != bids.end()) {
+                const BidConstraints& c = it->second;
+                if (!c.tiers.empty()) add("trade_constrained_tiers");
+                if (!c.regions.empty()) add("trade_constrained_regions");
+                if (c.nvlink) add("trade_constrained_nvlink");
+                if (c.min_fabric || c.min_fabric_gbps) add("trade_constrained_fabric");
+                if (c.min_sla_pct_x1000) add("trade_constrained_sla");
+                if (c.green_only) add("trade_constrained_green_only");
+                if (c.max_pue_x1000 || c.min_renewable_pct_x100 || c.max_carbon_g_per_kwh_x100)
+                  add("trade_constrained_energy_limits");
+                if (c.single_pool) add("trade_constrained_single_pool");
+              }
             } else if constexpr (std::is_same_v<T, LeaseChanged>) {
               add("lease_" + std::string(to_string(v.lease.status)));
               if (v.lease.split_from) add("lease_split");
@@ -245,9 +318,9 @@ std::string check_invariants(const Engine& engine, const ReferenceMatcher& ref) 
     if (e->status != o.status || e->filled != o.filled || e->remaining != o.remaining ||
         e->effective_price != o.effective_price || e->priority != o.priority || e->request.price != o.request.price ||
         e->request.quantity != o.request.quantity || e->filled_gpu_seconds != o.filled_gpu_seconds ||
-        e->cancelled_gpu_seconds != o.cancelled_gpu_seconds || !(e->free == o.free))
+        e->cancelled_gpu_seconds != o.cancelled_gpu_seconds || segments_of(e->free) != ref.free_pieces(o.id))
       fail << "order " << o.id.value << ": engine.order() differs from the reference\n  " << to_string(*e) << "\n  "
-           << to_string(o) << "\n";
+           << to_string(o) << " free " << dump_segments(ref.free_pieces(o.id)) << "\n";
   }
   for (const Lease& l : ref.leases()) {
     const Lease* e = engine.lease(l.id);
@@ -298,6 +371,7 @@ TEST_CASE("the engine and the reference matcher produce identical events", "[dif
     ReferenceMatcher ref(config);
     ref.mimic_unlinked_preemption_leases(known_bugs);
     RandomCommands gen(seed, kStart);
+    mix.new_sequence();
     std::vector<std::string> log;
     for (int k = 0; k < length; ++k) {
       const Command cmd = gen.next();
@@ -312,10 +386,11 @@ TEST_CASE("the engine and the reference matcher produce identical events", "[dif
       }
       ref.apply(cmd, slow);
       drop_body_hashes(fast);
+      std::string broken = take_free(fast, ref);
       ++commands;
       mix.count(slow);
-      std::string broken;
-      if (error.empty() && fast == slow) broken = check_invariants(engine, ref);
+      mix.count_refusal(cmd, slow);
+      if (error.empty() && fast == slow && broken.empty()) broken = check_invariants(engine, ref);
       if (!error.empty() || fast != slow || !broken.empty()) {
         ++failed;
         if (failed <= 3) {
@@ -396,6 +471,33 @@ TEST_CASE("the engine and the reference matcher produce identical events", "[dif
     CHECK(mix["lease_released"] > 50 * per20k);
     CHECK(mix["lease_preempted"] > 20 * per20k);
     CHECK(mix["policy_changed"] > 50 * per20k);
+    // Orders refused before the market is looked at (random_commands.cpp place_invalid), both sides.
+    CHECK(mix["rejected_buy_invalid_field"] > 50 * per20k);
+    CHECK(mix["rejected_sell_invalid_field"] > 30 * per20k);
+    CHECK(mix["rejected_buy_not_found"] > 5 * per20k);   // an unknown market
+    CHECK(mix["rejected_sell_not_found"] > 15 * per20k);  // an unknown, someone else's or a retired pool
+    // Commands on orders and leases that are not one's own (or not open any more), and amends that break a rule.
+    CHECK(mix["cancel_not_found"] > 30 * per20k);
+    CHECK(mix["amend_not_found"] > 30 * per20k);
+    CHECK(mix["release_not_found"] > 10 * per20k);
+    CHECK(mix["amend_invalid_amend"] > 10 * per20k);
+    CHECK(mix["amend_off_tick"] > 2 * per20k);
+    CHECK(mix["amend_quantity_not_multiple_of_chunk"] > 2 * per20k);
+    CHECK(mix["amend_exposure_limit"] > 2 * per20k);
+    CHECK(mix["amend_would_take"] > 2 * per20k);
+    CHECK(mix["add_pool_invalid_field"] > 2 * per20k);
+    CHECK(mix["add_pool_not_found"] > 1 * per20k);
+    CHECK(mix["resize_pool_invalid_field"] > 1 * per20k);
+    CHECK(mix["resize_pool_not_found"] > 5 * per20k);
+    // Trades of bids with each kind of attribute constraint.
+    CHECK(mix["trade_constrained_tiers"] > 30 * per20k);
+    CHECK(mix["trade_constrained_regions"] > 30 * per20k);
+    CHECK(mix["trade_constrained_nvlink"] > 20 * per20k);
+    CHECK(mix["trade_constrained_fabric"] > 30 * per20k);
+    CHECK(mix["trade_constrained_sla"] > 15 * per20k);
+    CHECK(mix["trade_constrained_green_only"] > 10 * per20k);
+    CHECK(mix["trade_constrained_energy_limits"] > 10 * per20k);
+    CHECK(mix["trade_constrained_single_pool"] > 20 * per20k);
   }
 }
 
@@ -438,6 +540,8 @@ std::string reference_divergence(const std::vector<Command>& script) {
     engine.apply(c, a);
     ref.apply(c, b);
     drop_body_hashes(a);
+    const std::string free = take_free(a, ref);
+    if (!free.empty()) return "command " + describe(c) + "\n  free capacity differs:\n" + free;
     if (a != b) return "command " + describe(c) + "\n  engine:\n" + dump_events(a) + "  reference:\n" + dump_events(b);
   }
   return "";
@@ -517,4 +621,48 @@ TEST_CASE("debug: restore divergence of one random sequence", "[.debug]") {
       break;
     }
   }
+}
+
+// Exposure limits on an amend (DESIGN.md §4: "An order that would exceed one is rejected"): an amend that raises
+// the account's open notional past its limit is refused; one that lowers it is not, even with a higher price and
+// even while the account is over a limit lowered since. Engine and reference must agree on both.
+TEST_CASE("an amend is refused for exposure only when it raises the open notional past the limit", "[differential]") {
+  const std::int64_t t0 = kStart;
+  OrderRequest bid;
+  bid.side = Side::buy;
+  bid.market = MarketId{"H100"};
+  bid.price = Price(2'000'000);
+  bid.quantity = Qty(8);
+  bid.duration = Seconds(3600);  // notional 8 x 2.00 x 1 h = 16 USD
+  Limits tight;
+  tight.max_open_notional = 10'000'000;  // USD 10: the account is now over it
+  Amend up_and_down{OrderId(2), Qty(4), Price(2'600'000)};  // 4 x 2.60 = 10.40 USD: lower, still over the limit
+  Amend up{OrderId(2), std::nullopt, Price(2'100'000)};      // 8 x 2.10 = 16.80 USD: higher, over the limit
+  const std::vector<Command> script{
+      Command{1, Seconds(t0), AccountId(99), SetLimits{AccountId(10), Limits{}}},
+      Command{2, Seconds(t0), AccountId(10), PlaceOrder{bid}},
+      Command{3, Seconds(t0), AccountId(99), SetLimits{AccountId(10), tight}},
+      Command{4, Seconds(t0), AccountId(10), up},
+      Command{5, Seconds(t0), AccountId(10), up_and_down},
+  };
+  const std::string vs_reference = reference_divergence(script);
+  INFO(vs_reference);
+  CHECK(vs_reference.empty());
+  Engine engine(RandomCommands::config());
+  EventSink events;
+  for (const Command& c : script) {
+    events.clear();
+    engine.apply(c, events);
+    if (c.seq == 4) {
+      REQUIRE(!events.empty());
+      const auto* r = std::get_if<CommandRejected>(&events.front());
+      REQUIRE(r != nullptr);
+      CHECK(r->reason == Reason::exposure_limit);
+    }
+  }
+  REQUIRE(!events.empty());
+  const auto* updated = std::get_if<OrderUpdated>(&events.front());
+  REQUIRE(updated != nullptr);
+  CHECK(updated->order.request.quantity == Qty(4));
+  CHECK(updated->order.request.price == Price(2'600'000));
 }

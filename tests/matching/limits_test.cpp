@@ -42,3 +42,29 @@ TEST_CASE("the open-orders limit counts both sides", "[limits]") {
   const OrderId third = f.place(kProvider, sell(pool, usd4(20000), 1, T0, T0 + H));
   CHECK(f.order(third).reason == Reason::exposure_limit);
 }
+
+// "An order that would exceed one is rejected (exposure_limit)": an amend is refused when it raises the account's
+// open notional past the limit, never when it lowers it, even with a higher price while the account is over a
+// limit lowered since (a plain cut to 4 x 1.00 x 1 h is let through; so must 4 x 1.30 x 1 h, still lower than 8).
+TEST_CASE("an amend that lowers the open notional is never refused for exposure", "[limits][amend]") {
+  Fixture f;
+  const OrderId bid = f.place(kBuyer, buy_duration(usd4(10000), 8, H));  // 8 x 1.00 x 1 h = 8 USD
+  Limits l;
+  l.max_open_notional = 5'000'000;  // USD 5: the account is over it now
+  f.run(kAdmin, SetLimits{kBuyer, l});
+  auto reason = [&](Amend a) {
+    f.run(kBuyer, a);
+    const auto rejected = of_type<CommandRejected>(f.events());
+    return rejected.empty() ? Reason::none : rejected.front().reason;
+  };
+  // 8 x 1.10 = 8.80 USD: higher than 8 and over 5.
+  CHECK(reason(Amend{bid, std::nullopt, usd4(11000)}) == Reason::exposure_limit);
+  // 4 x 1.30 = 5.20 USD: over 5 but lower than 8 — accepted, at the new price.
+  CHECK(reason(Amend{bid, Qty(4), usd4(13000)}) == Reason::none);
+  CHECK(f.order(bid).request.price == usd4(13000));
+  CHECK(f.order(bid).remaining == Qty(4));
+  // 4 x 1.40 = 5.60 USD: higher than 5.20 and over 5.
+  CHECK(reason(Amend{bid, std::nullopt, usd4(14000)}) == Reason::exposure_limit);
+  // 3 x 1.60 = 4.80 USD: under the limit.
+  CHECK(reason(Amend{bid, Qty(3), usd4(16000)}) == Reason::none);
+}

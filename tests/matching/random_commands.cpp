@@ -119,7 +119,7 @@ CommandBody RandomCommands::place_sell(AccountId& account) {
     // Spot capacity offered for days: what interruptible bids fill and later preempt.
     r.start = Seconds(now_ - range(0, kHour));
     r.end = Seconds(now_ + range(2, 6) * kDay);
-    r.quantity = Qty(std::int64_t{p.gpus_per_node} * p.nodes);
+    r.quantity = Qty(std::max<std::int64_t>(1, std::int64_t{p.gpus_per_node} * p.nodes));  // a pool of 0 nodes: 1
     r.min_chunk = Qty(1);
     r.time_in_force = TimeInForce::gtc;
     if (chance(30)) r.client_order_id = "c" + std::to_string(next_cid_++);
@@ -128,7 +128,7 @@ CommandBody RandomCommands::place_sell(AccountId& account) {
   static const std::vector<std::int64_t> chunks{1, 1, 1, 2, 4};
   std::int64_t chunk = chance(15) ? p.gpus_per_node : pick(chunks);
   const std::int64_t gpus = std::int64_t{p.gpus_per_node} * p.nodes;
-  chunk = std::min(chunk, gpus);
+  chunk = std::max<std::int64_t>(1, std::min(chunk, gpus));  // a pool shrunk to no nodes still gets asks
   r.min_chunk = Qty(chunk);
   r.quantity = Qty(chunk * range(1, std::max<std::int64_t>(1, gpus / chunk)));
   if (chance(4)) r.quantity = Qty(r.quantity.value + 1);  // quantity_not_multiple_of_chunk (or fits anyway)
@@ -240,6 +240,66 @@ CommandBody RandomCommands::place_buy(AccountId& account) {
   return PlaceOrder{r};
 }
 
+// An order the engine must refuse before it looks at the market (DESIGN.md §4 "Rejections": malformed fields
+// and combinations, an unknown market or pool, someone else's or a retired pool): invalid_field or not_found.
+CommandBody RandomCommands::place_invalid(AccountId& account) {
+  if (!malformed_) return place_buy(account);
+  const std::int64_t kind = range(0, 14);
+  const bool sell_kind = kind == 4 || kind == 5 || kind == 9 || kind == 10 || kind == 11 || kind == 14;
+  CommandBody body = sell_kind ? place_sell(account) : place_buy(account);
+  auto* place = std::get_if<PlaceOrder>(&body);
+  if (!place) return body;  // no pool yet: the AddPool place_sell chose
+  OrderRequest& r = place->order;
+  switch (kind) {
+    case 0: r.quantity = Qty(chance(50) ? 0 : -r.min_chunk.value); break;
+    case 1: r.price = Price(chance(50) ? 0 : -100); break;
+    case 2: r.time_in_force = TimeInForce::gtd, r.expire_at.reset(), r.constraints.single_pool = false; break;
+    case 3:  // single_pool needs ioc or fok
+      r.constraints.single_pool = true;
+      r.time_in_force = chance(50) ? TimeInForce::gtc : TimeInForce::gtd;
+      if (r.time_in_force == TimeInForce::gtd) r.expire_at = Seconds(now_ + kHour);
+      break;
+    case 4:  // a sell without a window, or with an empty one
+      if (chance(50)) r.start.reset(), r.end.reset();
+      else r.end = r.start;
+      break;
+    case 5: r.duration = Seconds(kHour); break;  // a sell with a duration
+    case 6:  // a buy with both a window and a duration, or with neither
+      if (chance(50)) {
+        r.start = Seconds(now_ + kHour), r.end = Seconds(now_ + 2 * kHour), r.duration = Seconds(kHour);
+      } else {
+        r.start.reset(), r.end.reset(), r.duration.reset();
+      }
+      break;
+    case 7: r.min_chunk = Qty(chance(50) ? 0 : -2); break;
+    case 8:  // post_only is for gtc and gtd only
+      r.post_only = true, r.time_in_force = chance(50) ? TimeInForce::ioc : TimeInForce::fok;
+      r.expire_at.reset(), r.constraints.single_pool = false;
+      break;
+    case 9: r.pool = PoolId(987654); break;  // unknown pool
+    case 10: {                                // someone else's pool
+      static const std::vector<AccountId> accounts{kP1, kP2, kB1, kB2};
+      AccountId other = pick(accounts);
+      if (other == account) other = account == kP1 ? kP2 : kP1;
+      account = other;
+      break;
+    }
+    case 11: {  // a retired pool (its provider's), else an unknown one
+      const PoolId live = r.pool;
+      for (const PoolInfo& p : pools_)
+        if (p.retired && chance(50)) r.pool = p.id, account = p.provider;
+      if (r.pool == live) r.pool = PoolId(987655);
+      break;
+    }
+    case 12: r.market = MarketId{"B200"}; break;  // unknown market
+    case 13:                                      // a duration that is not positive
+      r.start.reset(), r.end.reset(), r.duration = Seconds(chance(50) ? 0 : -kHour);
+      break;
+    default: r.min_duration = Seconds(-kMinute); break;  // 14: a negative min_duration
+  }
+  return body;
+}
+
 // A repeat of an earlier client_order_id: the same body (a duplicate) or a changed one (a conflict).
 CommandBody RandomCommands::repeat_client_order(AccountId& account) {
   if (placed_with_cid_.empty()) return place_buy(account);
@@ -266,12 +326,20 @@ CommandBody RandomCommands::random_body(AccountId& account) {
     const std::int64_t a = range(0, 9);
     account = a < 5 ? kP1 : a < 9 ? kP2 : kB2;
     if (pools_.size() >= 9) return Tick{};
-    return AddPool{random_pool_spec()};
+    PoolSpec spec = random_pool_spec();
+    const std::int64_t bad = malformed_ ? range(0, 19) : 19;  // now and then a pool the engine must refuse
+    if (bad == 0) spec.market = MarketId{"B200"};
+    if (bad == 1) spec.gpus_per_node = 0;
+    if (bad == 2) spec.region.clear();
+    if (bad == 3) spec.nodes = -1;
+    return AddPool{spec};
   }
   if (r < 55) {
     const PoolInfo& p = pick(pools_);
     account = chance(95) ? p.provider : kB1;
-    return ResizePool{p.id, static_cast<std::int32_t>(std::max<std::int64_t>(1, p.nodes + range(-2, 2)))};
+    const std::int64_t k = malformed_ ? range(0, 19) : 19;  // the server takes 1 node or more
+    const std::int64_t nodes = k == 0 ? 0 : k == 1 ? -1 : std::max<std::int64_t>(1, p.nodes + range(-2, 2));
+    return ResizePool{p.id, static_cast<std::int32_t>(nodes)};
   }
   if (r < 65) {
     const PoolInfo& p = pick(pools_);
@@ -285,14 +353,20 @@ CommandBody RandomCommands::random_body(AccountId& account) {
     if (v < 8) return VerifyPool{p.id, false, Seconds(0), ""};
     return VerifyPool{p.id, true, Seconds(now_ + range(1, 10 * kMinute)), "short"};
   }
-  if (r < 330) return place_sell(account);
+  if (r < 315) return place_sell(account);
+  if (r < 330) return place_invalid(account);
   if (r < 540) return place_buy(account);
   if (r < 620) return place_spot_bid(account);
   if (r < 660) return repeat_client_order(account);
   if (r < 710) {
     if (open.empty()) return Tick{};
     const OrderInfo& o = pick(open);
-    account = chance(95) ? o.account : kB2;
+    account = chance(92) ? o.account : other_account(o.account);
+    if (chance(4)) {  // an order that ended (or never was): not_found
+      for (const OrderInfo& x : orders_)
+        if (!x.open && x.account == account) return Cancel{x.id};
+      return Cancel{OrderId(seq_ + 1000)};
+    }
     return Cancel{o.id};
   }
   if (r < 725) {
@@ -302,8 +376,20 @@ CommandBody RandomCommands::random_body(AccountId& account) {
   }
   if (r < 790) {
     if (open.empty()) return Tick{};
+    // An account whose notional limit was set below what it has open cuts a bid and asks a little more for it:
+    // its open notional goes down, so the amend must not be refused for exposure (nor one that raises it let by).
+    std::vector<OrderInfo> over;
+    for (const OrderInfo& o : open)
+      if (o.side == Side::buy && over_limit_[o.account] && o.quantity.value >= 2 * o.min_chunk.value) over.push_back(o);
+    if (!over.empty() && chance(40)) {
+      const OrderInfo& o = pick(over);
+      account = o.account;
+      const std::int64_t lots = o.quantity.value / o.min_chunk.value;
+      Amend a{o.id, Qty(o.min_chunk.value * range(1, lots - 1)), Price(o.price.value / 50000 * 50000 + range(1, 2) * 50000)};
+      return a;
+    }
     const OrderInfo& o = pick(open);
-    account = o.account;
+    account = chance(92) ? o.account : other_account(o.account);  // someone else's order: not_found
     Amend a;
     a.order = o.id;
     const std::int64_t k = range(0, 2);
@@ -311,8 +397,17 @@ CommandBody RandomCommands::random_body(AccountId& account) {
       const std::int64_t lots = o.quantity.value / std::max<std::int64_t>(1, o.min_chunk.value);
       a.quantity = Qty(o.min_chunk.value * range(1, std::max<std::int64_t>(1, lots)));
       if (chance(5)) a.quantity = Qty(o.quantity.value + 1);
+      if (o.min_chunk.value > 1 && chance(8)) a.quantity = Qty(a.quantity->value - 1);  // breaks the lot
     }
-    if (k != 0) a.price = random_price(15000, 26000, MarketId{"H100"});
+    if (k != 0) {
+      a.price = random_price(15000, 26000, MarketId{"H100"});
+      // Half the time a step or two around its own price (raises meet the exposure limit, cuts post_only).
+      if (chance(50)) a.price = Price(std::max<std::int64_t>(50000, o.price.value + range(-2, 3) * 50000));
+      // A cut with a dearer price: the notional may go down all the same (never refused) or up.
+      if (k == 2 && chance(50)) a.price = Price(o.price.value / 50000 * 50000 + range(1, 3) * 50000);
+      // Now and then a bid's price several times over: over a tight notional limit (exposure_limit), or not.
+      if (o.side == Side::buy && chance(40)) a.price = Price(o.price.value / 50000 * 50000 * range(5, 40));
+    }
     return a;
   }
   if (r < 830) {
@@ -328,9 +423,12 @@ CommandBody RandomCommands::random_body(AccountId& account) {
     if (chance(50)) {
       l.max_open_orders = range(2, 8);
       l.max_open_gpus = Qty(range(8, 40));
-      l.max_open_notional = range(50, 2000) * 1'000'000;
+      // Now and then below what the account already has open: over its limit, it may still lower its exposure.
+      l.max_open_notional = (chance(30) ? range(1, 30) : range(50, 2000)) * 1'000'000;
     }
-    return SetLimits{pick(accounts), l};
+    const AccountId who = pick(accounts);
+    over_limit_[who] = l.max_open_notional <= 30'000'000;
+    return SetLimits{who, l};
   }
   if (r < 885) {
     GreenPolicy p = GreenPolicy::defaults();
@@ -341,6 +439,13 @@ CommandBody RandomCommands::random_body(AccountId& account) {
     return SetGreenPolicy{p};
   }
   return Tick{};
+}
+
+// Any trading account but `a`.
+AccountId RandomCommands::other_account(AccountId a) {
+  static const std::vector<AccountId> accounts{kP1, kP2, kB1, kB2};
+  AccountId b = pick(accounts);
+  return b == a ? (a == kB1 ? kB2 : kB1) : b;
 }
 
 Command RandomCommands::next() {

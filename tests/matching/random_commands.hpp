@@ -19,6 +19,9 @@ class RandomCommands {
   static EngineConfig config();
 
   Command next();
+  // Only commands the server passes on to the engine: no malformed orders, unknown markets or pools, or someone
+  // else's pool (the server answers those 4xx and stores nothing, so no stored state or snapshot holds one).
+  void only_wire_valid() { malformed_ = false; }
   // Shows the generator what the last command did, so later commands name real orders, pools and leases.
   void observe(const EventSink& events);
 
@@ -70,6 +73,8 @@ class RandomCommands {
   CommandBody place_buy(AccountId& account);
   CommandBody place_spot_bid(AccountId& account);
   CommandBody repeat_client_order(AccountId& account);
+  CommandBody place_invalid(AccountId& account);
+  AccountId other_account(AccountId a);
   void add_options(OrderRequest& r, bool sell);
 
   std::uint64_t state_;
@@ -80,6 +85,8 @@ class RandomCommands {
   std::vector<OrderInfo> orders_;
   std::vector<LeaseInfo> leases_;
   std::vector<Placed> placed_with_cid_;
+  std::map<AccountId, bool> over_limit_;
+  bool malformed_{true};  // its last SetLimits put its notional limit very low
 };
 
 }  // namespace gpuex::matching::test

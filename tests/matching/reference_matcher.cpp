@@ -7,7 +7,7 @@
 #include <numeric>
 #include <stdexcept>
 
-#include "matching/money.hpp"
+#include "reference_rules.hpp"
 
 namespace gpuex::matching::test {
 
@@ -77,16 +77,32 @@ Seconds ReferenceMatcher::bid_end(const Order& b) const {
   return b.request.duration ? now_ + *b.request.duration : *b.request.end;
 }
 
-// "Green discount ... verified green pools": the first policy rule whose bounds hold, on verified values only.
-std::int32_t ReferenceMatcher::pool_discount(const Pool& p) const {
-  if (!p.verified_at(now_)) return 0;
-  const GreenTierRule* r = policy_.classify(p.spec.energy);
-  return r ? r->discount_bps : 0;
+// "A pool's energy attributes are self-declared until an admin verifies them, with an expiry date": verified now
+// when marked verified and the expiry (exclusive) is still ahead.
+bool ReferenceMatcher::verified_now(const Pool& p) const { return p.verified && now_ < p.verified_until; }
+
+// "Verified green pools sell at a discount ... | none | otherwise, unverified, or verification expired | 0"
+ref::GreenClass ReferenceMatcher::pool_class(const Pool& p) const {
+  if (!verified_now(p)) return ref::GreenClass{};
+  return ref::green_class(policy_, p.spec.energy);
 }
-GreenTier ReferenceMatcher::pool_green(const Pool& p) const {
-  if (!p.verified_at(now_)) return GreenTier::none;
-  const GreenTierRule* r = policy_.classify(p.spec.energy);
-  return r ? r->tier : GreenTier::none;
+std::int32_t ReferenceMatcher::pool_discount(const Pool& p) const { return pool_class(p).discount_bps; }
+GreenTier ReferenceMatcher::pool_green(const Pool& p) const { return pool_class(p).tier; }
+
+const ref::FreeCapacity& ReferenceMatcher::free_of(OrderId id) const {
+  static const ref::FreeCapacity none;
+  auto it = free_.find(id);
+  return it == free_.end() ? none : it->second;
+}
+
+// Every event carrying an order goes out through here, so that a sell's free capacity as of that event is
+// reported beside it (event_free()).
+template <class E>
+void ReferenceMatcher::emit(EventSink& out, E event) {
+  const bool sell = event.order.is_sell();
+  const OrderId id = event.order.id;
+  out.push_back(std::move(event));
+  if (sell) event_free_.emplace_back(out.size() - 1, free_of(id).pieces());
 }
 
 // "the ask's pool satisfies every constraint of the bid"
@@ -105,7 +121,7 @@ bool ReferenceMatcher::pool_satisfies(const Pool& p, const Order& bid) const {
   if (c.min_sla_pct_x1000 && p.spec.sla_pct_x1000 < *c.min_sla_pct_x1000) return false;
   // "Energy constraints in bids (green_only, max_pue, min_renewable_pct, max_carbon_g_per_kwh) match verified
   // values only."
-  const bool verified = p.verified_at(now_);
+  const bool verified = verified_now(p);
   if (c.green_only && (!verified || pool_green(p) == GreenTier::none)) return false;
   if (c.max_pue_x1000 && (!verified || p.spec.energy.pue_x1000 > *c.max_pue_x1000)) return false;
   if (c.min_renewable_pct_x100 && (!verified || p.spec.energy.renewable_pct_x100 < *c.min_renewable_pct_x100))
@@ -124,7 +140,7 @@ std::int64_t ReferenceMatcher::lot(const Order& bid, const Order& ask) const {
 // What one fill between them can be now: the bid's rest and the ask's free capacity over the bid's whole
 // window, rounded down to the lot.
 Qty ReferenceMatcher::fill_qty(const Order& bid, const Order& ask) const {
-  const std::int64_t free = ask.free.min(bid_start(bid), bid_end(bid));
+  const std::int64_t free = free_of(ask.id).min(bid_start(bid), bid_end(bid));
   const std::int64_t q = std::min(bid.remaining.value, free);
   const std::int64_t l = lot(bid, ask);
   return Qty(q <= 0 ? 0 : q / l * l);
@@ -146,13 +162,13 @@ bool ReferenceMatcher::eligible(const Order& bid, const Order& ask) const {
 }
 
 // "An ask becomes filled when a trade leaves no piece of at least min_duration and one lot."
-bool ReferenceMatcher::ask_has_piece(const Order& ask) const {
+bool ReferenceMatcher::ask_has_piece(const Order& ask, const ref::FreeCapacity& free) const {
   const Seconds from = std::max(now_, ask.window_start);
   const Seconds need = std::max(ask.request.min_duration, Seconds(1));
   const std::int64_t chunk = std::max<std::int64_t>(ask.request.min_chunk.value, 1);
   bool in_run = false;
   Seconds run_start{0}, run_end{0};
-  for (const Step& p : ask.free.pieces()) {
+  for (const ref::Segment& p : free.pieces()) {
     const Seconds a = std::max(p.from, from);
     const Seconds b = std::min(p.to, ask.window_end);
     if (a >= b) continue;
@@ -175,10 +191,10 @@ Bucket ReferenceMatcher::bucket_of(const Order& o) const {
   if (o.is_buy()) {
     if (o.request.duration) return Bucket::spot();
     if (*o.request.start - now_ <= config_.spot_horizon) return Bucket::spot();
-    return month_bucket(*o.request.start);
+    return ref::month_of(*o.request.start);
   }
   if (o.window_start <= now_) return Bucket::spot();
-  return month_bucket(o.window_start);
+  return ref::month_of(o.window_start);
 }
 
 // Derived fields of an open order as of now: its bucket, and an ask's GPU-hour accounting
@@ -188,8 +204,8 @@ void ReferenceMatcher::refresh(Order& o) const {
   o.bucket = bucket_of(o);
   if (o.is_sell()) {
     const Seconds split = std::clamp(now_, o.window_start, o.window_end);
-    o.lapsed_gpu_seconds = o.free.integral(o.window_start, split);
-    o.free_gpu_seconds = o.free.integral(split, o.window_end);
+    o.lapsed_gpu_seconds = free_of(o.id).integral(o.window_start, split);
+    o.free_gpu_seconds = free_of(o.id).integral(split, o.window_end);
   }
 }
 
@@ -198,9 +214,10 @@ void ReferenceMatcher::refresh(Order& o) const {
 // (The same for every end, expiry included: a gtd ask that expires before its window ends cancels the rest.)
 void ReferenceMatcher::end_ask(Order& a) {
   const Seconds split = std::clamp(now_, a.window_start, a.window_end);
-  a.lapsed_gpu_seconds = a.free.integral(a.window_start, split);
-  a.cancelled_gpu_seconds += a.free.integral(split, a.window_end);
-  a.free.clear_from(split);
+  ref::FreeCapacity& free = free_[a.id];
+  a.lapsed_gpu_seconds = free.integral(a.window_start, split);
+  a.cancelled_gpu_seconds += free.integral(split, a.window_end);
+  free.close_from(split);
   a.free_gpu_seconds = 0;
 }
 
@@ -238,7 +255,7 @@ bool ReferenceMatcher::would_take(const Order& o) const {
 std::int64_t ReferenceMatcher::committed_at(PoolId pool_id, Seconds t) const {
   std::int64_t sum = 0;
   for (const Order& o : orders_)
-    if (o.is_sell() && o.is_open() && o.request.pool == pool_id) sum += o.free.at(t);
+    if (o.is_sell() && o.is_open() && o.request.pool == pool_id) sum += free_of(o.id).at(t);
   for (const Lease& l : leases_) {
     if (l.pool != pool_id || l.ended) continue;
     const Seconds hold_end = l.status == LeaseStatus::preempted && l.ends_at ? std::min(*l.ends_at, l.end) : l.end;
@@ -250,18 +267,17 @@ std::int64_t ReferenceMatcher::committed_at(PoolId pool_id, Seconds t) const {
 namespace {
 
 // Every instant in [from, to) where a pool's commitments may change, plus `from` itself.
-std::vector<Seconds> breakpoints(const std::vector<Order>& orders, const std::vector<Lease>& leases, PoolId pool,
-                                 Seconds from, Seconds to) {
+std::vector<Seconds> breakpoints(const std::vector<Order>& orders, const std::map<OrderId, ref::FreeCapacity>& free,
+                                 const std::vector<Lease>& leases, PoolId pool, Seconds from, Seconds to) {
   std::vector<Seconds> ts{from};
   auto add = [&](Seconds t) {
     if (t > from && t < to) ts.push_back(t);
   };
   for (const Order& o : orders) {
     if (!o.is_sell() || !o.is_open() || o.request.pool != pool) continue;
-    for (const Step& s : o.free.pieces()) {
-      add(s.from);
-      add(s.to);
-    }
+    auto it = free.find(o.id);
+    if (it == free.end()) continue;
+    for (Seconds t : it->second.breakpoints()) add(t);
   }
   for (const Lease& l : leases) {
     if (l.pool != pool || l.ended) continue;
@@ -290,12 +306,24 @@ void ReferenceMatcher::apply(const Command& cmd, EventSink& out) {
   // "The engine keeps now = the latest command time seen (an earlier stamp counts as that time)."
   now_ = std::max(now_, cmd.now);
   seq_ = cmd.seq;
+  event_free_.clear();
   // "Every command first applies what time has done up to its stamp."
   time_step(out);
   std::visit(
       [&](const auto& body) {
         using T = std::decay_t<decltype(body)>;
         if constexpr (std::is_same_v<T, AddPool>) {
+          // A pool is "a set of identical nodes in one place" of one market: at least one GPU per node, a node count
+          // that is not negative, a region; malformed fields first, then an unknown market (as for orders).
+          const PoolSpec& spec = body.spec;
+          if (spec.gpus_per_node <= 0 || spec.nodes < 0 || spec.region.empty()) {
+            out.push_back(CommandRejected{cmd.seq, Reason::invalid_field, cmd.seq});
+            return;
+          }
+          if (!market(spec.market)) {
+            out.push_back(CommandRejected{cmd.seq, Reason::not_found, cmd.seq});
+            return;
+          }
           Pool p;
           p.id = PoolId(cmd.seq);
           p.provider = cmd.account;
@@ -310,14 +338,15 @@ void ReferenceMatcher::apply(const Command& cmd, EventSink& out) {
             out.push_back(CommandRejected{cmd.seq, Reason::not_found, body.pool.value});
             return;
           }
-          if (body.nodes <= 0) {
+          // "A pool can grow, shrink": to no nodes at all too, if nothing is held on it.
+          if (body.nodes < 0) {
             out.push_back(CommandRejected{cmd.seq, Reason::invalid_field, body.pool.value});
             return;
           }
           // "A pool can grow, shrink (never below what its asks and leases hold)"
           const std::int64_t gpus = std::int64_t{p->spec.gpus_per_node} * body.nodes;
           const Seconds far = now_ + Seconds(std::int64_t{1} << 40);
-          for (Seconds t : breakpoints(orders_, leases_, p->id, now_, far)) {
+          for (Seconds t : breakpoints(orders_, free_, leases_, p->id, now_, far)) {
             if (committed_at(p->id, t) > gpus) {
               out.push_back(CommandRejected{cmd.seq, Reason::pool_busy, body.pool.value});
               return;
@@ -425,14 +454,14 @@ void ReferenceMatcher::expire_orders(EventSink& out) {
     if (o.is_sell() && o.window_end <= now_) due = true;
     if (!due) continue;
     finish_order(o, OrderStatus::expired, Reason::expired);
-    out.push_back(OrderDone{o});
+    emit(out, OrderDone{o});
   }
 }
 
 Micros ReferenceMatcher::lease_bill(const Lease& l, Seconds used_end) const {
   const Seconds len = l.end - l.start;
   const Seconds used = std::clamp(used_end - l.start, Seconds(0), len);
-  return cost(l.price, l.quantity, used);
+  return ref::cost_micros(l.price, l.quantity, used);
 }
 
 // "States: reserved (before start) -> active -> completed ... tick moves leases along."
@@ -455,7 +484,7 @@ void ReferenceMatcher::advance_leases(EventSink& out) {
     if (next == l.status) continue;
     l.status = next;
     if (next == LeaseStatus::completed) {
-      l.billed = cost(l.price, l.quantity, l.end - l.start);
+      l.billed = ref::cost_micros(l.price, l.quantity, l.end - l.start);
       l.owed = 0;
       l.ended = true;
     }
@@ -477,18 +506,18 @@ void ReferenceMatcher::reclassify(Pool& p, bool force_event, EventSink& out) {
   for (Order& o : orders_) {
     if (!o.is_sell() || !o.is_open() || o.request.pool != p.id) continue;
     // "An ask's effective price = its list price x (1 - discount), rounded down to the tick."
-    const Price eff = discounted(o.request.price, bps, tick(o.market));
+    const Price eff = ref::effective_price(o.request.price, bps, tick(o.market));
     o.green_discount_bps = bps;
     if (eff == o.effective_price) continue;
     o.effective_price = eff;
     o.updated_at = now_;
     refresh(o);
-    out.push_back(OrderUpdated{o});
+    emit(out, OrderUpdated{o});
   }
 }
 
 void ReferenceMatcher::expire_verifications(EventSink& out) {
-  // The pool stays marked verified (verified_at(now) is false from verified_until on); the expiry is applied once.
+  // The pool stays marked verified (it is not verified now from verified_until on); the expiry is applied once.
   for (Pool& p : pools_) {
     if (!verification_pending_.count(p.id) || p.verified_until > now_) continue;
     verification_pending_.erase(p.id);
@@ -521,7 +550,7 @@ void ReferenceMatcher::match_woken_asks(EventSink& out) {
     // "(a post_only one is cancelled instead)"
     if (orders_[i].request.post_only) {
       finish_order(orders_[i], OrderStatus::cancelled, Reason::would_take);
-      out.push_back(OrderDone{orders_[i]});
+      emit(out, OrderDone{orders_[i]});
       continue;
     }
     match_incoming(i, out);
@@ -543,7 +572,7 @@ void ReferenceMatcher::trade(std::size_t bid_index, std::size_t ask_index, Qty q
   t.market = b.market;
   // "a trade whose window starts within the spot horizon (15 minutes) of the command's time is spot, later is
   // forward"
-  t.bucket = s - now_ <= config_.spot_horizon ? Bucket::spot() : month_bucket(s);
+  t.bucket = s - now_ <= config_.spot_horizon ? Bucket::spot() : ref::month_of(s);
   t.time = now_;
   t.buy_order = b.id;
   t.sell_order = a.id;
@@ -581,7 +610,7 @@ void ReferenceMatcher::trade(std::size_t bid_index, std::size_t ask_index, Qty q
   l.interruptible = b.request.constraints.interruptible && p.spec.tier == Tier::spot;
   l.status = s <= now_ ? LeaseStatus::active : LeaseStatus::reserved;
   l.ends_at = e;
-  l.owed = cost(price, q, e - s);
+  l.owed = ref::cost_micros(price, q, e - s);
   l.bucket = t.bucket;
   l.ask_window_start = a.window_start;
   l.ask_window_end = a.window_end;
@@ -589,7 +618,7 @@ void ReferenceMatcher::trade(std::size_t bid_index, std::size_t ask_index, Qty q
   l.ask_min_chunk = a.request.min_chunk;
   l.ask_min_duration = a.request.min_duration;
   // The ask's free capacity is a step function of time: the sold GPUs leave it over the trade's window.
-  a.free.add(s, e, -q.value);
+  free_[a.id].add(s, e, -q.value);
   a.filled_gpu_seconds += q.value * (e - s).value;
   a.status = OrderStatus::partially_filled;
   a.updated_at = now_;
@@ -637,7 +666,7 @@ Price ReferenceMatcher::preemption_list_price(const Lease& l) const {
 Price ReferenceMatcher::preemption_price(const Lease& l) const {
   const Pool& p = *pool(l.pool);
   const Price tk = tick(l.market);
-  const Price ask_effective = discounted(preemption_list_price(l), pool_discount(p), tk);
+  const Price ask_effective = ref::effective_price(preemption_list_price(l), pool_discount(p), tk);
   return std::max(ask_effective, l.price + tk);
 }
 
@@ -699,7 +728,7 @@ void ReferenceMatcher::preempt_for(std::size_t bid_index, EventSink& out) {
     Trade t;
     t.id = TradeId(next_trade_++);
     t.market = b.market;
-    t.bucket = s - now_ <= config_.spot_horizon ? Bucket::spot() : month_bucket(s);
+    t.bucket = s - now_ <= config_.spot_horizon ? Bucket::spot() : ref::month_of(s);
     t.time = now_;
     t.buy_order = b.id;
     t.sell_order = old.sell_order;  // "(for a preemption: the ask that sold the preempted lease)"
@@ -738,7 +767,7 @@ void ReferenceMatcher::preempt_for(std::size_t bid_index, EventSink& out) {
     // "and the new lease starts then"
     n.status = s <= now_ ? LeaseStatus::active : LeaseStatus::reserved;
     n.ends_at = e;
-    n.owed = cost(price, Qty(q), e - s);
+    n.owed = ref::cost_micros(price, Qty(q), e - s);
     n.bucket = t.bucket;
     n.ask_window_start = old.ask_window_start;
     n.ask_window_end = old.ask_window_end;
@@ -756,7 +785,7 @@ void ReferenceMatcher::preempt_for(std::size_t bid_index, EventSink& out) {
       rest.id = LeaseId(next_lease_++);
       rest.split_from = old.id;
       rest.quantity = Qty(old.quantity.value - q);
-      rest.owed = cost(rest.price, rest.quantity, rest.end - rest.start);
+      rest.owed = ref::cost_micros(rest.price, rest.quantity, rest.end - rest.start);
       leases_.push_back(rest);
       out.push_back(LeaseChanged{rest});
     }
@@ -807,7 +836,7 @@ int ReferenceMatcher::walk_bid(std::size_t bid_index, bool abort_on_self, std::o
       if (abort_on_self) return kWalkSelfAbort;
       if (b.request.stp == StpMode::cancel_oldest || b.request.stp == StpMode::cancel_both) {
         finish_order(a, OrderStatus::cancelled, Reason::self_trade);
-        out.push_back(OrderDone{a});
+        emit(out, OrderDone{a});
       }
       if (b.request.stp != StpMode::cancel_oldest) return kWalkStpStop;
       continue;
@@ -818,9 +847,9 @@ int ReferenceMatcher::walk_bid(std::size_t bid_index, bool abort_on_self, std::o
     Order& rest = orders_[ai];
     if (!ask_has_piece(rest)) {
       finish_order(rest, OrderStatus::filled, Reason::none);
-      out.push_back(OrderDone{rest});
+      emit(out, OrderDone{rest});
     } else {
-      out.push_back(OrderUpdated{rest});
+      emit(out, OrderUpdated{rest});
     }
   }
   // "A bid first takes free capacity as usual. For what it still lacks, ..." (not for single_pool bids)
@@ -850,7 +879,7 @@ int ReferenceMatcher::walk_ask(std::size_t ask_index, bool abort_on_self, EventS
       if (abort_on_self) return kWalkSelfAbort;
       if (a.request.stp == StpMode::cancel_oldest || a.request.stp == StpMode::cancel_both) {
         finish_order(b, OrderStatus::cancelled, Reason::self_trade);
-        out.push_back(OrderDone{b});
+        emit(out, OrderDone{b});
       }
       if (a.request.stp != StpMode::cancel_oldest) return kWalkStpStop;
       continue;
@@ -861,9 +890,9 @@ int ReferenceMatcher::walk_ask(std::size_t ask_index, bool abort_on_self, EventS
     Order& rest = orders_[bi];
     if (rest.remaining.value == 0) {
       finish_order(rest, OrderStatus::filled, Reason::none);
-      out.push_back(OrderDone{rest});
+      emit(out, OrderDone{rest});
     } else {
-      out.push_back(OrderUpdated{rest});
+      emit(out, OrderUpdated{rest});
     }
   }
   return kWalkDone;
@@ -907,8 +936,9 @@ void ReferenceMatcher::match_incoming(std::size_t index, EventSink& out) {
   // "All-or-none (fok, and single_pool ...): the same walk in priority order, greedy and without backtracking, done
   // first without changing anything; it commits only if it covers the whole quantity."
   if (tif == TimeInForce::fok || single_pool) {
+    // The trial writes after the events so far, so that its event_free() indices hold once it is kept.
     ReferenceMatcher trial = *this;
-    EventSink trial_out;
+    EventSink trial_out = out;
     int r = kWalkDone;
     bool covered = false;
     if (single_pool) {
@@ -929,20 +959,20 @@ void ReferenceMatcher::match_incoming(std::size_t index, EventSink& out) {
     if (r == kWalkSelfAbort) {
       // "meeting an own order aborts it and rejects the incoming order (self_trade)"
       finish_order(o, OrderStatus::rejected, Reason::self_trade);
-      out.push_back(OrderDone{o});
+      emit(out, OrderDone{o});
       return;
     }
     if (!covered) {
       // "fok fills entirely now or not at all": the unfilled order is cancelled (API.md).
       finish_order(o, OrderStatus::cancelled, Reason::none);
-      out.push_back(OrderDone{o});
+      emit(out, OrderDone{o});
       return;
     }
     *this = std::move(trial);
-    out.insert(out.end(), trial_out.begin(), trial_out.end());
+    out = std::move(trial_out);
     Order& done = orders_[index];
     finish_order(done, OrderStatus::filled, Reason::none);
-    out.push_back(OrderDone{done});
+    emit(out, OrderDone{done});
     return;
   }
   const int r = is_buy ? walk_bid(index, false, std::nullopt, out) : walk_ask(index, false, out);
@@ -955,21 +985,21 @@ void ReferenceMatcher::match_incoming(std::size_t index, EventSink& out) {
     // (Only an order arriving now is "rejected": one that rested before, re-priced or woken, is cancelled.)
     const bool arriving = o.priority == seq_ && o.created_at == now_ && o.id.value == seq_;
     finish_order(o, any_fill || !arriving ? OrderStatus::cancelled : OrderStatus::rejected, Reason::self_trade);
-    out.push_back(OrderDone{o});
+    emit(out, OrderDone{o});
     return;
   }
   if (is_buy ? o.remaining.value == 0 : (traded && !ask_has_piece(o))) {
     finish_order(o, OrderStatus::filled, Reason::none);
-    out.push_back(OrderDone{o});
+    emit(out, OrderDone{o});
     return;
   }
   // "ioc fills what it can now and cancels the rest"
   if (tif == TimeInForce::ioc) {
     finish_order(o, OrderStatus::cancelled, Reason::none);
-    out.push_back(OrderDone{o});
+    emit(out, OrderDone{o});
     return;
   }
-  if (traded) out.push_back(OrderUpdated{o});
+  if (traded) emit(out, OrderUpdated{o});
 }
 
 // ---------------------------------------------------------------------------------------------- commands
@@ -998,11 +1028,10 @@ Order ReferenceMatcher::make_order(const Command& cmd, const OrderRequest& r) co
     o.window_start = std::max(*r.start, now_);
     o.window_end = *r.end;
     o.green_discount_bps = pool_discount(p);
-    o.effective_price = discounted(r.price, o.green_discount_bps, tick(o.market));
+    o.effective_price = ref::effective_price(r.price, o.green_discount_bps, tick(o.market));
     if (o.window_end > o.window_start) {
       o.total_gpu_seconds = r.quantity.value * (o.window_end - o.window_start).value;
       o.free_gpu_seconds = o.total_gpu_seconds;
-      o.free = Steps(o.window_start, o.window_end, r.quantity.value);
     }
   }
   o.bucket = bucket_of(o);
@@ -1022,33 +1051,42 @@ Reason ReferenceMatcher::engine_reject(const Command& cmd, const Order& o) const
   // ended is rejected"
   if (o.is_buy() && !r.duration && *r.start < now_) return Reason::window_in_past;
   if (o.is_sell() && *r.end <= now_) return Reason::window_in_past;
-  // "An order that would exceed one is rejected (exposure_limit)."
+  // "An order that would exceed one is rejected (exposure_limit)": open orders (both sides), open GPUs of bids,
+  // open notional (DESIGN.md §4 "Exposure limits"), each counted with the new order.
   const Limits& lim = limits_of(cmd.account);
   std::int64_t open_orders = 0;
   std::int64_t open_gpus = 0;
-  Int128 notional_x3600 = 0;
   for (const Order& x : orders_) {
     if (x.account != cmd.account || !x.is_open()) continue;
     ++open_orders;
-    if (x.is_buy()) {
-      open_gpus += x.remaining.value;
-      notional_x3600 += cost_x3600(x.request.price, x.remaining, bid_length(x));
-    }
+    if (x.is_buy()) open_gpus += x.remaining.value;
   }
-  for (const Lease& l : leases_)
-    if (l.buyer == cmd.account && !l.ended) notional_x3600 += static_cast<Int128>(l.owed) * 3600;
   if (open_orders + 1 > lim.max_open_orders) return Reason::exposure_limit;
   if (o.is_buy()) {
     if (open_gpus + r.quantity.value > lim.max_open_gpus.value) return Reason::exposure_limit;
-    notional_x3600 += cost_x3600(r.price, r.quantity, bid_length(o));
-    if (notional_x3600 > static_cast<Int128>(lim.max_open_notional) * 3600) return Reason::exposure_limit;
+    const Int128 with_new = notional_x3600(cmd.account, OrderId()) +
+                            static_cast<Int128>(r.price.value) * r.quantity.value * bid_length(o).value;
+    if (with_new > static_cast<Int128>(lim.max_open_notional) * 3600) return Reason::exposure_limit;
   } else {
     // "an ask that would break this is rejected (insufficient_pool_capacity)"
     const Pool& p = *pool(r.pool);
-    for (Seconds t : breakpoints(orders_, leases_, p.id, o.window_start, o.window_end))
-      if (committed_at(p.id, t) + r.quantity.value > p.gpus().value) return Reason::insufficient_pool_capacity;
+    const std::int64_t pool_gpus = std::int64_t{p.spec.gpus_per_node} * p.spec.nodes;
+    for (Seconds t : breakpoints(orders_, free_, leases_, p.id, o.window_start, o.window_end))
+      if (committed_at(p.id, t) + r.quantity.value > pool_gpus) return Reason::insufficient_pool_capacity;
   }
   return Reason::none;
+}
+
+// DESIGN.md §4: "open notional (Σ price × GPUs × hours of its open bids, plus what its leases still owe)", in
+// micro-dollars x 3600 so that it stays exact; the bid `except` (an amended one) is left out.
+Int128 ReferenceMatcher::notional_x3600(AccountId a, OrderId except) const {
+  Int128 sum = 0;
+  for (const Order& x : orders_)
+    if (x.account == a && x.is_open() && x.is_buy() && x.id != except)
+      sum += static_cast<Int128>(x.request.price.value) * x.remaining.value * bid_length(x).value;
+  for (const Lease& l : leases_)
+    if (l.buyer == a && !l.ended) sum += static_cast<Int128>(l.owed) * 3600;
+  return sum;
 }
 
 void ReferenceMatcher::place(const Command& cmd, const OrderRequest& r, EventSink& out) {
@@ -1060,7 +1098,7 @@ void ReferenceMatcher::place(const Command& cmd, const OrderRequest& r, EventSin
       Order& original = *order(it->second.first);
       refresh(original);  // the original order as of now
       if (it->second.second == r)
-        out.push_back(OrderDuplicate{original});
+        emit(out, OrderDuplicate{original});
       else
         out.push_back(CommandRejected{cmd.seq, Reason::idempotency_conflict, it->second.first.value});
       return;
@@ -1070,12 +1108,21 @@ void ReferenceMatcher::place(const Command& cmd, const OrderRequest& r, EventSin
   // or a pool that is unknown, retired or another account's. The engine still stores such an order as rejected
   // (engine.hpp "Validation order of a PlaceOrder"), without a market, window or price of its own.
   Reason invalid = Reason::none;
-  const bool window = r.start && r.end && *r.end > *r.start;
-  const bool duration = r.duration && *r.duration > Seconds(0) && !r.start && !r.end;
-  if (r.quantity.value <= 0 || r.min_chunk.value <= 0 || r.price.value <= 0 ||
+  // API.md "Placing an order": a buy names "either start+end or duration" (exactly one of them), a sell "start,
+  // end" (and no duration); a window ends after it starts, a duration is positive. docs/market-rules.md: post_only
+  // is a flag of gtc and gtd orders; DESIGN.md: single_pool "must be ioc or fok"; a min_duration is not negative.
+  const bool has_window = r.start && r.end;
+  const bool window_ok = has_window && *r.end > *r.start;
+  const bool shape_ok = r.side == Side::sell
+                            ? window_ok && !r.duration
+                            : (has_window ? window_ok && !r.duration
+                                          : !r.start && !r.end && r.duration && *r.duration > Seconds(0));
+  if (r.quantity.value <= 0 || r.min_chunk.value <= 0 || r.price.value <= 0 || r.min_duration < Seconds(0) ||
       (r.time_in_force == TimeInForce::gtd && !r.expire_at) ||
-      (r.constraints.single_pool && r.time_in_force != TimeInForce::ioc && r.time_in_force != TimeInForce::fok) ||
-      (r.side == Side::sell ? !window : window == duration))
+      (r.post_only && r.time_in_force != TimeInForce::gtc && r.time_in_force != TimeInForce::gtd) ||
+      (r.side == Side::buy && r.constraints.single_pool && r.time_in_force != TimeInForce::ioc &&
+       r.time_in_force != TimeInForce::fok) ||
+      !shape_ok)
     invalid = Reason::invalid_field;
   else if (r.side == Side::sell ? (!pool(r.pool) || pool(r.pool)->provider != cmd.account || pool(r.pool)->retired)
                                 : !market(r.market))
@@ -1094,7 +1141,7 @@ void ReferenceMatcher::place(const Command& cmd, const OrderRequest& r, EventSin
     o.reason = invalid;
     if (!r.client_order_id.empty()) client_ids_[{cmd.account, r.client_order_id}] = {o.id, r};
     orders_.push_back(o);
-    out.push_back(OrderRejected{o});
+    emit(out, OrderRejected{o});
     return;
   }
   Order o = make_order(cmd, r);
@@ -1110,27 +1157,28 @@ void ReferenceMatcher::place(const Command& cmd, const OrderRequest& r, EventSin
       o.green_discount_bps = 0;
       o.total_gpu_seconds = 0;
       o.free_gpu_seconds = 0;
-      o.free = Steps();
     }
     o.status = OrderStatus::rejected;
     o.reason = reject;
     orders_.push_back(o);
-    out.push_back(OrderRejected{o});
+    emit(out, OrderRejected{o});
     return;
   }
   orders_.push_back(o);
   const std::size_t index = orders_.size() - 1;
-  out.push_back(OrderAccepted{o});
+  // "An ask offers quantity GPUs ... over [start, end)", clipped at entry.
+  if (o.is_sell()) free_[o.id].add(o.window_start, o.window_end, r.quantity.value);
+  emit(out, OrderAccepted{o});
   // "An order is live only while its time allows": a gtd order whose expire_at is not after now never trades.
   if (r.time_in_force == TimeInForce::gtd && *r.expire_at <= now_) {
     finish_order(orders_[index], OrderStatus::expired, Reason::expired);
-    out.push_back(OrderDone{orders_[index]});
+    emit(out, OrderDone{orders_[index]});
     return;
   }
   // "post_only never takes: if it would trade on arrival it is rejected (would_take)" (checked before STP)
   if (r.post_only && would_take(orders_[index])) {
     finish_order(orders_[index], OrderStatus::rejected, Reason::would_take);
-    out.push_back(OrderDone{orders_[index]});
+    emit(out, OrderDone{orders_[index]});
     return;
   }
   match_incoming(index, out);
@@ -1143,7 +1191,7 @@ void ReferenceMatcher::cancel(const Command& cmd, OrderId id, EventSink& out) {
     return;
   }
   finish_order(*o, OrderStatus::cancelled, Reason::none);
-  out.push_back(OrderDone{*o});
+  emit(out, OrderDone{*o});
 }
 
 // "Cancels every open order of the command's account (in one market if given), in id order."
@@ -1151,114 +1199,89 @@ void ReferenceMatcher::cancel_all(const Command& cmd, const std::optional<Market
   for (Order& o : orders_) {
     if (o.account != cmd.account || !o.is_open() || (m && o.market != *m)) continue;
     finish_order(o, OrderStatus::cancelled, Reason::none);
-    out.push_back(OrderDone{o});
+    emit(out, OrderDone{o});
   }
 }
 
-// "amend (lowering quantity keeps priority; a new price loses it)"
-void ReferenceMatcher::amend(const Command& cmd, const Amend& a, EventSink& out) {
-  Order* found = order(a.order);
-  if (!found || found->account != cmd.account || !found->is_open()) {
-    out.push_back(CommandRejected{cmd.seq, Reason::not_found, a.order.value});
-    return;
-  }
-  Order& o = *found;
-  if (!a.quantity && !a.price) {
-    out.push_back(CommandRejected{cmd.seq, Reason::invalid_amend, a.order.value});
-    return;
-  }
-  if (market_halted(o.market)) {
-    out.push_back(CommandRejected{cmd.seq, Reason::market_halted, a.order.value});
-    return;
-  }
-  const Seconds from = std::max(now_, o.window_start);
-  if (a.quantity) {
-    const Qty q = *a.quantity;
-    // "invalid_amend: amend that raises quantity, goes below the filled part, or breaks the lot"
-    bool bad = q > o.request.quantity || q.value <= 0 || q.value % o.request.min_chunk.value != 0;
-    if (bad) {
-      out.push_back(CommandRejected{cmd.seq, Reason::invalid_amend, a.order.value});
-      return;
-    }
-  }
-  if (a.price && (a.price->value <= 0 || a.price->value % tick(o.market).value != 0)) {
-    out.push_back(CommandRejected{cmd.seq, Reason::off_tick, a.order.value});
-    return;
-  }
-  // What the quantity must leave, checked after the price (the engine's order): a bid keeps more than it has
-  // filled (nothing left to buy is a cancel, not an amend); a sell's cut must be free over the rest of its window
-  // and leave a piece it can still sell (likewise).
-  if (a.quantity) {
+// The amended order's own changes, without checks or events: a lower quantity (a bid's remaining follows; a
+// sell's cut leaves its free capacity over the rest of its window and counts as cancelled), a new price (the
+// order loses its time priority: "a new price loses it"; a sell's effective price follows).
+void ReferenceMatcher::change_order(Order& o, const Amend& a) {
+  if (a.quantity && *a.quantity != o.request.quantity) {
     const std::int64_t cut = (o.request.quantity - *a.quantity).value;
-    bool bad = o.is_buy() && *a.quantity <= o.filled;
-    if (o.is_sell() && cut > 0) {
-      Order rest = o;
-      rest.free.add(from, o.window_end, -cut);
-      bad = o.free.min(from, o.window_end) < cut || !ask_has_piece(rest);
-    }
-    if (bad) {
-      out.push_back(CommandRejected{cmd.seq, Reason::invalid_amend, a.order.value});
-      return;
-    }
-  }
-  // "An order that would exceed one is rejected (exposure_limit)": a bid's new price and quantity count in
-  // the open notional instead of the old ones; only a higher price is checked (the engine's reading).
-  if (o.is_buy() && a.price) {
-    const Qty remaining = a.quantity ? *a.quantity - o.filled : o.remaining;
-    Int128 notional_x3600 = 0;
-    for (const Order& x : orders_)
-      if (x.account == o.account && x.is_open() && x.is_buy() && x.id != o.id)
-        notional_x3600 += cost_x3600(x.request.price, x.remaining, bid_length(x));
-    for (const Lease& l : leases_)
-      if (l.buyer == o.account && !l.ended) notional_x3600 += static_cast<Int128>(l.owed) * 3600;
-    notional_x3600 += cost_x3600(*a.price, remaining, bid_length(o));
-    if (*a.price > o.request.price &&
-        notional_x3600 > static_cast<Int128>(limits_of(o.account).max_open_notional) * 3600) {
-      out.push_back(CommandRejected{cmd.seq, Reason::exposure_limit, a.order.value});
-      return;
-    }
-  }
-  // "post_only never takes": an amend that would make it take is refused, and the order stays as it was.
-  if (o.request.post_only && a.price && *a.price != o.request.price) {
-    Order moved = o;
-    moved.request.price = *a.price;
-    moved.effective_price = o.is_buy() ? *a.price : discounted(*a.price, o.green_discount_bps, tick(o.market));
-    if (a.quantity && o.is_buy()) {
-      moved.request.quantity = *a.quantity;
-      moved.remaining = *a.quantity - o.filled;
-    }
-    if (would_take(moved)) {
-      out.push_back(CommandRejected{cmd.seq, Reason::would_take, a.order.value});
-      return;
-    }
-  }
-  if (a.quantity) {
-    const Qty cut = o.request.quantity - *a.quantity;
     o.request.quantity = *a.quantity;
     if (o.is_buy()) {
       o.remaining = o.request.quantity - o.filled;
-    } else if (cut.value > 0 && from < o.window_end) {
-      o.free.add(from, o.window_end, -cut.value);
-      o.cancelled_gpu_seconds += cut.value * (o.window_end - from).value;
+    } else {
+      const Seconds from = std::max(now_, o.window_start);
+      if (from < o.window_end) {
+        free_[o.id].add(from, o.window_end, -cut);
+        o.cancelled_gpu_seconds += cut * (o.window_end - from).value;
+      }
     }
   }
-  bool repriced = false;
   if (a.price && *a.price != o.request.price) {
     o.request.price = *a.price;
-    o.priority = cmd.seq;  // "a new price loses it"
+    o.priority = seq_;
     o.effective_price =
-        o.is_buy() ? *a.price : discounted(*a.price, o.green_discount_bps, tick(o.market));
-    repriced = true;
+        o.is_buy() ? *a.price : ref::effective_price(*a.price, o.green_discount_bps, tick(o.market));
   }
   o.updated_at = now_;
   refresh(o);
-  out.push_back(OrderUpdated{o});
-  if (!repriced) return;
-  // "then, if its new price crosses, matching (3)"
-  // (A bid whose new price is above interruptible leases' may preempt them: "or an amend of its price".)
-  const std::size_t index = static_cast<std::size_t>(&o - orders_.data());
-  if (!would_take(orders_[index]) && (o.is_sell() || preemptable_leases(orders_[index]).empty())) return;
-  match_incoming(index, out);
+}
+
+// "amend (lowering quantity keeps priority; a new price loses it)", with the rules of docs/market-rules.md
+// ("Amend", and "Amend checks" for the order in which they answer).
+void ReferenceMatcher::amend(const Command& cmd, const Amend& a, EventSink& out) {
+  auto refuse = [&](Reason r) { out.push_back(CommandRejected{cmd.seq, r, a.order.value}); };
+  Order* found = order(a.order);
+  // Only one's own open order can be amended.
+  if (!found || found->account != cmd.account || !found->is_open()) return refuse(Reason::not_found);
+  const std::size_t index = static_cast<std::size_t>(found - orders_.data());
+  const Order& o = orders_[index];
+  // "While a market is halted amends are refused (market_halted)"
+  if (market_halted(o.market)) return refuse(Reason::market_halted);
+  const Qty q = a.quantity ? *a.quantity : o.request.quantity;
+  const Price price = a.price ? *a.price : o.request.price;
+  // "quantity may only go down" (and an order of no GPUs is no order)
+  if (q > o.request.quantity || q.value <= 0) return refuse(Reason::invalid_amend);
+  // "an order's quantity must be a multiple of it (quantity_not_multiple_of_chunk)"
+  if (q.value % o.request.min_chunk.value != 0) return refuse(Reason::quantity_not_multiple_of_chunk);
+  if (price.value <= 0) return refuse(Reason::invalid_field);
+  // "prices off-tick are rejected"
+  if (price.value % tick(o.market).value != 0) return refuse(Reason::off_tick);
+  const std::int64_t cut = (o.request.quantity - q).value;
+  if (o.is_buy()) {
+    // "for a bid it must stay above what is filled" (nothing left to buy is a cancel)
+    if (q <= o.filled) return refuse(Reason::invalid_amend);
+    // "An order that would exceed one is rejected (exposure_limit)": the account's open notional with the bid's
+    // new price and remaining. Quantity only goes down, so only a higher price can raise it.
+    const Int128 others = notional_x3600(o.account, o.id);
+    const Int128 before = others + static_cast<Int128>(o.request.price.value) * o.remaining.value * bid_length(o).value;
+    const Int128 after = others + static_cast<Int128>(price.value) * (q - o.filled).value * bid_length(o).value;
+    const Int128 limit = static_cast<Int128>(limits_of(o.account).max_open_notional) * 3600;
+    if (after > limit && after > before) return refuse(Reason::exposure_limit);
+  } else if (cut > 0) {
+    // "for an ask the cut must be free over the rest of its window (sold capacity cannot be un-sold), must leave
+    // a piece the ask can still sell"
+    const Seconds from = std::max(now_, o.window_start);
+    if (free_of(o.id).min(from, o.window_end) < cut) return refuse(Reason::invalid_amend);
+    ref::FreeCapacity rest = free_of(o.id);
+    rest.add(from, o.window_end, -cut);
+    if (!ask_has_piece(o, rest)) return refuse(Reason::invalid_amend);
+  }
+  const bool new_price = price != o.request.price;
+  // "A post_only order whose new price would trade keeps its old price (would_take)": the order as amended is
+  // tried on a copy of the whole market, and the amend is refused if it would trade there.
+  if (new_price && o.request.post_only) {
+    ReferenceMatcher trial = *this;
+    trial.change_order(trial.orders_[index], a);
+    if (trial.would_take(trial.orders_[index])) return refuse(Reason::would_take);
+  }
+  change_order(orders_[index], a);
+  emit(out, OrderUpdated{orders_[index]});
+  // "then, if its new price crosses, matching (3)" as an incoming order (a bid may also preempt).
+  if (new_price) match_incoming(index, out);
 }
 
 // "Releasing ends access early and returns the GPUs to the pool (not to an ask); a firm lease is still owed for
@@ -1277,9 +1300,9 @@ void ReferenceMatcher::release(const Command& cmd, LeaseId id, EventSink& out) {
   const Seconds len = l->end - l->start;
   if (l->interruptible) {
     const Seconds used = std::clamp(now_ - l->start, Seconds(0), len);
-    l->billed = cost(l->price, l->quantity, std::max(used, std::min(config_.min_bill, len)));
+    l->billed = ref::cost_micros(l->price, l->quantity, std::max(used, std::min(config_.min_bill, len)));
   } else {
-    l->billed = cost(l->price, l->quantity, len);
+    l->billed = ref::cost_micros(l->price, l->quantity, len);
   }
   l->status = LeaseStatus::released;
   l->ends_at = std::max(now_, l->start);  // a lease released before its start ends when it would have begun
@@ -1307,11 +1330,11 @@ std::map<ReferenceMatcher::ViewKey, ReferenceMatcher::View> ReferenceMatcher::co
         v.bids[o.request.price] += o.remaining;
       }
     } else {
-      const Seconds ref = std::max(now_, o.window_start);
+      const Seconds from = std::max(now_, o.window_start);
       const Seconds len = std::max(o.request.min_duration, Seconds(1));
-      if (ref + len > o.window_end) continue;
+      if (from + len > o.window_end) continue;
       const std::int64_t chunk = std::max<std::int64_t>(o.request.min_chunk.value, 1);
-      const std::int64_t q = o.free.min(ref, ref + len) / chunk * chunk;
+      const std::int64_t q = free_of(o.id).min(from, from + len) / chunk * chunk;
       if (q <= 0) continue;
       views[key].asks[o.effective_price] += Qty(q);
     }

@@ -1,5 +1,11 @@
 // A small, obviously-correct reference matcher: the market rules of DESIGN.md §4 applied by brute force,
 // for the randomized differential test against the fast engine (same apply() contract, same events).
+//
+// It shares no logic with matching/: it speaks the engine's public types (commands, events, orders, leases,
+// pools) because the test compares events, but its free capacity, money, green tiers and month buckets are
+// its own (reference_rules.hpp). The one field of those types it leaves alone is Order::free (the engine's
+// step-function class): the free capacity of a sell in each event it emits is reported beside the events,
+// by event_free(), and the test compares it with the engine's.
 #pragma once
 
 #include <map>
@@ -10,6 +16,7 @@
 #include <vector>
 
 #include "matching/engine.hpp"
+#include "reference_rules.hpp"
 
 namespace gpuex::matching::test {
 
@@ -23,6 +30,12 @@ class ReferenceMatcher {
   // Triage only (GPUEX_KNOWN_BUGS=1 in the differential test): mimic the engine's known bug that a lease made by a
   // preemption is not told when the ask that sold the GPUs ends, so a soak run can look past it for others.
   void mimic_unlinked_preemption_leases(bool on) { mimic_unlinked_ = on; }
+
+  // The free capacity of the sell order in each event of the last apply() that carries one, by index in the
+  // sink (the events themselves carry an empty Order::free).
+  const std::vector<std::pair<std::size_t, std::vector<ref::Segment>>>& event_free() const { return event_free_; }
+  // An order's free capacity now (empty for bids and for orders it does not know).
+  std::vector<ref::Segment> free_pieces(OrderId id) const { return free_of(id).pieces(); }
 
   // As Engine::committed_through: client_order_ids of orders that ended are forgotten (the store answers them).
   void committed_through(Seq seq);
@@ -69,6 +82,7 @@ class ReferenceMatcher {
   void cancel(const Command& cmd, OrderId id, EventSink& out);
   void cancel_all(const Command& cmd, const std::optional<MarketId>& m, EventSink& out);
   void amend(const Command& cmd, const Amend& a, EventSink& out);
+  void change_order(Order& o, const Amend& a);
   void release(const Command& cmd, LeaseId id, EventSink& out);
 
   // Matching an incoming order (engine.hpp 3): a new order, a woken or re-priced ask, an amended order.
@@ -90,7 +104,15 @@ class ReferenceMatcher {
   std::int64_t lot(const Order& bid, const Order& ask) const;
   Qty fill_qty(const Order& bid, const Order& ask) const;
   bool crosses(const Order& bid, const Order& ask) const { return bid.request.price >= ask.effective_price; }
-  bool ask_has_piece(const Order& ask) const;
+  bool ask_has_piece(const Order& ask) const { return ask_has_piece(ask, free_of(ask.id)); }
+  bool ask_has_piece(const Order& ask, const ref::FreeCapacity& free) const;
+  const ref::FreeCapacity& free_of(OrderId id) const;
+  bool verified_now(const Pool& p) const;
+  ref::GreenClass pool_class(const Pool& p) const;
+  // Open notional of an account x 3600 (micro-dollar GPU-seconds), leaving one bid out (0: none).
+  Int128 notional_x3600(AccountId a, OrderId except) const;
+  template <class E>
+  void emit(EventSink& out, E event);
   bool would_take(const Order& o) const;
   Bucket bucket_of(const Order& o) const;
   void refresh(Order& o) const;
@@ -128,6 +150,8 @@ class ReferenceMatcher {
   std::map<std::pair<AccountId, std::string>, std::pair<OrderId, OrderRequest>> client_ids_;
   std::map<ViewKey, View> published_;
   std::map<ViewKey, std::uint64_t> view_seq_;
+  std::map<OrderId, ref::FreeCapacity> free_;  // sells' free GPUs over time
+  std::vector<std::pair<std::size_t, std::vector<ref::Segment>>> event_free_;
 };
 
 }  // namespace gpuex::matching::test
