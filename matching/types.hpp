@@ -100,7 +100,7 @@ enum class Reason : std::uint8_t {
   expired,
   not_found,       // unknown market, pool, order or lease, or another account's
   invalid_field,   // a field or combination the server should already have refused
-  invalid_amend,   // amend that raises quantity, goes below the filled part, or breaks the lot
+  invalid_amend,   // amend that raises quantity or goes below the filled part (a lot broken: not_multiple_of_chunk)
   lease_not_open,  // release of a lease that is no longer reserved or active
 };
 
