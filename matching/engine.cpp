@@ -446,15 +446,15 @@ struct LivePool {
 
 using BidSet = ChunkedSet<BidKey, BidOrder>;
 
-// Resting bids of one kind: fixed-window and duration (spot) bids, each in (price desc, priority) order.
+// Resting duration (spot) bids, in (price desc, priority) order (fixed-window bids rest in a BidIndex).
 struct BidSets {
-  BidSet fixed;
   BidSet duration;
 };
 
-// Resting bids whose constraints are equal once their regions are set aside (`rep`, regions empty). A bid
-// without regions rests in `any`; one with regions in the set of each region it names, so that an ask
-// walks only the bids its pool's region admits, and judges the other constraints once per group.
+// Resting bids whose constraints are equal once their regions are set aside (`rep`, regions empty). A
+// duration bid without regions rests in `any`; one with regions in the set of each region it names, so that
+// an ask walks only the bids its pool's region admits, and judges the other constraints once per group.
+// Fixed-window bids rest in the Book's BidIndex of their regions (`any` or each region named) instead.
 struct BidGroup {
   BidConstraints rep;
   std::int64_t resting{0};
@@ -548,12 +548,51 @@ struct RunIndex {
   bool enabled{false};
 };
 
+// A resting fixed-window bid as an ask's walk reads it (48 bytes: the window and the constraint group are
+// copied so that the walk judges a bid without reading its order; the id is read from the order only when
+// it is returned, or when two priorities tie).
+struct BidEntry {
+  Price price;
+  Seq priority{0};
+  LiveOrder* lo{nullptr};
+  Seconds start{};
+  Seconds end{};
+  std::uint32_t group{0};
+  bool operator==(const BidEntry&) const = default;
+};
+
+// A cell's order: price descending (a walk stops at its floor), then priority; the order's address only
+// to tell entries apart (a walk sorts its candidates in BidOrder itself).
+struct BidEntryLess {
+  bool operator()(const BidEntry& x, const BidEntry& y) const {
+    if (x.price.value != y.price.value) return x.price.value > y.price.value;
+    if (x.priority != y.priority) return x.priority < y.priority;
+    return std::less<const LiveOrder*>()(x.lo, y.lo);
+  }
+};
+
+// Resting fixed-window bids in cells by the week (kRunSlot) of their window's start and of its end: the
+// mirror of the RunIndex. An ask can serve a bid only if the bid's window lies inside the ask's (from
+// max(start, now) to its end), so a walk reads only the cells whose start week is at least from's and
+// whose end week is at most the end's, instead of every bid of every set its pool's constraints admit
+// (~9 in 10 of which it skipped). Empty cells and rows are erased. check_invariants compares the index with
+// the resting bids.
+using BidCell = ChunkedSet<BidEntry, BidEntryLess>;
+using BidRow = std::map<std::int64_t, BidCell>;  // by end week
+
+struct BidIndex {
+  std::map<std::int64_t, BidRow> rows;  // by start week
+  std::size_t size{0};
+};
+
 struct Book {
   MarketSpec spec;
   bool halted{false};
   std::vector<BidGroup> bid_groups;       // resting bids, by constraint group (never removed)
   std::map<std::string, int> group_index;  // constraint_key(rep) -> index in bid_groups
   int unconstrained_group{-1};             // the group of bids without constraints, once one rested
+  BidIndex fixed_bids;                            // resting fixed-window bids without regions
+  std::map<std::string, BidIndex> fixed_by_region;  // ... with regions: in the index of each region named
   std::set<PoolId> spot_pools;
   // Pools with resting asks (order irrelevant: walks merge by key), each with the lowest effective price
   // among them, so that a walk skips a pool priced out without touching it.
@@ -583,36 +622,57 @@ std::string constraint_key(const BidConstraints& c) {
   return k;
 }
 
-// A k-way merge of bid sets in one priority order (BidOrder), over the bids whose window an ask's window
-// can hold (Impl::window_fits on the key, given the ask's start, end and min_duration and the time `now`)
-// and priced at `floor` or more: each head skips the others in its set's contiguous chunks before it goes
-// back into the heap (an ask walk met ~9 bids out of window for every one that fit, each a heap pop and
-// push). Each head is advanced before its key is returned, so the caller may erase or re-insert the key it
-// was just given: the head it came from is put back, re-sought by the key it was at, on the next call.
+// The resting bids an ask's window can hold (Impl::window_fits on the key, given the ask's start, end and
+// min_duration and the time `now`) priced at `floor` or more, in one priority order (BidOrder): the
+// fixed-window bids as a list of candidates gathered from the BidIndex and sorted (copies: the caller's
+// changes to the index cannot disturb them; a candidate's id is read from its order when it is returned),
+// merged with a k-way merge of duration bid sets, each head of which skips the bids out of window in its
+// set's contiguous chunks before it goes back into the heap. Each head is advanced before its key is
+// returned, so the caller may erase or re-insert the key it was just given: the head it came from is put
+// back, re-sought by the key it was at, on the next call.
 class BidWalk {
  public:
-  BidWalk(Seconds a_start, Seconds a_end, Seconds a_min_duration, Seconds now)
-      : from_(std::max(a_start, now)), to_(a_end), min_(a_min_duration), now_(now) {}
-  // Sets whose best bid is below `floor` are left out (the same floor for every set of a walk).
-  void add(const BidSet& s, bool duration, Price floor) {
+  BidWalk(Seconds a_start, Seconds a_end, Seconds a_min_duration, Seconds now, std::vector<BidKey>& fixed)
+      : from_(std::max(a_start, now)), to_(a_end), min_(a_min_duration), now_(now), fixed_(fixed) {
+    fixed_.clear();
+  }
+  Seconds from() const { return from_; }
+  Seconds to() const { return to_; }
+  Seconds min_duration() const { return min_; }
+  // A fixed-window bid that fits, priced at the floor or more (the caller gathers them; start() sorts).
+  void add_fixed(const BidEntry& e) {
+    fixed_.push_back(BidKey{e.price, e.priority, OrderId(), e.lo, e.start, e.end, Seconds(0)});
+  }
+  // Duration sets whose best bid is below `floor` are left out (the same floor for every set of a walk).
+  void add(const BidSet& s, Price floor) {
     floor_ = floor;
     if (s.empty() || s.begin()->price < floor) return;
-    Head h{&s, s.begin(), {}, 0, duration};
+    Head h{&s, s.begin(), {}, 0};
     if (settle(h)) heads_.push_back(h);
   }
-  void start() { std::make_heap(heads_.begin(), heads_.end(), later); }
+  void start() {
+    std::sort(fixed_.begin(), fixed_.end(), before);
+    std::make_heap(heads_.begin(), heads_.end(), later);
+  }
   std::optional<BidKey> next() {
-    // The head that gave the last key usually gives the next one too (one set holds most of a book's bids,
-    // in order): while its key is not after the heap's least, it is taken without a push and a pop.
-    if (pending_ && reseek(*pending_) && (heads_.empty() || !later(*pending_, heads_.front()))) {
+    // The duration head that gave the last key usually gives the next one too: while its key is not after
+    // the heap's least, it is taken without a push and a pop.
+    if (pending_ && !reseek(*pending_)) pending_.reset();
+    if (pending_ && !heads_.empty() && later(*pending_, heads_.front())) restore_pending();
+    const Head* d = pending_ ? &*pending_ : heads_.empty() ? nullptr : &heads_.front();
+    if (fpos_ < fixed_.size() && (!d || before(fixed_[fpos_], d->key))) {
+      BidKey k = fixed_[fpos_++];
+      k.id = k.lo->o.id;
+      return k;
+    }
+    if (!d) return std::nullopt;
+    if (pending_) {
       Head& h = *pending_;
       const BidKey k = h.key;
       ++h.it;
       if (!settle(h)) pending_.reset();
       return k;
     }
-    restore_pending();
-    if (heads_.empty()) return std::nullopt;
     std::pop_heap(heads_.begin(), heads_.end(), later);
     Head h = heads_.back();
     heads_.pop_back();
@@ -623,12 +683,8 @@ class BidWalk {
   }
   // Leaves the duration bids out from here on.
   void drop_duration() {
-    if (pending_) {
-      if (reseek(*pending_)) heads_.push_back(*pending_);
-      pending_.reset();
-    }
-    std::erase_if(heads_, [](const Head& h) { return h.duration; });
-    start();
+    pending_.reset();
+    heads_.clear();
   }
 
  private:
@@ -637,7 +693,6 @@ class BidWalk {
     BidSet::const_iterator it;
     BidKey key;  // *it once settled, kept to re-seek after the set changed
     std::uint64_t version{0};
-    bool duration{false};
   };
   // window_fits(b, a_start, a_end, a_min_duration) of Impl, with max(a_start, now) precomputed.
   bool fits(const BidKey& b) const {
@@ -672,6 +727,13 @@ class BidWalk {
     }
     pending_.reset();
   }
+  // BidOrder, with a key's id read from its order (a fixed candidate's is not filled in yet) when the
+  // prices and priorities tie.
+  static bool before(const BidKey& x, const BidKey& y) {
+    if (x.price != y.price) return x.price > y.price;
+    if (x.priority != y.priority) return x.priority < y.priority;
+    return x.lo->o.id < y.lo->o.id;
+  }
   static bool later(const Head& x, const Head& y) { return BidOrder{}(y.key, x.key); }  // min-heap
   Seconds from_;
   Seconds to_;
@@ -680,6 +742,8 @@ class BidWalk {
   Price floor_;
   std::vector<Head> heads_;
   std::optional<Head> pending_;
+  std::vector<BidKey>& fixed_;
+  std::size_t fpos_{0};
 };
 
 struct View {
@@ -1551,17 +1615,106 @@ struct Engine::Impl {
   // bids without regions or naming the pool's region) priced at `floor` or more; duration bids only if
   // `with_duration`. Every key the walk returns then passes pool_satisfies(pool, its constraints).
   void bids_for(const Book& b, const Pool& pool, Price floor, bool with_duration, BidWalk& walk) const {
-    for (const BidGroup& g : b.bid_groups) {
+    group_ok.assign(b.bid_groups.size(), 0);
+    for (std::size_t i = 0; i < b.bid_groups.size(); ++i) {
+      const BidGroup& g = b.bid_groups[i];
       if (g.resting == 0 || !pool_satisfies(pool, g.rep)) continue;
-      walk.add(g.any.fixed, false, floor);
-      if (with_duration) walk.add(g.any.duration, true, floor);
+      group_ok[i] = 1;
+      if (!with_duration) continue;
+      walk.add(g.any.duration, floor);
       auto r = g.by_region.find(pool.spec.region);
-      if (r == g.by_region.end()) continue;
-      walk.add(r->second.fixed, false, floor);
-      if (with_duration) walk.add(r->second.duration, true, floor);
+      if (r != g.by_region.end()) walk.add(r->second.duration, floor);
     }
+    gather_fixed(b.fixed_bids, floor, walk);
+    auto r = b.fixed_by_region.find(pool.spec.region);
+    if (r != b.fixed_by_region.end()) gather_fixed(r->second, floor, walk);
     walk.start();
   }
+  mutable std::vector<std::uint8_t> group_ok;  // bids_for's verdicts, by group
+
+  // Hands `walk` the fixed-window bids of `ix` whose window fits the walk's and whose group bids_for
+  // admitted, priced at `floor` or more: those in the cells whose start week is not before the window's
+  // start's and whose end week is not after its end's.
+  void gather_fixed(const BidIndex& ix, Price floor, BidWalk& walk) const {
+    const Seconds from = walk.from();
+    const Seconds to = walk.to();
+    const Seconds min = walk.min_duration();
+    if (to <= from) return;
+    const std::int64_t last = run_slot(to);
+    for (auto row = ix.rows.lower_bound(run_slot(from)); row != ix.rows.end() && row->first <= last; ++row) {
+      for (auto cell = row->second.begin(); cell != row->second.end() && cell->first <= last; ++cell) {
+        for (const std::vector<BidEntry>& chunk : cell->second.chunks()) {
+          if (chunk.front().price < floor) break;
+          for (const BidEntry& e : chunk) {
+            if (e.price < floor) break;
+            if (e.start < from || e.end > to || e.end <= e.start || e.end - e.start < min) continue;
+            if (group_ok[e.group]) walk.add_fixed(e);
+          }
+        }
+      }
+    }
+  }
+
+  // A resting fixed-window bid's entry in its BidIndex (or indexes: one per region it names).
+  static BidEntry bid_entry(const LiveOrder& lo) {
+    return BidEntry{lo.o.request.price, lo.o.priority, const_cast<LiveOrder*>(&lo), lo.o.window_start,
+                    lo.o.window_end, static_cast<std::uint32_t>(lo.bid_group)};
+  }
+  template <class F>
+  static void for_each_bid_index(Book& b, const LiveOrder& lo, F&& f) {
+    const std::vector<std::string>& regions = lo.o.request.constraints().regions;
+    if (regions.empty()) {
+      f(b.fixed_bids);
+    } else {
+      for (const std::string& r : regions) f(b.fixed_by_region[r]);
+    }
+  }
+  static void index_bid(Book& b, const LiveOrder& lo) {
+    const BidEntry e = bid_entry(lo);
+    for_each_bid_index(b, lo, [&](BidIndex& ix) {
+      BidCell& cell = ix.rows[run_slot(e.start)][run_slot(e.end)];
+      const std::size_t n = cell.size();
+      cell.insert(e);
+      if (cell.size() != n + 1) throw std::logic_error("fixed bid index: entry already in");
+      ++ix.size;
+    });
+  }
+  static void unindex_bid(Book& b, const LiveOrder& lo) {
+    const BidEntry e = bid_entry(lo);
+    for_each_bid_index(b, lo, [&](BidIndex& ix) {
+      auto row = ix.rows.find(run_slot(e.start));
+      if (row == ix.rows.end()) throw std::logic_error("fixed bid index: no row");
+      auto cell = row->second.find(run_slot(e.end));
+      if (cell == row->second.end()) throw std::logic_error("fixed bid index: no cell");
+      const std::size_t n = cell->second.size();
+      cell->second.erase(e);
+      if (cell->second.size() + 1 != n) throw std::logic_error("fixed bid index: no entry");
+      --ix.size;
+      if (cell->second.empty()) {
+        row->second.erase(cell);
+        if (row->second.empty()) ix.rows.erase(row);
+      }
+    });
+  }
+
+  // BidWalk's candidate lists, one per nesting depth, reused (a fresh vector per walk was a malloc).
+  mutable std::deque<std::vector<BidKey>> bid_lists;
+  mutable std::size_t bid_depth{0};
+  class BidList {
+   public:
+    explicit BidList(const Impl& i) : depth_(i.bid_depth) {
+      if (depth_ == i.bid_lists.size()) i.bid_lists.emplace_back();
+      list_ = &i.bid_lists[depth_++];
+    }
+    ~BidList() { --depth_; }
+    BidList(const BidList&) = delete;
+    BidList& operator=(const BidList&) = delete;
+    std::vector<BidKey>& get() { return *list_; }
+
+   private:
+    std::size_t& depth_;
+    std::vector<BidKey>* list_{nullptr};
+  };
 
   // Takes an order out of the book and the account sums before it changes. Returns whether it rested.
   bool unhook(LiveOrder& lo) {
@@ -1574,13 +1727,12 @@ struct Engine::Impl {
         BidGroup& g = b.bid_groups[static_cast<std::size_t>(lo.bid_group)];
         --g.resting;
         const std::vector<std::string>& regions = lo.o.request.constraints().regions;
-        if (regions.empty()) {
-          (dur ? g.any.duration : g.any.fixed).erase(k);
+        if (!dur) {
+          unindex_bid(b, lo);
+        } else if (regions.empty()) {
+          g.any.duration.erase(k);
         } else {
-          for (const std::string& r : regions) {
-            BidSets& sets = g.by_region.at(r);
-            (dur ? sets.duration : sets.fixed).erase(k);
-          }
+          for (const std::string& r : regions) g.by_region.at(r).duration.erase(k);
         }
       } else {
         const AskKey k{lo.o.effective_price, lo.o.priority, lo.o.id};
@@ -1763,13 +1915,12 @@ struct Engine::Impl {
           BidGroup& g = b.bid_groups[static_cast<std::size_t>(lo.bid_group)];
           ++g.resting;
           const std::vector<std::string>& regions = o.request.constraints().regions;
-          if (regions.empty()) {
-            (dur ? g.any.duration : g.any.fixed).insert(k);
+          if (!dur) {
+            index_bid(b, lo);
+          } else if (regions.empty()) {
+            g.any.duration.insert(k);
           } else {
-            for (const std::string& r : regions) {
-              BidSets& sets = g.by_region[r];
-              (dur ? sets.duration : sets.fixed).insert(k);
-            }
+            for (const std::string& r : regions) g.by_region[r].duration.insert(k);
           }
         } else {
           LivePool& lp = pools.at(o.request.pool);
@@ -2210,7 +2361,8 @@ struct Engine::Impl {
   bool ask_would_take(const RestOrder& ask) const {
     const Book& book = (*ask.book);
     const Pool& pool = pools.at(ask.request.pool).p;
-    BidWalk walk(ask.window_start, ask.window_end, ask.request.min_duration, now);
+    BidList list(*this);
+    BidWalk walk(ask.window_start, ask.window_end, ask.request.min_duration, now, list.get());
     bids_for(book, pool, ask.effective_price, spot_now(ask), walk);
     while (const auto k = walk.next()) {
       if (k->price < ask.effective_price) break;
@@ -2232,7 +2384,8 @@ struct Engine::Impl {
       RestOrder trial = ask.o;
       std::vector<PlannedFill> plan;
       bool complete = !ask_has_piece(trial);
-      BidWalk walk(a_start, a_end, a_min, now);
+      BidList list(*this);
+      BidWalk walk(a_start, a_end, a_min, now, list.get());
       bids_for(book, pool, ask.o.effective_price, spot_now(ask.o), walk);
       while (const auto k = walk.next()) {
         if (complete || k->price < ask.o.effective_price) break;
@@ -2260,7 +2413,8 @@ struct Engine::Impl {
       return;
     }
     // Duration bids need GPUs free now; once the ask has none at this instant, none of them can use it.
-    BidWalk walk(a_start, a_end, a_min, now);
+    BidList list(*this);
+    BidWalk walk(a_start, a_end, a_min, now, list.get());
     bids_for(book, pool, ask.o.effective_price, spot_now(ask.o), walk);
     while (ask.o.is_open()) {
       const auto k = walk.next();
@@ -2942,6 +3096,7 @@ struct Engine::Impl {
       if (err.size() < 2000) err += what + "\n";
     };
     std::map<PoolId, Steps> held;
+    std::map<const Book*, std::size_t> fixed_entries;  // entries the fixed bid indexes should hold, by book
     for (const auto& [id, lo] : orders) {
       const RestOrder& o = lo.o;
       if (!o.is_open()) continue;
@@ -2967,17 +3122,46 @@ struct Engine::Impl {
         BidConstraints rep = o.request.constraints();
         rep.regions.clear();
         if (!(g.rep == rep)) fail("bid in the wrong constraint group: " + to_string(to_order(o)));
-        std::vector<const BidSets*> homes;
-        if (o.request.constraints().regions.empty()) homes.push_back(&g.any);
-        for (const std::string& r : o.request.constraints().regions) {
-          auto it = g.by_region.find(r);
-          if (it == g.by_region.end()) {
-            in = false;
-          } else {
-            homes.push_back(&it->second);
+        const std::vector<std::string>& regions = o.request.constraints().regions;
+        if (o.is_duration_bid()) {
+          std::vector<const BidSets*> homes;
+          if (regions.empty()) homes.push_back(&g.any);
+          for (const std::string& r : regions) {
+            auto it = g.by_region.find(r);
+            if (it == g.by_region.end()) {
+              in = false;
+            } else {
+              homes.push_back(&it->second);
+            }
+          }
+          for (const BidSets* h : homes) in = in && h->duration.count(bk) == 1;
+        } else {
+          // In the fixed bid index of each of its regions (or the one without), in the cell of its window.
+          const BidEntry e = bid_entry(lo);
+          std::vector<const BidIndex*> homes;
+          if (regions.empty()) homes.push_back(&b.fixed_bids);
+          for (const std::string& r : regions) {
+            auto it = b.fixed_by_region.find(r);
+            if (it == b.fixed_by_region.end()) {
+              in = false;
+            } else {
+              homes.push_back(&it->second);
+            }
+          }
+          for (const BidIndex* ix : homes) {
+            bool found = false;
+            auto row = ix->rows.find(run_slot(e.start));
+            if (row != ix->rows.end()) {
+              auto cell = row->second.find(run_slot(e.end));
+              if (cell != row->second.end()) {
+                auto it = cell->second.lower_bound(e);
+                found = it != cell->second.end() && *it == e;
+              }
+            }
+            if (!found) fail("fixed bid " + std::to_string(o.id.value) + " not indexed");
+            ++fixed_entries[&b];
           }
         }
-        for (const BidSets* h : homes) in = in && (o.is_duration_bid() ? h->duration : h->fixed).count(bk) == 1;
       }
       const AskKey ak{o.effective_price, o.priority, o.id};
       if (in && o.is_sell()) {
@@ -3086,6 +3270,32 @@ struct Engine::Impl {
       }
       if (indexed != runs || indexed != b.free_runs.size) {
         fail("free run index holds " + std::to_string(indexed) + " runs, the asks have " + std::to_string(runs));
+      }
+      // The fixed bid indexes hold only the entries counted above (each found in its cell there), in order.
+      std::size_t bid_entries = 0;
+      const auto check_bids = [&](const BidIndex& ix) {
+        std::size_t n = 0;
+        for (const auto& [start_week, row] : ix.rows) {
+          if (row.empty()) fail("fixed bid index: empty row");
+          for (const auto& [end_week, cell] : row) {
+            if (cell.empty()) fail("fixed bid index: empty cell");
+            const BidEntry* prev = nullptr;
+            for (const BidEntry& e : cell) {
+              if (prev && !BidEntryLess{}(*prev, e)) fail("fixed bid index: cell out of order");
+              if (run_slot(e.start) != start_week || run_slot(e.end) != end_week) fail("fixed bid index: wrong cell");
+              prev = &e;
+              ++n;
+            }
+          }
+        }
+        if (n != ix.size) fail("fixed bid index: size out of step");
+        bid_entries += n;
+      };
+      check_bids(b.fixed_bids);
+      for (const auto& [r, ix] : b.fixed_by_region) check_bids(ix);
+      const auto fe = fixed_entries.find(&b);
+      if (bid_entries != (fe == fixed_entries.end() ? 0 : fe->second)) {
+        fail("fixed bid index holds " + std::to_string(bid_entries) + " entries, more than the resting bids'");
       }
       if (b.halted) continue;
       for (const RestOrder* bid : open_bids[m]) {
