@@ -489,7 +489,8 @@ struct RunEntry {
   std::uint32_t start{0};
   std::uint32_t end{0};
   std::uint32_t min_duration{0};
-  std::uint32_t pool{0};
+  std::uint32_t pool : 31 = 0;
+  std::uint32_t unit_lot : 1 = 0;  // the ask's min_chunk is 1
   bool operator==(const RunEntry&) const = default;
 };
 
@@ -538,6 +539,7 @@ using RunRow = std::map<std::int64_t, RunCell>;  // by end week
 struct RunPoolMark {
   std::uint64_t mark{0};
   bool ok{false};
+  bool own{false};  // the pool's provider (every ask's account) is the bid's
 };
 
 struct RunIndex {
@@ -1469,8 +1471,15 @@ struct Engine::Impl {
   mutable std::size_t head_depth{0};
   mutable std::uint64_t walk_count{0};  // numbers fixed-window walks (RunPoolMark::mark)
 
+  //
+  // `stop_after` (a fixed-window bid's walk in match_bid; 0 elsewhere) says that fn stops the walk once it
+  // was given that many asks that each surely fill at least one GPU: asks of another account (a pool's asks
+  // are its provider's) whose min_chunk is 1, when the bid's is 1 too (a run has at least a lot free over
+  // the window, so eligible_qty gives at least 1). The scan then keeps the stop_after least keys of such
+  // candidates and leaves out the runs after the greatest of them, which the walk could never reach.
   template <class F>
-  void walk_asks(const Book& b, const RestOrder& bid, Price limit, const BidConstraints& c, F&& fn) const {
+  void walk_asks(const Book& b, const RestOrder& bid, Price limit, const BidConstraints& c, F&& fn,
+                 std::int64_t stop_after = 0) const {
     using It = AskSet::const_iterator;
     using Head = AskHead;
     if (head_depth == head_stack.size()) head_stack.emplace_back();
@@ -1521,22 +1530,43 @@ struct Engine::Impl {
           const Tier tier = static_cast<Tier>(t);
           tier_ok[t] = (tier != Tier::spot || c.interruptible) && (c.tiers.empty() || contains_tier(c.tiers, tier));
         }
+        // The stop_after least (effective, priority) of the sure candidates so far (a max-heap), and the
+        // greatest of them once there are that many: runs after it are left out (cells are sorted).
+        constexpr std::size_t kMaxStop = 16;
+        const std::size_t want =
+            stop_after > 0 && stop_after <= static_cast<std::int64_t>(kMaxStop) ? static_cast<std::size_t>(stop_after) : 0;
+        std::array<std::pair<std::int64_t, Seq>, kMaxStop> best;
+        std::size_t n_best = 0;
+        std::pair<std::int64_t, Seq> cut{limit.value, std::numeric_limits<Seq>::max()};
         for (auto row = ix.rows.begin(); row != ix.rows.end() && row->first <= ws_slot; ++row) {
           for (auto cell = row->second.lower_bound(we_slot); cell != row->second.end(); ++cell) {
             for (std::size_t t = 0; t < kTiers; ++t) {
               if (!tier_ok[t]) continue;
               for (const std::vector<RunEntry>& chunk : cell->second.by_tier[t].chunks()) {
-                if (chunk.front().effective > limit) break;
+                if (chunk.front().effective.value > cut.first) break;
                 for (const RunEntry& e : chunk) {
-                  if (e.effective > limit) break;
+                  if (e.effective.value >= cut.first &&
+                      (e.effective.value > cut.first || e.priority > cut.second)) {
+                    break;
+                  }
                   if (e.start > ws32 || e.end < we32 || len32 < e.min_duration) continue;
                   RunPoolMark& pm = ix.marks[e.pool];
                   if (pm.mark != mark) {
                     pm.mark = mark;
-                    pm.ok = pool_satisfies(ix.pools[e.pool]->p, c);
+                    const Pool& pp = ix.pools[e.pool]->p;
+                    pm.ok = pool_satisfies(pp, c);
+                    pm.own = pp.provider == bid.account;
                   }
                   if (!pm.ok) continue;
                   cands.push_back(AskCandidate{e.effective, e.priority, e.lo, ix.pools[e.pool]});
+                  if (want == 0 || !e.unit_lot || pm.own) continue;
+                  best[n_best++] = {e.effective.value, e.priority};
+                  std::push_heap(best.begin(), best.begin() + static_cast<std::ptrdiff_t>(n_best));
+                  if (n_best > want) {
+                    std::pop_heap(best.begin(), best.begin() + static_cast<std::ptrdiff_t>(n_best));
+                    --n_best;
+                  }
+                  if (n_best == want) cut = best.front();
                 }
               }
             }
@@ -1807,7 +1837,8 @@ struct Engine::Impl {
       return static_cast<std::uint32_t>(std::clamp<std::int64_t>(v, 0, hi));
     };
     return RunEntry{lo.o.effective_price, lo.o.priority, const_cast<LiveOrder*>(&lo), u32(from.value, kRunMax),
-                    u32(to.value, kRunMax), u32(lo.o.request.min_duration.value, kRunMax + 1), lp->run_number};
+                    u32(to.value, kRunMax), u32(lo.o.request.min_duration.value, kRunMax + 1), lp->run_number,
+                    lo.o.request.min_chunk.value == 1 ? 1U : 0U};
   }
 
   // Puts a resting ask's runs into its book's RunIndex (hook) or takes them out (unhook; its free capacity
@@ -2291,7 +2322,7 @@ struct Engine::Impl {
       }
       execute_fill(bid, ask, q, ws, we, ask.o.effective_price, Side::buy);
       return true;
-    });
+    }, bid.o.request.min_chunk.value == 1 ? bid.o.remaining.value : 0);
     if (stopped) return;
     if (bid.o.remaining.value > 0) {
       for (const PreemptCandidate& pc : preempt_candidates(bid.o)) {
