@@ -627,7 +627,7 @@ std::string constraint_key(const BidConstraints& c) {
 // The resting bids an ask's window can hold (Impl::window_fits on the key, given the ask's start, end and
 // min_duration and the time `now`) priced at `floor` or more, in one priority order (BidOrder): the
 // fixed-window bids as a list of candidates gathered from the BidIndex and sorted (copies: the caller's
-// changes to the index cannot disturb them; a candidate's id is read from its order when it is returned),
+// changes to the index cannot disturb them; their keys carry no id: callers read the order through `lo`),
 // merged with a k-way merge of duration bid sets, each head of which skips the bids out of window in its
 // set's contiguous chunks before it goes back into the heap. Each head is advanced before its key is
 // returned, so the caller may erase or re-insert the key it was just given: the head it came from is put
@@ -662,11 +662,7 @@ class BidWalk {
     if (pending_ && !reseek(*pending_)) pending_.reset();
     if (pending_ && !heads_.empty() && later(*pending_, heads_.front())) restore_pending();
     const Head* d = pending_ ? &*pending_ : heads_.empty() ? nullptr : &heads_.front();
-    if (fpos_ < fixed_.size() && (!d || before(fixed_[fpos_], d->key))) {
-      BidKey k = fixed_[fpos_++];
-      k.id = k.lo->o.id;
-      return k;
-    }
+    if (fpos_ < fixed_.size() && (!d || before(fixed_[fpos_], d->key))) return fixed_[fpos_++];
     if (!d) return std::nullopt;
     if (pending_) {
       Head& h = *pending_;
@@ -2404,6 +2400,17 @@ struct Engine::Impl {
     return false;
   }
 
+  // False when `ask` has fewer GPUs than its lot (min_chunk) free throughout the window of the bid of key
+  // `k`: eligible_qty then gives 0 whatever the bid (its lot is a multiple of the ask's). Judged from the key
+  // and the ask alone, before the bid's order is read: a crossing ask's walk meets many bids whose windows
+  // its earlier fills used up.
+  bool ask_serves(const RestOrder& ask, const BidKey& k) const {
+    const bool fixed = k.duration.value == 0;
+    const Seconds ws = fixed ? k.start : now;
+    const Seconds we = fixed ? k.end : now + k.duration;
+    return ask.free.min(ws, we) >= ask.request.min_chunk.value;
+  }
+
   void match_ask(LiveOrder& ask, bool at_placement) {
     Book& book = (*ask.o.book);
     const Pool& pool = pools.at(ask.o.request.pool).p;
@@ -2451,6 +2458,7 @@ struct Engine::Impl {
       const auto k = walk.next();
       if (!k || k->price < ask.o.effective_price) break;
       if (!window_fits(*k, a_start, a_end, a_min)) continue;
+      if (!ask_serves(ask.o, *k)) continue;
       LiveOrder& bid = *k->lo;
       const Seconds ws = bid_start(bid.o);
       const Seconds we = bid_end(bid.o);
