@@ -442,6 +442,8 @@ struct LivePool {
   Book* book{nullptr};
   // Its number in its Book's RunIndex (the maximum until its first ask is indexed).
   mutable std::uint32_t run_number{std::numeric_limits<std::uint32_t>::max()};
+  // Its number in its Book for BidGroup::verdicts (the maximum until an ask of it first walks the bids).
+  mutable std::uint32_t book_number{std::numeric_limits<std::uint32_t>::max()};
 };
 
 using BidSet = ChunkedSet<BidKey, BidOrder>;
@@ -460,6 +462,11 @@ struct BidGroup {
   std::int64_t resting{0};
   BidSets any;
   std::map<std::string, BidSets> by_region;
+  // Without energy constraints, pool_satisfies(pool, rep) reads only attributes a pool keeps for life
+  // (tier, region, fabric, NVLink, SLA): the verdicts are kept, by the pool's number in its Book
+  // (LivePool::book_number; -1: not judged yet).
+  bool keeps_verdicts{false};
+  mutable std::vector<std::int8_t> verdicts;
 };
 
 // A pool's resting asks in no order (each LiveOrder keeps its index, book_slot; erase moves the last one into
@@ -600,6 +607,7 @@ struct Book {
   // among them, so that a walk skips a pool priced out without touching it.
   std::vector<AskPool> ask_pools;
   mutable RunIndex free_runs;  // every run of every resting ask, for fixed-window bids (built by a walk)
+  mutable std::uint32_t pools_numbered{0};  // LivePool::book_number given so far
 };
 
 // The key of a bid's constraint group: every constraint but its regions, serialized.
@@ -1637,18 +1645,32 @@ struct Engine::Impl {
     BidConstraints rep = c;
     rep.regions.clear();
     auto [it, inserted] = b.group_index.try_emplace(constraint_key(rep), static_cast<int>(b.bid_groups.size()));
-    if (inserted) b.bid_groups.push_back(BidGroup{std::move(rep), 0, {}, {}});
+    if (inserted) {
+      const bool energy = rep.green_only || rep.max_pue_x1000 || rep.min_renewable_pct_x100 || rep.max_carbon_g_per_kwh_x100;
+      b.bid_groups.push_back(BidGroup{std::move(rep), 0, {}, {}, !energy, {}});
+    }
     return it->second;
   }
 
   // Sets up `walk` over the resting bids of `b` that `pool` satisfies (the groups it satisfies, their
   // bids without regions or naming the pool's region) priced at `floor` or more; duration bids only if
   // `with_duration`. Every key the walk returns then passes pool_satisfies(pool, its constraints).
-  void bids_for(const Book& b, const Pool& pool, Price floor, bool with_duration, BidWalk& walk) const {
+  void bids_for(const Book& b, const LivePool& lp, Price floor, bool with_duration, BidWalk& walk) const {
+    const Pool& pool = lp.p;
+    if (lp.book_number == std::numeric_limits<std::uint32_t>::max()) lp.book_number = b.pools_numbered++;
+    const std::uint32_t number = lp.book_number;
     group_ok.assign(b.bid_groups.size(), 0);
     for (std::size_t i = 0; i < b.bid_groups.size(); ++i) {
       const BidGroup& g = b.bid_groups[i];
-      if (g.resting == 0 || !pool_satisfies(pool, g.rep)) continue;
+      if (g.resting == 0) continue;
+      if (g.keeps_verdicts) {
+        if (g.verdicts.size() <= number) g.verdicts.resize(b.pools_numbered, -1);
+        std::int8_t& v = g.verdicts[number];
+        if (v < 0) v = pool_satisfies(pool, g.rep) ? 1 : 0;
+        if (v == 0) continue;
+      } else if (!pool_satisfies(pool, g.rep)) {
+        continue;
+      }
       group_ok[i] = 1;
       if (!with_duration) continue;
       walk.add(g.any.duration, floor);
@@ -2392,10 +2414,11 @@ struct Engine::Impl {
 
   bool ask_would_take(const RestOrder& ask) const {
     const Book& book = (*ask.book);
-    const Pool& pool = pools.at(ask.request.pool).p;
+    const LivePool& lpool = pools.at(ask.request.pool);
+    const Pool& pool = lpool.p;
     BidList list(*this);
     BidWalk walk(ask.window_start, ask.window_end, ask.request.min_duration, now, list.get());
-    bids_for(book, pool, ask.effective_price, spot_now(ask), walk);
+    bids_for(book, lpool, ask.effective_price, spot_now(ask), walk);
     while (const auto k = walk.next()) {
       if (k->price < ask.effective_price) break;
       if (!window_fits(*k, ask.window_start, ask.window_end, ask.request.min_duration)) continue;
@@ -2418,7 +2441,8 @@ struct Engine::Impl {
 
   void match_ask(LiveOrder& ask, bool at_placement) {
     Book& book = (*ask.o.book);
-    const Pool& pool = pools.at(ask.o.request.pool).p;
+    const LivePool& lpool = pools.at(ask.o.request.pool);
+    const Pool& pool = lpool.p;
     const Seconds a_start = ask.o.window_start;
     const Seconds a_end = ask.o.window_end;
     const Seconds a_min = ask.o.request.min_duration;
@@ -2429,7 +2453,7 @@ struct Engine::Impl {
       bool complete = !ask_has_piece(trial);
       BidList list(*this);
       BidWalk walk(a_start, a_end, a_min, now, list.get());
-      bids_for(book, pool, ask.o.effective_price, spot_now(ask.o), walk);
+      bids_for(book, lpool, ask.o.effective_price, spot_now(ask.o), walk);
       while (const auto k = walk.next()) {
         if (complete || k->price < ask.o.effective_price) break;
         if (!window_fits(*k, a_start, a_end, a_min)) continue;
@@ -2458,7 +2482,7 @@ struct Engine::Impl {
     // Duration bids need GPUs free now; once the ask has none at this instant, none of them can use it.
     BidList list(*this);
     BidWalk walk(a_start, a_end, a_min, now, list.get());
-    bids_for(book, pool, ask.o.effective_price, spot_now(ask.o), walk);
+    bids_for(book, lpool, ask.o.effective_price, spot_now(ask.o), walk);
     while (ask.o.is_open()) {
       const auto k = walk.next();
       if (!k || k->price < ask.o.effective_price) break;
@@ -3225,6 +3249,15 @@ struct Engine::Impl {
       held[l.pool].add(std::max(l.start, now), std::max(end, now), l.quantity.value);
     }
     for (const auto& [id, lp] : pools) {
+      // Kept group verdicts equal a fresh judgement.
+      if (lp.book_number != std::numeric_limits<std::uint32_t>::max()) {
+        for (const BidGroup& g : books.at(lp.p.spec.market).bid_groups) {
+          if (g.keeps_verdicts && lp.book_number < g.verdicts.size() && g.verdicts[lp.book_number] >= 0 &&
+              (g.verdicts[lp.book_number] == 1) != pool_satisfies(lp.p, g.rep)) {
+            fail("kept verdict of pool " + std::to_string(id.value) + " stale");
+          }
+        }
+      }
       Steps used = lp.used.to_steps();
       used.trim_before(now);
       Steps expect = held[id];
