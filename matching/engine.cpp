@@ -546,13 +546,13 @@ using RunRow = std::map<std::int64_t, RunCell>;  // by end week
 struct RunPoolMark {
   std::uint64_t mark{0};
   bool ok{false};
+  bool own{false};  // the pool's provider (every ask's account) is the bid's
 };
 
 struct RunIndex {
   std::map<std::int64_t, RunRow> rows;  // by start week
   std::vector<const LivePool*> pools;   // by number (LivePool::run_number), never shrunk
   std::vector<RunPoolMark> marks;       // parallel to pools
-  std::vector<AccountId> providers;     // parallel to pools: each pool's provider (its asks' account)
   std::size_t size{0};
   bool enabled{false};
 };
@@ -1534,10 +1534,6 @@ struct Engine::Impl {
           const Tier tier = static_cast<Tier>(t);
           tier_ok[t] = (tier != Tier::spot || c.interruptible) && (c.tiers.empty() || contains_tier(c.tiers, tier));
         }
-        // Constraints on the tier alone (most bids: none at all): pool_satisfies is then tier_ok.
-        const bool tier_only = c.regions.empty() && !c.nvlink && !c.min_fabric && !c.min_fabric_gbps &&
-                               !c.min_sla_pct_x1000 && !c.green_only && !c.max_pue_x1000 &&
-                               !c.min_renewable_pct_x100 && !c.max_carbon_g_per_kwh_x100;
         // The stop_after least (effective, priority) of the sure candidates so far (a max-heap), and the
         // greatest of them once there are that many: runs after it are left out (cells are sorted).
         constexpr std::size_t kMaxStop = 16;
@@ -1558,16 +1554,16 @@ struct Engine::Impl {
                     break;
                   }
                   if (e.start > ws32 || e.end < we32 || len32 < e.min_duration) continue;
-                  if (!tier_only) {
-                    RunPoolMark& pm = ix.marks[e.pool];
-                    if (pm.mark != mark) {
-                      pm.mark = mark;
-                      pm.ok = pool_satisfies(ix.pools[e.pool]->p, c);
-                    }
-                    if (!pm.ok) continue;
+                  RunPoolMark& pm = ix.marks[e.pool];
+                  if (pm.mark != mark) {
+                    pm.mark = mark;
+                    const Pool& pp = ix.pools[e.pool]->p;
+                    pm.ok = pool_satisfies(pp, c);
+                    pm.own = pp.provider == bid.account;
                   }
+                  if (!pm.ok) continue;
                   cands.push_back(AskCandidate{e.effective, e.priority, e.lo, ix.pools[e.pool]});
-                  if (want == 0 || !e.unit_lot || ix.providers[e.pool] == bid.account) continue;
+                  if (want == 0 || !e.unit_lot || pm.own) continue;
                   best[n_best++] = {e.effective.value, e.priority};
                   std::push_heap(best.begin(), best.begin() + static_cast<std::ptrdiff_t>(n_best));
                   if (n_best > want) {
@@ -1872,7 +1868,6 @@ struct Engine::Impl {
       lp->run_number = static_cast<std::uint32_t>(ix.pools.size());
       ix.pools.push_back(lp);
       ix.marks.emplace_back();
-      ix.providers.push_back(lp->p.provider);
     }
     for_each_run(lo.o, [&](Seconds from, Seconds to) {
       const std::optional<RunEntry> e = run_entry(lo, lp, from, to);
@@ -3307,8 +3302,7 @@ struct Engine::Impl {
       for (const AskPool& ap : b.ask_pools) {
         if (!b.free_runs.enabled) break;
         for (LiveOrder* lo : ap.asks) {
-          if (ap.lp->run_number >= b.free_runs.pools.size() || b.free_runs.pools[ap.lp->run_number] != ap.lp ||
-              b.free_runs.providers[ap.lp->run_number] != ap.lp->p.provider) {
+          if (ap.lp->run_number >= b.free_runs.pools.size() || b.free_runs.pools[ap.lp->run_number] != ap.lp) {
             fail("free run index: pool " + std::to_string(ap.lp->p.id.value) + " not numbered");
             break;
           }
