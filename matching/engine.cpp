@@ -600,6 +600,9 @@ struct Book {
   std::vector<BidGroup> bid_groups;       // resting bids, by constraint group (never removed)
   std::map<std::string, int> group_index;  // constraint_key(rep) -> index in bid_groups
   int unconstrained_group{-1};             // the group of bids without constraints, once one rested
+  // Interned constraint sets (RestRequest::cons) of bids that rested, with their group: held, so that an
+  // address is not reused for other constraints while it is here (cleared when it grows past 4,096).
+  std::unordered_map<const BidConstraints*, std::pair<std::shared_ptr<const BidConstraints>, int>> group_by_cons;
   BidIndex fixed_bids;                            // resting fixed-window bids without regions
   std::map<std::string, BidIndex> fixed_by_region;  // ... with regions: in the index of each region named
   std::set<PoolId> spot_pools;
@@ -1497,6 +1500,8 @@ struct Engine::Impl {
     } guard(head_depth);
     const Seconds ws = bid_start(bid);
     const Seconds we = bid_end(bid);
+    // The kept verdicts of the bid's group, when c is the bid's own constraints and their group is known.
+    const BidGroup* group = &c == &bid.request.constraints() ? known_group(b, bid) : nullptr;
     if (!bid.is_duration_bid()) {
       // window_fits needs ws >= now and we > ws whatever the ask.
       if (ws < now || we <= ws) return;
@@ -1557,9 +1562,9 @@ struct Engine::Impl {
                   RunPoolMark& pm = ix.marks[e.pool];
                   if (pm.mark != mark) {
                     pm.mark = mark;
-                    const Pool& pp = ix.pools[e.pool]->p;
-                    pm.ok = pool_satisfies(pp, c);
-                    pm.own = pp.provider == bid.account;
+                    const LivePool& pp = *ix.pools[e.pool];
+                    pm.ok = pool_admits(b, pp, group, c);
+                    pm.own = pp.p.provider == bid.account;
                   }
                   if (!pm.ok) continue;
                   cands.push_back(AskCandidate{e.effective, e.priority, e.lo, ix.pools[e.pool]});
@@ -1615,7 +1620,7 @@ struct Engine::Impl {
       if (ap.spot_cheapest > limit || !ap.spot_runs.may_fit(ws, we)) continue;
       const LivePool* lp = ap.lp;
       const AskSet& s = lp->book_spot_asks;
-      if (!pool_satisfies(lp->p, c)) continue;
+      if (!pool_admits(b, *lp, group, c)) continue;
       Head h{&s, s.begin(), {}, 0};
       if (settle(h)) heads.push_back(h);
     }
@@ -1651,22 +1656,40 @@ struct Engine::Impl {
   // Sets up `walk` over the resting bids of `b` that `pool` satisfies (the groups it satisfies, their
   // bids without regions or naming the pool's region) priced at `floor` or more; duration bids only if
   // `with_duration`. Every key the walk returns then passes pool_satisfies(pool, its constraints).
-  void bids_for(const Book& b, const LivePool& lp, Price floor, bool with_duration, BidWalk& walk) const {
-    const Pool& pool = lp.p;
+  // pool_satisfies(lp.p, g.rep), kept in g when it keeps verdicts.
+  bool group_admits(const Book& b, const LivePool& lp, const BidGroup& g) const {
+    if (!g.keeps_verdicts) return pool_satisfies(lp.p, g.rep);
     if (lp.book_number == std::numeric_limits<std::uint32_t>::max()) lp.book_number = b.pools_numbered++;
     const std::uint32_t number = lp.book_number;
+    if (g.verdicts.size() <= number) g.verdicts.resize(b.pools_numbered, -1);
+    std::int8_t& v = g.verdicts[number];
+    if (v < 0) v = pool_satisfies(lp.p, g.rep) ? 1 : 0;
+    return v == 1;
+  }
+
+  // The group of a bid's constraints if one is known (a bid with equal constraints rested), else null.
+  const BidGroup* known_group(const Book& b, const RestOrder& bid) const {
+    int g = b.unconstrained_group;
+    if (bid.request.cons) {
+      auto it = b.group_by_cons.find(bid.request.cons.get());
+      g = it == b.group_by_cons.end() ? -1 : it->second.second;
+    }
+    return g < 0 ? nullptr : &b.bid_groups[static_cast<std::size_t>(g)];
+  }
+
+  // pool_satisfies(lp.p, c), from the kept verdicts of c's group `g` (regions apart) when g is given.
+  bool pool_admits(const Book& b, const LivePool& lp, const BidGroup* g, const BidConstraints& c) const {
+    if (!g) return pool_satisfies(lp.p, c);
+    if (!group_admits(b, lp, *g)) return false;
+    return c.regions.empty() || std::find(c.regions.begin(), c.regions.end(), lp.p.spec.region) != c.regions.end();
+  }
+
+  void bids_for(const Book& b, const LivePool& lp, Price floor, bool with_duration, BidWalk& walk) const {
+    const Pool& pool = lp.p;
     group_ok.assign(b.bid_groups.size(), 0);
     for (std::size_t i = 0; i < b.bid_groups.size(); ++i) {
       const BidGroup& g = b.bid_groups[i];
-      if (g.resting == 0) continue;
-      if (g.keeps_verdicts) {
-        if (g.verdicts.size() <= number) g.verdicts.resize(b.pools_numbered, -1);
-        std::int8_t& v = g.verdicts[number];
-        if (v < 0) v = pool_satisfies(pool, g.rep) ? 1 : 0;
-        if (v == 0) continue;
-      } else if (!pool_satisfies(pool, g.rep)) {
-        continue;
-      }
+      if (g.resting == 0 || !group_admits(b, lp, g)) continue;
       group_ok[i] = 1;
       if (!with_duration) continue;
       walk.add(g.any.duration, floor);
@@ -1955,7 +1978,14 @@ struct Engine::Impl {
                          dur ? *o.request.duration() : Seconds(0)};
           if (lo.bid_group < 0) {
             if (o.request.cons) {
-              lo.bid_group = group_of(b, *o.request.cons);
+              auto it = b.group_by_cons.find(o.request.cons.get());
+              if (it != b.group_by_cons.end()) {
+                lo.bid_group = it->second.second;
+              } else {
+                lo.bid_group = group_of(b, *o.request.cons);
+                if (b.group_by_cons.size() >= 4096) b.group_by_cons.clear();
+                b.group_by_cons.emplace(o.request.cons.get(), std::make_pair(o.request.cons, lo.bid_group));
+              }
             } else {  // most bids: no key to build
               if (b.unconstrained_group < 0) b.unconstrained_group = group_of(b, RestRequest::no_constraints());
               lo.bid_group = b.unconstrained_group;
@@ -3342,6 +3372,14 @@ struct Engine::Impl {
       }
       if (indexed != runs || indexed != b.free_runs.size) {
         fail("free run index holds " + std::to_string(indexed) + " runs, the asks have " + std::to_string(runs));
+      }
+      for (const auto& [cons, cached] : b.group_by_cons) {
+        BidConstraints rep = *cons;
+        rep.regions.clear();
+        if (cons != cached.first.get() || cached.second < 0 || static_cast<std::size_t>(cached.second) >= b.bid_groups.size() ||
+            !(b.bid_groups[static_cast<std::size_t>(cached.second)].rep == rep)) {
+          fail("constraint set cached in the wrong group");
+        }
       }
       // The fixed bid indexes hold only the entries counted above (each found in its cell there), in order.
       std::size_t bid_entries = 0;
