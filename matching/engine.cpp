@@ -536,9 +536,14 @@ inline std::size_t tier_index(Tier t) { return static_cast<std::size_t>(t); }
 
 struct RunCell {
   std::array<RunSet, kTiers> by_tier;
+  // Each tier's least effective price (the maximum when it has no run), beside the sets: a walk passes over
+  // a tier priced out without loading its chunks.
+  std::array<std::int64_t, kTiers> cheapest{kNoRun, kNoRun, kNoRun};
+  static constexpr std::int64_t kNoRun = std::numeric_limits<std::int64_t>::max();
   bool empty() const {
     return std::all_of(by_tier.begin(), by_tier.end(), [](const RunSet& r) { return r.empty(); });
   }
+  void refresh(std::size_t t) { cheapest[t] = by_tier[t].empty() ? kNoRun : by_tier[t].begin()->effective.value; }
 };
 using RunRow = std::map<std::int64_t, RunCell>;  // by end week
 
@@ -1550,7 +1555,7 @@ struct Engine::Impl {
         for (auto row = ix.rows.begin(); row != ix.rows.end() && row->first <= ws_slot; ++row) {
           for (auto cell = row->second.lower_bound(we_slot); cell != row->second.end(); ++cell) {
             for (std::size_t t = 0; t < kTiers; ++t) {
-              if (!tier_ok[t]) continue;
+              if (!tier_ok[t] || cell->second.cheapest[t] > cut.first) continue;
               for (const std::vector<RunEntry>& chunk : cell->second.by_tier[t].chunks()) {
                 if (chunk.front().effective.value > cut.first) break;
                 for (const RunEntry& e : chunk) {
@@ -1896,10 +1901,12 @@ struct Engine::Impl {
       const std::optional<RunEntry> e = run_entry(lo, lp, from, to);
       if (!e) return;
       RunCell& cell = ix.rows[run_slot(Seconds(e->start))][run_slot(Seconds(e->end))];
-      RunSet& set = cell.by_tier[tier_index(lp->p.spec.tier)];
+      const std::size_t t = tier_index(lp->p.spec.tier);
+      RunSet& set = cell.by_tier[t];
       const std::size_t n = set.size();
       set.insert(*e);
       if (set.size() != n + 1) throw std::logic_error("free run index: entry already in");
+      cell.cheapest[t] = std::min(cell.cheapest[t], e->effective.value);
       ++ix.size;
     });
   }
@@ -1913,10 +1920,12 @@ struct Engine::Impl {
       if (row == ix.rows.end()) throw std::logic_error("free run index: no row");
       auto cell = row->second.find(run_slot(Seconds(e->end)));
       if (cell == row->second.end()) throw std::logic_error("free run index: no cell");
-      RunSet& set = cell->second.by_tier[tier_index(lp->p.spec.tier)];
+      const std::size_t t = tier_index(lp->p.spec.tier);
+      RunSet& set = cell->second.by_tier[t];
       const std::size_t n = set.size();
       set.erase(*e);
       if (set.size() + 1 != n) throw std::logic_error("free run index: no entry");
+      cell->second.refresh(t);
       --ix.size;
       if (cell->second.empty()) {
         row->second.erase(cell);
@@ -3360,6 +3369,8 @@ struct Engine::Impl {
         for (const auto& [end_week, cell] : row) {
           if (cell.empty()) fail("free run index: empty cell");
           for (std::size_t t = 0; t < kTiers; ++t) {
+            const std::int64_t least = cell.by_tier[t].empty() ? RunCell::kNoRun : cell.by_tier[t].begin()->effective.value;
+            if (cell.cheapest[t] != least) fail("free run index: a cell's cheapest out of step");
             const RunEntry* prev = nullptr;
             for (const RunEntry& e : cell.by_tier[t]) {
               if (prev && !RunEntryLess{}(*prev, e)) fail("free run index: cell out of order");
