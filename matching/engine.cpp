@@ -591,7 +591,12 @@ struct BidEntryLess {
 // whose end week is at most the end's, instead of every bid of every set its pool's constraints admit
 // (~9 in 10 of which it skipped). Empty cells and rows are erased. check_invariants compares the index with
 // the resting bids.
-using BidCell = ChunkedSet<BidEntry, BidEntryLess>;
+struct BidCell {
+  ChunkedSet<BidEntry, BidEntryLess> bids;
+  // The highest price among them, beside the set: an ask's walk passes over a cell priced out without
+  // loading its chunks (a cell is erased when it empties).
+  std::int64_t best{std::numeric_limits<std::int64_t>::min()};
+};
 using BidRow = std::map<std::int64_t, BidCell>;  // by end week
 
 struct BidIndex {
@@ -1719,7 +1724,8 @@ struct Engine::Impl {
     const std::int64_t last = run_slot(to);
     for (auto row = ix.rows.lower_bound(run_slot(from)); row != ix.rows.end() && row->first <= last; ++row) {
       for (auto cell = row->second.begin(); cell != row->second.end() && cell->first <= last; ++cell) {
-        for (const std::vector<BidEntry>& chunk : cell->second.chunks()) {
+        if (cell->second.best < floor.value) continue;
+        for (const std::vector<BidEntry>& chunk : cell->second.bids.chunks()) {
           if (chunk.front().price < floor) break;
           for (const BidEntry& e : chunk) {
             if (e.price < floor) break;
@@ -1749,9 +1755,10 @@ struct Engine::Impl {
     const BidEntry e = bid_entry(lo);
     for_each_bid_index(b, lo, [&](BidIndex& ix) {
       BidCell& cell = ix.rows[run_slot(e.start)][run_slot(e.end)];
-      const std::size_t n = cell.size();
-      cell.insert(e);
-      if (cell.size() != n + 1) throw std::logic_error("fixed bid index: entry already in");
+      const std::size_t n = cell.bids.size();
+      cell.bids.insert(e);
+      if (cell.bids.size() != n + 1) throw std::logic_error("fixed bid index: entry already in");
+      cell.best = std::max(cell.best, e.price.value);
       ++ix.size;
     });
   }
@@ -1762,13 +1769,16 @@ struct Engine::Impl {
       if (row == ix.rows.end()) throw std::logic_error("fixed bid index: no row");
       auto cell = row->second.find(run_slot(e.end));
       if (cell == row->second.end()) throw std::logic_error("fixed bid index: no cell");
-      const std::size_t n = cell->second.size();
-      cell->second.erase(e);
-      if (cell->second.size() + 1 != n) throw std::logic_error("fixed bid index: no entry");
+      BidCell& c = cell->second;
+      const std::size_t n = c.bids.size();
+      c.bids.erase(e);
+      if (c.bids.size() + 1 != n) throw std::logic_error("fixed bid index: no entry");
       --ix.size;
-      if (cell->second.empty()) {
+      if (c.bids.empty()) {
         row->second.erase(cell);
         if (row->second.empty()) ix.rows.erase(row);
+      } else {
+        c.best = c.bids.begin()->price.value;
       }
     });
   }
@@ -3256,8 +3266,8 @@ struct Engine::Impl {
             if (row != ix->rows.end()) {
               auto cell = row->second.find(run_slot(e.end));
               if (cell != row->second.end()) {
-                auto it = cell->second.lower_bound(e);
-                found = it != cell->second.end() && *it == e;
+                auto it = cell->second.bids.lower_bound(e);
+                found = it != cell->second.bids.end() && *it == e;
               }
             }
             if (!found) fail("fixed bid " + std::to_string(o.id.value) + " not indexed");
@@ -3399,9 +3409,10 @@ struct Engine::Impl {
         for (const auto& [start_week, row] : ix.rows) {
           if (row.empty()) fail("fixed bid index: empty row");
           for (const auto& [end_week, cell] : row) {
-            if (cell.empty()) fail("fixed bid index: empty cell");
+            if (cell.bids.empty()) fail("fixed bid index: empty cell");
+            if (!cell.bids.empty() && cell.best != cell.bids.begin()->price.value) fail("fixed bid index: best out of step");
             const BidEntry* prev = nullptr;
-            for (const BidEntry& e : cell) {
+            for (const BidEntry& e : cell.bids) {
               if (prev && !BidEntryLess{}(*prev, e)) fail("fixed bid index: cell out of order");
               if (run_slot(e.start) != start_week || run_slot(e.end) != end_week) fail("fixed bid index: wrong cell");
               prev = &e;
