@@ -442,24 +442,31 @@ struct LivePool {
   Book* book{nullptr};
   // Its number in its Book's RunIndex (the maximum until its first ask is indexed).
   mutable std::uint32_t run_number{std::numeric_limits<std::uint32_t>::max()};
+  // Its number in its Book for BidGroup::verdicts (the maximum until an ask of it first walks the bids).
+  mutable std::uint32_t book_number{std::numeric_limits<std::uint32_t>::max()};
 };
 
 using BidSet = ChunkedSet<BidKey, BidOrder>;
 
-// Resting bids of one kind: fixed-window and duration (spot) bids, each in (price desc, priority) order.
+// Resting duration (spot) bids, in (price desc, priority) order (fixed-window bids rest in a BidIndex).
 struct BidSets {
-  BidSet fixed;
   BidSet duration;
 };
 
-// Resting bids whose constraints are equal once their regions are set aside (`rep`, regions empty). A bid
-// without regions rests in `any`; one with regions in the set of each region it names, so that an ask
-// walks only the bids its pool's region admits, and judges the other constraints once per group.
+// Resting bids whose constraints are equal once their regions are set aside (`rep`, regions empty). A
+// duration bid without regions rests in `any`; one with regions in the set of each region it names, so that
+// an ask walks only the bids its pool's region admits, and judges the other constraints once per group.
+// Fixed-window bids rest in the Book's BidIndex of their regions (`any` or each region named) instead.
 struct BidGroup {
   BidConstraints rep;
   std::int64_t resting{0};
   BidSets any;
   std::map<std::string, BidSets> by_region;
+  // Without energy constraints, pool_satisfies(pool, rep) reads only attributes a pool keeps for life
+  // (tier, region, fabric, NVLink, SLA): the verdicts are kept, by the pool's number in its Book
+  // (LivePool::book_number; -1: not judged yet).
+  bool keeps_verdicts{false};
+  mutable std::vector<std::int8_t> verdicts;
 };
 
 // A pool's resting asks in no order (each LiveOrder keeps its index, book_slot; erase moves the last one into
@@ -489,7 +496,8 @@ struct RunEntry {
   std::uint32_t start{0};
   std::uint32_t end{0};
   std::uint32_t min_duration{0};
-  std::uint32_t pool{0};
+  std::uint32_t pool : 31 = 0;
+  std::uint32_t unit_lot : 1 = 0;  // the ask's min_chunk is 1
   bool operator==(const RunEntry&) const = default;
 };
 
@@ -528,9 +536,14 @@ inline std::size_t tier_index(Tier t) { return static_cast<std::size_t>(t); }
 
 struct RunCell {
   std::array<RunSet, kTiers> by_tier;
+  // Each tier's least effective price (the maximum when it has no run), beside the sets: a walk passes over
+  // a tier priced out without loading its chunks.
+  std::array<std::int64_t, kTiers> cheapest{kNoRun, kNoRun, kNoRun};
+  static constexpr std::int64_t kNoRun = std::numeric_limits<std::int64_t>::max();
   bool empty() const {
     return std::all_of(by_tier.begin(), by_tier.end(), [](const RunSet& r) { return r.empty(); });
   }
+  void refresh(std::size_t t) { cheapest[t] = by_tier[t].empty() ? kNoRun : by_tier[t].begin()->effective.value; }
 };
 using RunRow = std::map<std::int64_t, RunCell>;  // by end week
 
@@ -538,6 +551,7 @@ using RunRow = std::map<std::int64_t, RunCell>;  // by end week
 struct RunPoolMark {
   std::uint64_t mark{0};
   bool ok{false};
+  bool own{false};  // the pool's provider (every ask's account) is the bid's
 };
 
 struct RunIndex {
@@ -548,17 +562,65 @@ struct RunIndex {
   bool enabled{false};
 };
 
+// A resting fixed-window bid as an ask's walk reads it (48 bytes: the window and the constraint group are
+// copied so that the walk judges a bid without reading its order; the id is read from the order only when
+// it is returned, or when two priorities tie).
+struct BidEntry {
+  Price price;
+  Seq priority{0};
+  LiveOrder* lo{nullptr};
+  Seconds start{};
+  Seconds end{};
+  std::uint32_t group{0};
+  bool operator==(const BidEntry&) const = default;
+};
+
+// A cell's order: price descending (a walk stops at its floor), then priority; the order's address only
+// to tell entries apart (a walk sorts its candidates in BidOrder itself).
+struct BidEntryLess {
+  bool operator()(const BidEntry& x, const BidEntry& y) const {
+    if (x.price.value != y.price.value) return x.price.value > y.price.value;
+    if (x.priority != y.priority) return x.priority < y.priority;
+    return std::less<const LiveOrder*>()(x.lo, y.lo);
+  }
+};
+
+// Resting fixed-window bids in cells by the week (kRunSlot) of their window's start and of its end: the
+// mirror of the RunIndex. An ask can serve a bid only if the bid's window lies inside the ask's (from
+// max(start, now) to its end), so a walk reads only the cells whose start week is at least from's and
+// whose end week is at most the end's, instead of every bid of every set its pool's constraints admit
+// (~9 in 10 of which it skipped). Empty cells and rows are erased. check_invariants compares the index with
+// the resting bids.
+struct BidCell {
+  ChunkedSet<BidEntry, BidEntryLess> bids;
+  // The highest price among them, beside the set: an ask's walk passes over a cell priced out without
+  // loading its chunks (a cell is erased when it empties).
+  std::int64_t best{std::numeric_limits<std::int64_t>::min()};
+};
+using BidRow = std::map<std::int64_t, BidCell>;  // by end week
+
+struct BidIndex {
+  std::map<std::int64_t, BidRow> rows;  // by start week
+  std::size_t size{0};
+};
+
 struct Book {
   MarketSpec spec;
   bool halted{false};
   std::vector<BidGroup> bid_groups;       // resting bids, by constraint group (never removed)
   std::map<std::string, int> group_index;  // constraint_key(rep) -> index in bid_groups
   int unconstrained_group{-1};             // the group of bids without constraints, once one rested
+  // Interned constraint sets (RestRequest::cons) of bids that rested, with their group: held, so that an
+  // address is not reused for other constraints while it is here (cleared when it grows past 4,096).
+  std::unordered_map<const BidConstraints*, std::pair<std::shared_ptr<const BidConstraints>, int>> group_by_cons;
+  BidIndex fixed_bids;                            // resting fixed-window bids without regions
+  std::map<std::string, BidIndex> fixed_by_region;  // ... with regions: in the index of each region named
   std::set<PoolId> spot_pools;
   // Pools with resting asks (order irrelevant: walks merge by key), each with the lowest effective price
   // among them, so that a walk skips a pool priced out without touching it.
   std::vector<AskPool> ask_pools;
   mutable RunIndex free_runs;  // every run of every resting ask, for fixed-window bids (built by a walk)
+  mutable std::uint32_t pools_numbered{0};  // LivePool::book_number given so far
 };
 
 // The key of a bid's constraint group: every constraint but its regions, serialized.
@@ -583,36 +645,53 @@ std::string constraint_key(const BidConstraints& c) {
   return k;
 }
 
-// A k-way merge of bid sets in one priority order (BidOrder), over the bids whose window an ask's window
-// can hold (Impl::window_fits on the key, given the ask's start, end and min_duration and the time `now`)
-// and priced at `floor` or more: each head skips the others in its set's contiguous chunks before it goes
-// back into the heap (an ask walk met ~9 bids out of window for every one that fit, each a heap pop and
-// push). Each head is advanced before its key is returned, so the caller may erase or re-insert the key it
-// was just given: the head it came from is put back, re-sought by the key it was at, on the next call.
+// The resting bids an ask's window can hold (Impl::window_fits on the key, given the ask's start, end and
+// min_duration and the time `now`) priced at `floor` or more, in one priority order (BidOrder): the
+// fixed-window bids as a list of candidates gathered from the BidIndex and sorted (copies: the caller's
+// changes to the index cannot disturb them; their keys carry no id: callers read the order through `lo`),
+// merged with a k-way merge of duration bid sets, each head of which skips the bids out of window in its
+// set's contiguous chunks before it goes back into the heap. Each head is advanced before its key is
+// returned, so the caller may erase or re-insert the key it was just given: the head it came from is put
+// back, re-sought by the key it was at, on the next call.
 class BidWalk {
  public:
-  BidWalk(Seconds a_start, Seconds a_end, Seconds a_min_duration, Seconds now)
-      : from_(std::max(a_start, now)), to_(a_end), min_(a_min_duration), now_(now) {}
-  // Sets whose best bid is below `floor` are left out (the same floor for every set of a walk).
-  void add(const BidSet& s, bool duration, Price floor) {
+  BidWalk(Seconds a_start, Seconds a_end, Seconds a_min_duration, Seconds now, std::vector<BidKey>& fixed)
+      : from_(std::max(a_start, now)), to_(a_end), min_(a_min_duration), now_(now), fixed_(fixed) {
+    fixed_.clear();
+  }
+  Seconds from() const { return from_; }
+  Seconds to() const { return to_; }
+  Seconds min_duration() const { return min_; }
+  // A fixed-window bid that fits, priced at the floor or more (the caller gathers them; start() sorts).
+  void add_fixed(const BidEntry& e) {
+    fixed_.push_back(BidKey{e.price, e.priority, OrderId(), e.lo, e.start, e.end, Seconds(0)});
+  }
+  // Duration sets whose best bid is below `floor` are left out (the same floor for every set of a walk).
+  void add(const BidSet& s, Price floor) {
     floor_ = floor;
     if (s.empty() || s.begin()->price < floor) return;
-    Head h{&s, s.begin(), {}, 0, duration};
+    Head h{&s, s.begin(), {}, 0};
     if (settle(h)) heads_.push_back(h);
   }
-  void start() { std::make_heap(heads_.begin(), heads_.end(), later); }
+  void start() {
+    std::sort(fixed_.begin(), fixed_.end(), before);
+    std::make_heap(heads_.begin(), heads_.end(), later);
+  }
   std::optional<BidKey> next() {
-    // The head that gave the last key usually gives the next one too (one set holds most of a book's bids,
-    // in order): while its key is not after the heap's least, it is taken without a push and a pop.
-    if (pending_ && reseek(*pending_) && (heads_.empty() || !later(*pending_, heads_.front()))) {
+    // The duration head that gave the last key usually gives the next one too: while its key is not after
+    // the heap's least, it is taken without a push and a pop.
+    if (pending_ && !reseek(*pending_)) pending_.reset();
+    if (pending_ && !heads_.empty() && later(*pending_, heads_.front())) restore_pending();
+    const Head* d = pending_ ? &*pending_ : heads_.empty() ? nullptr : &heads_.front();
+    if (fpos_ < fixed_.size() && (!d || before(fixed_[fpos_], d->key))) return fixed_[fpos_++];
+    if (!d) return std::nullopt;
+    if (pending_) {
       Head& h = *pending_;
       const BidKey k = h.key;
       ++h.it;
       if (!settle(h)) pending_.reset();
       return k;
     }
-    restore_pending();
-    if (heads_.empty()) return std::nullopt;
     std::pop_heap(heads_.begin(), heads_.end(), later);
     Head h = heads_.back();
     heads_.pop_back();
@@ -623,12 +702,8 @@ class BidWalk {
   }
   // Leaves the duration bids out from here on.
   void drop_duration() {
-    if (pending_) {
-      if (reseek(*pending_)) heads_.push_back(*pending_);
-      pending_.reset();
-    }
-    std::erase_if(heads_, [](const Head& h) { return h.duration; });
-    start();
+    pending_.reset();
+    heads_.clear();
   }
 
  private:
@@ -637,7 +712,6 @@ class BidWalk {
     BidSet::const_iterator it;
     BidKey key;  // *it once settled, kept to re-seek after the set changed
     std::uint64_t version{0};
-    bool duration{false};
   };
   // window_fits(b, a_start, a_end, a_min_duration) of Impl, with max(a_start, now) precomputed.
   bool fits(const BidKey& b) const {
@@ -672,6 +746,13 @@ class BidWalk {
     }
     pending_.reset();
   }
+  // BidOrder, with a key's id read from its order (a fixed candidate's is not filled in yet) when the
+  // prices and priorities tie.
+  static bool before(const BidKey& x, const BidKey& y) {
+    if (x.price != y.price) return x.price > y.price;
+    if (x.priority != y.priority) return x.priority < y.priority;
+    return x.lo->o.id < y.lo->o.id;
+  }
   static bool later(const Head& x, const Head& y) { return BidOrder{}(y.key, x.key); }  // min-heap
   Seconds from_;
   Seconds to_;
@@ -680,6 +761,8 @@ class BidWalk {
   Price floor_;
   std::vector<Head> heads_;
   std::optional<Head> pending_;
+  std::vector<BidKey>& fixed_;
+  std::size_t fpos_{0};
 };
 
 struct View {
@@ -1405,8 +1488,15 @@ struct Engine::Impl {
   mutable std::size_t head_depth{0};
   mutable std::uint64_t walk_count{0};  // numbers fixed-window walks (RunPoolMark::mark)
 
+  //
+  // `stop_after` (a fixed-window bid's walk in match_bid; 0 elsewhere) says that fn stops the walk once it
+  // was given that many asks that each surely fill at least one GPU: asks of another account (a pool's asks
+  // are its provider's) whose min_chunk is 1, when the bid's is 1 too (a run has at least a lot free over
+  // the window, so eligible_qty gives at least 1). The scan then keeps the stop_after least keys of such
+  // candidates and leaves out the runs after the greatest of them, which the walk could never reach.
   template <class F>
-  void walk_asks(const Book& b, const RestOrder& bid, Price limit, const BidConstraints& c, F&& fn) const {
+  void walk_asks(const Book& b, const RestOrder& bid, Price limit, const BidConstraints& c, F&& fn,
+                 std::int64_t stop_after = 0) const {
     using It = AskSet::const_iterator;
     using Head = AskHead;
     if (head_depth == head_stack.size()) head_stack.emplace_back();
@@ -1420,6 +1510,8 @@ struct Engine::Impl {
     } guard(head_depth);
     const Seconds ws = bid_start(bid);
     const Seconds we = bid_end(bid);
+    // The kept verdicts of the bid's group, when c is the bid's own constraints and their group is known.
+    const BidGroup* group = &c == &bid.request.constraints() ? known_group(b, bid) : nullptr;
     if (!bid.is_duration_bid()) {
       // window_fits needs ws >= now and we > ws whatever the ask.
       if (ws < now || we <= ws) return;
@@ -1457,22 +1549,43 @@ struct Engine::Impl {
           const Tier tier = static_cast<Tier>(t);
           tier_ok[t] = (tier != Tier::spot || c.interruptible) && (c.tiers.empty() || contains_tier(c.tiers, tier));
         }
+        // The stop_after least (effective, priority) of the sure candidates so far (a max-heap), and the
+        // greatest of them once there are that many: runs after it are left out (cells are sorted).
+        constexpr std::size_t kMaxStop = 16;
+        const std::size_t want =
+            stop_after > 0 && stop_after <= static_cast<std::int64_t>(kMaxStop) ? static_cast<std::size_t>(stop_after) : 0;
+        std::array<std::pair<std::int64_t, Seq>, kMaxStop> best;
+        std::size_t n_best = 0;
+        std::pair<std::int64_t, Seq> cut{limit.value, std::numeric_limits<Seq>::max()};
         for (auto row = ix.rows.begin(); row != ix.rows.end() && row->first <= ws_slot; ++row) {
           for (auto cell = row->second.lower_bound(we_slot); cell != row->second.end(); ++cell) {
             for (std::size_t t = 0; t < kTiers; ++t) {
-              if (!tier_ok[t]) continue;
+              if (!tier_ok[t] || cell->second.cheapest[t] > cut.first) continue;
               for (const std::vector<RunEntry>& chunk : cell->second.by_tier[t].chunks()) {
-                if (chunk.front().effective > limit) break;
+                if (chunk.front().effective.value > cut.first) break;
                 for (const RunEntry& e : chunk) {
-                  if (e.effective > limit) break;
+                  if (e.effective.value >= cut.first &&
+                      (e.effective.value > cut.first || e.priority > cut.second)) {
+                    break;
+                  }
                   if (e.start > ws32 || e.end < we32 || len32 < e.min_duration) continue;
                   RunPoolMark& pm = ix.marks[e.pool];
                   if (pm.mark != mark) {
                     pm.mark = mark;
-                    pm.ok = pool_satisfies(ix.pools[e.pool]->p, c);
+                    const LivePool& pp = *ix.pools[e.pool];
+                    pm.ok = pool_admits(b, pp, group, c);
+                    pm.own = pp.p.provider == bid.account;
                   }
                   if (!pm.ok) continue;
                   cands.push_back(AskCandidate{e.effective, e.priority, e.lo, ix.pools[e.pool]});
+                  if (want == 0 || !e.unit_lot || pm.own) continue;
+                  best[n_best++] = {e.effective.value, e.priority};
+                  std::push_heap(best.begin(), best.begin() + static_cast<std::ptrdiff_t>(n_best));
+                  if (n_best > want) {
+                    std::pop_heap(best.begin(), best.begin() + static_cast<std::ptrdiff_t>(n_best));
+                    --n_best;
+                  }
+                  if (n_best == want) cut = best.front();
                 }
               }
             }
@@ -1517,7 +1630,7 @@ struct Engine::Impl {
       if (ap.spot_cheapest > limit || !ap.spot_runs.may_fit(ws, we)) continue;
       const LivePool* lp = ap.lp;
       const AskSet& s = lp->book_spot_asks;
-      if (!pool_satisfies(lp->p, c)) continue;
+      if (!pool_admits(b, *lp, group, c)) continue;
       Head h{&s, s.begin(), {}, 0};
       if (settle(h)) heads.push_back(h);
     }
@@ -1543,25 +1656,151 @@ struct Engine::Impl {
     BidConstraints rep = c;
     rep.regions.clear();
     auto [it, inserted] = b.group_index.try_emplace(constraint_key(rep), static_cast<int>(b.bid_groups.size()));
-    if (inserted) b.bid_groups.push_back(BidGroup{std::move(rep), 0, {}, {}});
+    if (inserted) {
+      const bool energy = rep.green_only || rep.max_pue_x1000 || rep.min_renewable_pct_x100 || rep.max_carbon_g_per_kwh_x100;
+      b.bid_groups.push_back(BidGroup{std::move(rep), 0, {}, {}, !energy, {}});
+    }
     return it->second;
   }
 
   // Sets up `walk` over the resting bids of `b` that `pool` satisfies (the groups it satisfies, their
   // bids without regions or naming the pool's region) priced at `floor` or more; duration bids only if
   // `with_duration`. Every key the walk returns then passes pool_satisfies(pool, its constraints).
-  void bids_for(const Book& b, const Pool& pool, Price floor, bool with_duration, BidWalk& walk) const {
-    for (const BidGroup& g : b.bid_groups) {
-      if (g.resting == 0 || !pool_satisfies(pool, g.rep)) continue;
-      walk.add(g.any.fixed, false, floor);
-      if (with_duration) walk.add(g.any.duration, true, floor);
-      auto r = g.by_region.find(pool.spec.region);
-      if (r == g.by_region.end()) continue;
-      walk.add(r->second.fixed, false, floor);
-      if (with_duration) walk.add(r->second.duration, true, floor);
+  // pool_satisfies(lp.p, g.rep), kept in g when it keeps verdicts.
+  bool group_admits(const Book& b, const LivePool& lp, const BidGroup& g) const {
+    if (!g.keeps_verdicts) return pool_satisfies(lp.p, g.rep);
+    if (lp.book_number == std::numeric_limits<std::uint32_t>::max()) lp.book_number = b.pools_numbered++;
+    const std::uint32_t number = lp.book_number;
+    if (g.verdicts.size() <= number) g.verdicts.resize(b.pools_numbered, -1);
+    std::int8_t& v = g.verdicts[number];
+    if (v < 0) v = pool_satisfies(lp.p, g.rep) ? 1 : 0;
+    return v == 1;
+  }
+
+  // The group of a bid's constraints if one is known (a bid with equal constraints rested), else null.
+  const BidGroup* known_group(const Book& b, const RestOrder& bid) const {
+    int g = b.unconstrained_group;
+    if (bid.request.cons) {
+      auto it = b.group_by_cons.find(bid.request.cons.get());
+      g = it == b.group_by_cons.end() ? -1 : it->second.second;
     }
+    return g < 0 ? nullptr : &b.bid_groups[static_cast<std::size_t>(g)];
+  }
+
+  // pool_satisfies(lp.p, c), from the kept verdicts of c's group `g` (regions apart) when g is given.
+  bool pool_admits(const Book& b, const LivePool& lp, const BidGroup* g, const BidConstraints& c) const {
+    if (!g) return pool_satisfies(lp.p, c);
+    if (!group_admits(b, lp, *g)) return false;
+    return c.regions.empty() || std::find(c.regions.begin(), c.regions.end(), lp.p.spec.region) != c.regions.end();
+  }
+
+  void bids_for(const Book& b, const LivePool& lp, Price floor, bool with_duration, BidWalk& walk) const {
+    const Pool& pool = lp.p;
+    group_ok.assign(b.bid_groups.size(), 0);
+    for (std::size_t i = 0; i < b.bid_groups.size(); ++i) {
+      const BidGroup& g = b.bid_groups[i];
+      if (g.resting == 0 || !group_admits(b, lp, g)) continue;
+      group_ok[i] = 1;
+      if (!with_duration) continue;
+      walk.add(g.any.duration, floor);
+      auto r = g.by_region.find(pool.spec.region);
+      if (r != g.by_region.end()) walk.add(r->second.duration, floor);
+    }
+    gather_fixed(b.fixed_bids, floor, walk);
+    auto r = b.fixed_by_region.find(pool.spec.region);
+    if (r != b.fixed_by_region.end()) gather_fixed(r->second, floor, walk);
     walk.start();
   }
+  mutable std::vector<std::uint8_t> group_ok;  // bids_for's verdicts, by group
+
+  // Hands `walk` the fixed-window bids of `ix` whose window fits the walk's and whose group bids_for
+  // admitted, priced at `floor` or more: those in the cells whose start week is not before the window's
+  // start's and whose end week is not after its end's.
+  void gather_fixed(const BidIndex& ix, Price floor, BidWalk& walk) const {
+    const Seconds from = walk.from();
+    const Seconds to = walk.to();
+    const Seconds min = walk.min_duration();
+    if (to <= from) return;
+    const std::int64_t last = run_slot(to);
+    for (auto row = ix.rows.lower_bound(run_slot(from)); row != ix.rows.end() && row->first <= last; ++row) {
+      for (auto cell = row->second.begin(); cell != row->second.end() && cell->first <= last; ++cell) {
+        if (cell->second.best < floor.value) continue;
+        for (const std::vector<BidEntry>& chunk : cell->second.bids.chunks()) {
+          if (chunk.front().price < floor) break;
+          for (const BidEntry& e : chunk) {
+            if (e.price < floor) break;
+            if (e.start < from || e.end > to || e.end <= e.start || e.end - e.start < min) continue;
+            if (group_ok[e.group]) walk.add_fixed(e);
+          }
+        }
+      }
+    }
+  }
+
+  // A resting fixed-window bid's entry in its BidIndex (or indexes: one per region it names).
+  static BidEntry bid_entry(const LiveOrder& lo) {
+    return BidEntry{lo.o.request.price, lo.o.priority, const_cast<LiveOrder*>(&lo), lo.o.window_start,
+                    lo.o.window_end, static_cast<std::uint32_t>(lo.bid_group)};
+  }
+  template <class F>
+  static void for_each_bid_index(Book& b, const LiveOrder& lo, F&& f) {
+    const std::vector<std::string>& regions = lo.o.request.constraints().regions;
+    if (regions.empty()) {
+      f(b.fixed_bids);
+    } else {
+      for (const std::string& r : regions) f(b.fixed_by_region[r]);
+    }
+  }
+  static void index_bid(Book& b, const LiveOrder& lo) {
+    const BidEntry e = bid_entry(lo);
+    for_each_bid_index(b, lo, [&](BidIndex& ix) {
+      BidCell& cell = ix.rows[run_slot(e.start)][run_slot(e.end)];
+      const std::size_t n = cell.bids.size();
+      cell.bids.insert(e);
+      if (cell.bids.size() != n + 1) throw std::logic_error("fixed bid index: entry already in");
+      cell.best = std::max(cell.best, e.price.value);
+      ++ix.size;
+    });
+  }
+  static void unindex_bid(Book& b, const LiveOrder& lo) {
+    const BidEntry e = bid_entry(lo);
+    for_each_bid_index(b, lo, [&](BidIndex& ix) {
+      auto row = ix.rows.find(run_slot(e.start));
+      if (row == ix.rows.end()) throw std::logic_error("fixed bid index: no row");
+      auto cell = row->second.find(run_slot(e.end));
+      if (cell == row->second.end()) throw std::logic_error("fixed bid index: no cell");
+      BidCell& c = cell->second;
+      const std::size_t n = c.bids.size();
+      c.bids.erase(e);
+      if (c.bids.size() + 1 != n) throw std::logic_error("fixed bid index: no entry");
+      --ix.size;
+      if (c.bids.empty()) {
+        row->second.erase(cell);
+        if (row->second.empty()) ix.rows.erase(row);
+      } else {
+        c.best = c.bids.begin()->price.value;
+      }
+    });
+  }
+
+  // BidWalk's candidate lists, one per nesting depth, reused (a fresh vector per walk was a malloc).
+  mutable std::deque<std::vector<BidKey>> bid_lists;
+  mutable std::size_t bid_depth{0};
+  class BidList {
+   public:
+    explicit BidList(const Impl& i) : depth_(i.bid_depth) {
+      if (depth_ == i.bid_lists.size()) i.bid_lists.emplace_back();
+      list_ = &i.bid_lists[depth_++];
+    }
+    ~BidList() { --depth_; }
+    BidList(const BidList&) = delete;
+    BidList& operator=(const BidList&) = delete;
+    std::vector<BidKey>& get() { return *list_; }
+
+   private:
+    std::size_t& depth_;
+    std::vector<BidKey>* list_{nullptr};
+  };
 
   // Takes an order out of the book and the account sums before it changes. Returns whether it rested.
   bool unhook(LiveOrder& lo) {
@@ -1574,13 +1813,12 @@ struct Engine::Impl {
         BidGroup& g = b.bid_groups[static_cast<std::size_t>(lo.bid_group)];
         --g.resting;
         const std::vector<std::string>& regions = lo.o.request.constraints().regions;
-        if (regions.empty()) {
-          (dur ? g.any.duration : g.any.fixed).erase(k);
+        if (!dur) {
+          unindex_bid(b, lo);
+        } else if (regions.empty()) {
+          g.any.duration.erase(k);
         } else {
-          for (const std::string& r : regions) {
-            BidSets& sets = g.by_region.at(r);
-            (dur ? sets.duration : sets.fixed).erase(k);
-          }
+          for (const std::string& r : regions) g.by_region.at(r).duration.erase(k);
         }
       } else {
         const AskKey k{lo.o.effective_price, lo.o.priority, lo.o.id};
@@ -1655,7 +1893,8 @@ struct Engine::Impl {
       return static_cast<std::uint32_t>(std::clamp<std::int64_t>(v, 0, hi));
     };
     return RunEntry{lo.o.effective_price, lo.o.priority, const_cast<LiveOrder*>(&lo), u32(from.value, kRunMax),
-                    u32(to.value, kRunMax), u32(lo.o.request.min_duration.value, kRunMax + 1), lp->run_number};
+                    u32(to.value, kRunMax), u32(lo.o.request.min_duration.value, kRunMax + 1), lp->run_number,
+                    lo.o.request.min_chunk.value == 1 ? 1U : 0U};
   }
 
   // Puts a resting ask's runs into its book's RunIndex (hook) or takes them out (unhook; its free capacity
@@ -1672,10 +1911,12 @@ struct Engine::Impl {
       const std::optional<RunEntry> e = run_entry(lo, lp, from, to);
       if (!e) return;
       RunCell& cell = ix.rows[run_slot(Seconds(e->start))][run_slot(Seconds(e->end))];
-      RunSet& set = cell.by_tier[tier_index(lp->p.spec.tier)];
+      const std::size_t t = tier_index(lp->p.spec.tier);
+      RunSet& set = cell.by_tier[t];
       const std::size_t n = set.size();
       set.insert(*e);
       if (set.size() != n + 1) throw std::logic_error("free run index: entry already in");
+      cell.cheapest[t] = std::min(cell.cheapest[t], e->effective.value);
       ++ix.size;
     });
   }
@@ -1689,10 +1930,12 @@ struct Engine::Impl {
       if (row == ix.rows.end()) throw std::logic_error("free run index: no row");
       auto cell = row->second.find(run_slot(Seconds(e->end)));
       if (cell == row->second.end()) throw std::logic_error("free run index: no cell");
-      RunSet& set = cell->second.by_tier[tier_index(lp->p.spec.tier)];
+      const std::size_t t = tier_index(lp->p.spec.tier);
+      RunSet& set = cell->second.by_tier[t];
       const std::size_t n = set.size();
       set.erase(*e);
       if (set.size() + 1 != n) throw std::logic_error("free run index: no entry");
+      cell->second.refresh(t);
       --ix.size;
       if (cell->second.empty()) {
         row->second.erase(cell);
@@ -1754,7 +1997,14 @@ struct Engine::Impl {
                          dur ? *o.request.duration() : Seconds(0)};
           if (lo.bid_group < 0) {
             if (o.request.cons) {
-              lo.bid_group = group_of(b, *o.request.cons);
+              auto it = b.group_by_cons.find(o.request.cons.get());
+              if (it != b.group_by_cons.end()) {
+                lo.bid_group = it->second.second;
+              } else {
+                lo.bid_group = group_of(b, *o.request.cons);
+                if (b.group_by_cons.size() >= 4096) b.group_by_cons.clear();
+                b.group_by_cons.emplace(o.request.cons.get(), std::make_pair(o.request.cons, lo.bid_group));
+              }
             } else {  // most bids: no key to build
               if (b.unconstrained_group < 0) b.unconstrained_group = group_of(b, RestRequest::no_constraints());
               lo.bid_group = b.unconstrained_group;
@@ -1763,13 +2013,12 @@ struct Engine::Impl {
           BidGroup& g = b.bid_groups[static_cast<std::size_t>(lo.bid_group)];
           ++g.resting;
           const std::vector<std::string>& regions = o.request.constraints().regions;
-          if (regions.empty()) {
-            (dur ? g.any.duration : g.any.fixed).insert(k);
+          if (!dur) {
+            index_bid(b, lo);
+          } else if (regions.empty()) {
+            g.any.duration.insert(k);
           } else {
-            for (const std::string& r : regions) {
-              BidSets& sets = g.by_region[r];
-              (dur ? sets.duration : sets.fixed).insert(k);
-            }
+            for (const std::string& r : regions) g.by_region[r].duration.insert(k);
           }
         } else {
           LivePool& lp = pools.at(o.request.pool);
@@ -2140,7 +2389,7 @@ struct Engine::Impl {
       }
       execute_fill(bid, ask, q, ws, we, ask.o.effective_price, Side::buy);
       return true;
-    });
+    }, bid.o.request.min_chunk.value == 1 ? bid.o.remaining.value : 0);
     if (stopped) return;
     if (bid.o.remaining.value > 0) {
       for (const PreemptCandidate& pc : preempt_candidates(bid.o)) {
@@ -2209,9 +2458,11 @@ struct Engine::Impl {
 
   bool ask_would_take(const RestOrder& ask) const {
     const Book& book = (*ask.book);
-    const Pool& pool = pools.at(ask.request.pool).p;
-    BidWalk walk(ask.window_start, ask.window_end, ask.request.min_duration, now);
-    bids_for(book, pool, ask.effective_price, spot_now(ask), walk);
+    const LivePool& lpool = pools.at(ask.request.pool);
+    const Pool& pool = lpool.p;
+    BidList list(*this);
+    BidWalk walk(ask.window_start, ask.window_end, ask.request.min_duration, now, list.get());
+    bids_for(book, lpool, ask.effective_price, spot_now(ask), walk);
     while (const auto k = walk.next()) {
       if (k->price < ask.effective_price) break;
       if (!window_fits(*k, ask.window_start, ask.window_end, ask.request.min_duration)) continue;
@@ -2221,9 +2472,21 @@ struct Engine::Impl {
     return false;
   }
 
+  // False when `ask` has fewer GPUs than its lot (min_chunk) free throughout the window of the bid of key
+  // `k`: eligible_qty then gives 0 whatever the bid (its lot is a multiple of the ask's). Judged from the key
+  // and the ask alone, before the bid's order is read: a crossing ask's walk meets many bids whose windows
+  // its earlier fills used up.
+  bool ask_serves(const RestOrder& ask, const BidKey& k) const {
+    const bool fixed = k.duration.value == 0;
+    const Seconds ws = fixed ? k.start : now;
+    const Seconds we = fixed ? k.end : now + k.duration;
+    return ask.free.min(ws, we) >= ask.request.min_chunk.value;
+  }
+
   void match_ask(LiveOrder& ask, bool at_placement) {
     Book& book = (*ask.o.book);
-    const Pool& pool = pools.at(ask.o.request.pool).p;
+    const LivePool& lpool = pools.at(ask.o.request.pool);
+    const Pool& pool = lpool.p;
     const Seconds a_start = ask.o.window_start;
     const Seconds a_end = ask.o.window_end;
     const Seconds a_min = ask.o.request.min_duration;
@@ -2232,8 +2495,9 @@ struct Engine::Impl {
       RestOrder trial = ask.o;
       std::vector<PlannedFill> plan;
       bool complete = !ask_has_piece(trial);
-      BidWalk walk(a_start, a_end, a_min, now);
-      bids_for(book, pool, ask.o.effective_price, spot_now(ask.o), walk);
+      BidList list(*this);
+      BidWalk walk(a_start, a_end, a_min, now, list.get());
+      bids_for(book, lpool, ask.o.effective_price, spot_now(ask.o), walk);
       while (const auto k = walk.next()) {
         if (complete || k->price < ask.o.effective_price) break;
         if (!window_fits(*k, a_start, a_end, a_min)) continue;
@@ -2260,12 +2524,14 @@ struct Engine::Impl {
       return;
     }
     // Duration bids need GPUs free now; once the ask has none at this instant, none of them can use it.
-    BidWalk walk(a_start, a_end, a_min, now);
-    bids_for(book, pool, ask.o.effective_price, spot_now(ask.o), walk);
+    BidList list(*this);
+    BidWalk walk(a_start, a_end, a_min, now, list.get());
+    bids_for(book, lpool, ask.o.effective_price, spot_now(ask.o), walk);
     while (ask.o.is_open()) {
       const auto k = walk.next();
       if (!k || k->price < ask.o.effective_price) break;
       if (!window_fits(*k, a_start, a_end, a_min)) continue;
+      if (!ask_serves(ask.o, *k)) continue;
       LiveOrder& bid = *k->lo;
       const Seconds ws = bid_start(bid.o);
       const Seconds we = bid_end(bid.o);
@@ -2944,6 +3210,7 @@ struct Engine::Impl {
       if (err.size() < 2000) err += what + "\n";
     };
     std::map<PoolId, Steps> held;
+    std::map<const Book*, std::size_t> fixed_entries;  // entries the fixed bid indexes should hold, by book
     for (const auto& [id, lo] : orders) {
       const RestOrder& o = lo.o;
       if (!o.is_open()) continue;
@@ -2969,17 +3236,46 @@ struct Engine::Impl {
         BidConstraints rep = o.request.constraints();
         rep.regions.clear();
         if (!(g.rep == rep)) fail("bid in the wrong constraint group: " + to_string(to_order(o)));
-        std::vector<const BidSets*> homes;
-        if (o.request.constraints().regions.empty()) homes.push_back(&g.any);
-        for (const std::string& r : o.request.constraints().regions) {
-          auto it = g.by_region.find(r);
-          if (it == g.by_region.end()) {
-            in = false;
-          } else {
-            homes.push_back(&it->second);
+        const std::vector<std::string>& regions = o.request.constraints().regions;
+        if (o.is_duration_bid()) {
+          std::vector<const BidSets*> homes;
+          if (regions.empty()) homes.push_back(&g.any);
+          for (const std::string& r : regions) {
+            auto it = g.by_region.find(r);
+            if (it == g.by_region.end()) {
+              in = false;
+            } else {
+              homes.push_back(&it->second);
+            }
+          }
+          for (const BidSets* h : homes) in = in && h->duration.count(bk) == 1;
+        } else {
+          // In the fixed bid index of each of its regions (or the one without), in the cell of its window.
+          const BidEntry e = bid_entry(lo);
+          std::vector<const BidIndex*> homes;
+          if (regions.empty()) homes.push_back(&b.fixed_bids);
+          for (const std::string& r : regions) {
+            auto it = b.fixed_by_region.find(r);
+            if (it == b.fixed_by_region.end()) {
+              in = false;
+            } else {
+              homes.push_back(&it->second);
+            }
+          }
+          for (const BidIndex* ix : homes) {
+            bool found = false;
+            auto row = ix->rows.find(run_slot(e.start));
+            if (row != ix->rows.end()) {
+              auto cell = row->second.find(run_slot(e.end));
+              if (cell != row->second.end()) {
+                auto it = cell->second.bids.lower_bound(e);
+                found = it != cell->second.bids.end() && *it == e;
+              }
+            }
+            if (!found) fail("fixed bid " + std::to_string(o.id.value) + " not indexed");
+            ++fixed_entries[&b];
           }
         }
-        for (const BidSets* h : homes) in = in && (o.is_duration_bid() ? h->duration : h->fixed).count(bk) == 1;
       }
       const AskKey ak{o.effective_price, o.priority, o.id};
       if (in && o.is_sell()) {
@@ -2999,6 +3295,15 @@ struct Engine::Impl {
       held[l.pool].add(std::max(l.start, now), std::max(end, now), l.quantity.value);
     }
     for (const auto& [id, lp] : pools) {
+      // Kept group verdicts equal a fresh judgement.
+      if (lp.book_number != std::numeric_limits<std::uint32_t>::max()) {
+        for (const BidGroup& g : books.at(lp.p.spec.market).bid_groups) {
+          if (g.keeps_verdicts && lp.book_number < g.verdicts.size() && g.verdicts[lp.book_number] >= 0 &&
+              (g.verdicts[lp.book_number] == 1) != pool_satisfies(lp.p, g.rep)) {
+            fail("kept verdict of pool " + std::to_string(id.value) + " stale");
+          }
+        }
+      }
       Steps used = lp.used.to_steps();
       used.trim_before(now);
       Steps expect = held[id];
@@ -3076,6 +3381,8 @@ struct Engine::Impl {
         for (const auto& [end_week, cell] : row) {
           if (cell.empty()) fail("free run index: empty cell");
           for (std::size_t t = 0; t < kTiers; ++t) {
+            const std::int64_t least = cell.by_tier[t].empty() ? RunCell::kNoRun : cell.by_tier[t].begin()->effective.value;
+            if (cell.cheapest[t] != least) fail("free run index: a cell's cheapest out of step");
             const RunEntry* prev = nullptr;
             for (const RunEntry& e : cell.by_tier[t]) {
               if (prev && !RunEntryLess{}(*prev, e)) fail("free run index: cell out of order");
@@ -3088,6 +3395,41 @@ struct Engine::Impl {
       }
       if (indexed != runs || indexed != b.free_runs.size) {
         fail("free run index holds " + std::to_string(indexed) + " runs, the asks have " + std::to_string(runs));
+      }
+      for (const auto& [cons, cached] : b.group_by_cons) {
+        BidConstraints rep = *cons;
+        rep.regions.clear();
+        if (cons != cached.first.get() || cached.second < 0 || static_cast<std::size_t>(cached.second) >= b.bid_groups.size() ||
+            !(b.bid_groups[static_cast<std::size_t>(cached.second)].rep == rep)) {
+          fail("constraint set cached in the wrong group");
+        }
+      }
+      // The fixed bid indexes hold only the entries counted above (each found in its cell there), in order.
+      std::size_t bid_entries = 0;
+      const auto check_bids = [&](const BidIndex& ix) {
+        std::size_t n = 0;
+        for (const auto& [start_week, row] : ix.rows) {
+          if (row.empty()) fail("fixed bid index: empty row");
+          for (const auto& [end_week, cell] : row) {
+            if (cell.bids.empty()) fail("fixed bid index: empty cell");
+            if (!cell.bids.empty() && cell.best != cell.bids.begin()->price.value) fail("fixed bid index: best out of step");
+            const BidEntry* prev = nullptr;
+            for (const BidEntry& e : cell.bids) {
+              if (prev && !BidEntryLess{}(*prev, e)) fail("fixed bid index: cell out of order");
+              if (run_slot(e.start) != start_week || run_slot(e.end) != end_week) fail("fixed bid index: wrong cell");
+              prev = &e;
+              ++n;
+            }
+          }
+        }
+        if (n != ix.size) fail("fixed bid index: size out of step");
+        bid_entries += n;
+      };
+      check_bids(b.fixed_bids);
+      for (const auto& [r, ix] : b.fixed_by_region) check_bids(ix);
+      const auto fe = fixed_entries.find(&b);
+      if (bid_entries != (fe == fixed_entries.end() ? 0 : fe->second)) {
+        fail("fixed bid index holds " + std::to_string(bid_entries) + " entries, more than the resting bids'");
       }
       if (b.halted) continue;
       for (const RestOrder* bid : open_bids[m]) {
