@@ -8,6 +8,7 @@
 
 #include "server/analytics/rollups.hpp"
 #include "server/wire.hpp"
+#include "server/ws_uring.hpp"
 
 namespace gpuex::ws {
 
@@ -184,6 +185,10 @@ void Hub::wake_all(std::unique_lock<std::mutex>& lock) {
   to_wake_.clear();
   to_wake_.reserve(wake.size());
   lock.unlock();
+  // While the I/O threads have no fan-out work waiting, sessions with nothing in flight queue their
+  // writes on io_uring here; under load their strands are woken (UringHandoff::io_idle()).
+  std::optional<UringHandoff> handoff;
+  if (UringHandoff::io_idle()) handoff.emplace();
   for (const auto& s : wake) s->wake();
 }
 
