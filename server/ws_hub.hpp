@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -169,6 +170,9 @@ class Hub {
   Stats stats_;
   std::vector<std::shared_ptr<Subscriber>> to_wake_;
   std::atomic<std::uint64_t> writes_{0};
+  // When wake_all() last ran (see there): batches closer together than kQuiet are "under load".
+  static constexpr auto kQuiet = std::chrono::milliseconds(5);
+  std::chrono::steady_clock::time_point last_wake_{};
 };
 
 }  // namespace gpuex::ws

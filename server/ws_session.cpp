@@ -84,7 +84,25 @@ class WsSession : public http::Session,
     if (it != subscriptions_.end()) it->second.last_seq = seq;
   }
 
-  void wake() override { start_writing(); }
+  // After the hub's batch, on its thread (or on this strand while subscribing). With a UringHandoff
+  // there and nothing in flight, the write is queued on io_uring right here, without a trip through
+  // the strand; otherwise the strand is woken to write.
+  void wake() override {
+    if constexpr (std::is_same_v<NextLayer, beast::tcp_stream>) {
+      if (UringHandoff* handoff = UringHandoff::current()) {
+        if (wake_direct(*handoff)) return;
+      }
+    }
+    start_writing();
+  }
+
+  void post_flush(UringSender* sender) override {
+    UringHandoff::posted();
+    net::post(ws_.get_executor(), [sender] {
+      UringHandoff::began();
+      sender->flush();
+    });
+  }
 
  private:
   const ServerConfig& config() const { return context_.config; }
@@ -440,9 +458,41 @@ class WsSession : public http::Session,
     return false;
   }
 
+  // wake() with a UringHandoff: true when the write was queued (or nothing is to be written).
+  bool wake_direct(UringHandoff& handoff) {
+    UringSender* sender = handoff.sender();
+    if (!sender) return false;
+    std::shared_ptr<UringTarget> self = this->shared_from_this();
+    {
+      std::lock_guard lock(mutex_);
+      if (writing_ || out_.empty() || closing_) {  // the running write takes it, or there is nothing
+        wake_pending_ = false;
+        return true;
+      }
+      bool queued = ws_.next_layer().uring_claim(sender, self, [this]() -> const std::vector<net::const_buffer>& {
+        writing_ = true;
+        wake_pending_ = false;
+        sending_.clear();
+        sending_.swap(out_);
+        in_flight_ = sending_.size();
+        in_flight_bytes_ = queued_bytes_;
+        queued_bytes_ = 0;
+        iov_.clear();
+        for (const auto& m : sending_) iov_.emplace_back(m->data(), m->size());
+        return iov_;
+      });
+      if (!queued) return false;  // the strand writes (wake_pending_ stays: start_writing clears it)
+    }
+    context_.hub.count_write();
+    handoff.queued(self);
+    return true;
+  }
+
   // Any thread: the strand starts writing (unless it already is).
   void start_writing() {
+    UringHandoff::posted();
     net::post(ws_.get_executor(), [self = this->shared_from_this()] {
+      UringHandoff::began();
       {
         std::lock_guard lock(self->mutex_);
         self->wake_pending_ = false;
