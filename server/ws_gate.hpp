@@ -132,6 +132,34 @@ class FrameGate {
     return Outcome::later;
   }
 
+  // Any thread (the hub's wake-up, with the session's lock held): when nothing is in flight and the
+  // socket is open, takes it for a send on `sender` (a UringHandoff's, which never submits inside
+  // queue()), and queues the frames `prepare()` returns (the session's, valid until the outcome).
+  // Under the gate's lock throughout, so a settle() either sees the send queued or comes first and
+  // refuses it.
+  template <class Prepare>
+  bool uring_claim(UringSender* sender, const std::shared_ptr<UringTarget>& target, Prepare&& prepare) {
+    if constexpr (std::is_same_v<Next, boost::beast::tcp_stream>) {
+      std::lock_guard lock(mutex_);
+      if (busy_ || !foreign_.empty() || close_sent_ || settled_) return false;
+      busy_ = true;
+      uring_ = sender;
+      const std::vector<boost::asio::const_buffer>& buffers = prepare();
+      uring_total_ = 0;
+      uring_iov_.clear();
+      for (const auto& b : buffers) {  // at most IOV_MAX, as in write_frames()
+        if (uring_iov_.size() == IOV_MAX) break;
+        uring_iov_.push_back(iovec{const_cast<void*>(b.data()), b.size()});
+        uring_total_ += b.size();
+      }
+      uring_all_ = uring_iov_.size() == buffers.size();
+      sender->queue(next_.socket().native_handle(), uring_iov_.data(), uring_iov_.size(), target);
+      return true;
+    } else {
+      return false;
+    }
+  }
+
   // The io_uring send's outcome (any thread). True when all of it was written and nothing of
   // Beast's waits: the gate is free again, nothing more to do here. Otherwise the session calls
   // uring_finish() on the strand.
@@ -177,6 +205,7 @@ class FrameGate {
     UringSender* sender;
     {
       std::lock_guard lock(mutex_);
+      settled_ = true;
       sender = uring_;
     }
     if (sender) sender->flush();
@@ -255,6 +284,7 @@ class FrameGate {
   std::vector<iovec> uring_iov_;
   std::size_t uring_total_ = 0;
   bool uring_all_ = true;  // uring_iov_ holds every buffer of the write
+  bool settled_ = false;  // the socket is about to close: no more sends from outside the strand
 };
 
 // Beast closes the connection through its layers (websocket/teardown.hpp): through ours to the next.

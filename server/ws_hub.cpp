@@ -8,6 +8,7 @@
 
 #include "server/analytics/rollups.hpp"
 #include "server/wire.hpp"
+#include "server/ws_uring.hpp"
 
 namespace gpuex::ws {
 
@@ -183,7 +184,16 @@ void Hub::wake_all(std::unique_lock<std::mutex>& lock) {
   auto wake = std::move(to_wake_);
   to_wake_.clear();
   to_wake_.reserve(wake.size());
+  // At a quiet moment (the last wake-up at least kQuiet ago, and no fan-out work waiting for the I/O
+  // threads), sessions with nothing in flight queue their writes on io_uring right here: no post and
+  // strand handler per session. Under load their strands are woken instead: a strand's turn comes
+  // later, by when more frames have queued, so its write carries more of them (cheaper per frame).
+  const auto now = std::chrono::steady_clock::now();
+  const bool quiet = now - last_wake_ >= kQuiet && UringHandoff::io_idle();
+  last_wake_ = now;
   lock.unlock();
+  std::optional<UringHandoff> handoff;
+  if (quiet) handoff.emplace();
   for (const auto& s : wake) s->wake();
 }
 

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -180,6 +181,9 @@ class Hub {
   std::atomic<std::uint64_t> writes_{0};
   std::atomic<std::int64_t> queued_bytes_{0};
   std::atomic<std::int64_t> connections_{0};
+  // When wake_all() last ran (see there): batches closer together than kQuiet are "under load".
+  static constexpr auto kQuiet = std::chrono::milliseconds(5);
+  std::chrono::steady_clock::time_point last_wake_{};
 };
 
 }  // namespace gpuex::ws

@@ -100,7 +100,25 @@ class WsSession : public http::Session,
     if (it != subscriptions_.end()) it->second.last_seq = seq;
   }
 
-  void wake() override { start_writing(); }
+  // After the hub's batch, on its thread (or on this strand while subscribing). With a UringHandoff
+  // there and nothing in flight, the write is queued on io_uring right here, without a trip through
+  // the strand; otherwise the strand is woken to write.
+  void wake() override {
+    if constexpr (std::is_same_v<NextLayer, beast::tcp_stream>) {
+      if (UringHandoff* handoff = UringHandoff::current()) {
+        if (wake_direct(*handoff)) return;
+      }
+    }
+    start_writing();
+  }
+
+  void post_flush(UringSender* sender) override {
+    UringHandoff::posted();
+    net::post(ws_.get_executor(), [sender] {
+      UringHandoff::began();
+      sender->flush();
+    });
+  }
 
  private:
   const ServerConfig& config() const { return context_.config; }
@@ -475,7 +493,8 @@ class WsSession : public http::Session,
   bool over_share(std::size_t mine) const {
     const auto total = static_cast<std::size_t>(std::max<std::int64_t>(0, context_.hub.queued_bytes()));
     const auto cap = config().ws_queue_total_bytes;
-    return total + mine > cap && mine > cap / static_cast<std::size_t>(std::max<std::int64_t>(1, context_.hub.connections()));
+    const auto connections = static_cast<std::size_t>(std::max<std::int64_t>(1, context_.hub.connections()));
+    return total + mine > cap && mine > cap / connections;
   }
 
   // The queued frames become the write in flight; the bytes of the last write are gone. mutex_ held.
@@ -488,9 +507,37 @@ class WsSession : public http::Session,
     queued_bytes_ = 0;
   }
 
+  // wake() with a UringHandoff: true when the write was queued (or nothing is to be written).
+  bool wake_direct(UringHandoff& handoff) {
+    UringSender* sender = handoff.sender();
+    if (!sender) return false;
+    std::shared_ptr<UringTarget> self = this->shared_from_this();
+    {
+      std::lock_guard lock(mutex_);
+      if (writing_ || out_.empty() || closing_) {  // the running write takes it, or there is nothing
+        wake_pending_ = false;
+        return true;
+      }
+      bool queued = ws_.next_layer().uring_claim(sender, self, [this]() -> const std::vector<net::const_buffer>& {
+        writing_ = true;
+        wake_pending_ = false;
+        take_queue_locked();
+        iov_.clear();
+        for (const auto& m : sending_) iov_.emplace_back(m->data(), m->size());
+        return iov_;
+      });
+      if (!queued) return false;  // the strand writes (wake_pending_ stays: start_writing clears it)
+    }
+    context_.hub.count_write();
+    handoff.queued(self);
+    return true;
+  }
+
   // Any thread: the strand starts writing (unless it already is).
   void start_writing() {
+    UringHandoff::posted();
     net::post(ws_.get_executor(), [self = this->shared_from_this()] {
+      UringHandoff::began();
       {
         std::lock_guard lock(self->mutex_);
         self->wake_pending_ = false;

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string_view>
+#include <utility>
 
 #if GPUEX_HAVE_URING
 #include <liburing.h>
@@ -51,11 +52,7 @@ std::vector<std::unique_ptr<UringSender>>& registry() {
 
 }  // namespace
 
-UringSender* UringSender::for_this_thread() {
-  thread_local bool tried = false;
-  thread_local UringSender* mine = nullptr;
-  if (tried) return mine;
-  tried = true;
+std::unique_ptr<UringSender> UringSender::make() {
   static const bool off = disabled_by_environment();
   if (off) return nullptr;
   auto ring = std::make_unique<Ring>();
@@ -74,10 +71,79 @@ UringSender* UringSender::for_this_thread() {
     return nullptr;
   }
   ring->live = true;
+  return std::unique_ptr<UringSender>(new UringSender(std::move(ring)));
+}
+
+UringSender* UringSender::for_this_thread() {
+  thread_local bool tried = false;
+  thread_local UringSender* mine = nullptr;
+  if (tried) return mine;
+  tried = true;
+  auto sender = make();
+  if (!sender) return nullptr;
   std::lock_guard lock(registry_mutex);
-  registry().push_back(std::unique_ptr<UringSender>(new UringSender(std::move(ring))));
+  registry().push_back(std::move(sender));
   mine = registry().back().get();
   return mine;
+}
+
+namespace {
+thread_local UringHandoff* current_handoff = nullptr;
+std::vector<UringSender*> pool;  // under registry_mutex
+bool pool_unavailable = false;   // io_uring refused: no use trying again
+}  // namespace
+
+UringHandoff::UringHandoff() : outer_(current_handoff) { current_handoff = this; }
+
+UringHandoff::~UringHandoff() {
+  hand_over();
+  current_handoff = outer_;
+}
+
+UringHandoff* UringHandoff::current() { return current_handoff; }
+
+UringSender* UringHandoff::sender() {
+  if (filling_) return filling_;
+  std::lock_guard lock(registry_mutex);
+  if (pool_unavailable) return nullptr;
+  for (UringSender* s : pool) {
+    bool expected = false;
+    if (s->in_use_.compare_exchange_strong(expected, true)) return filling_ = s;
+  }
+  if (pool.size() >= kRings) return nullptr;
+  auto made = UringSender::make();
+  if (!made) {
+    pool_unavailable = true;
+    return nullptr;
+  }
+  made->pooled_ = true;
+  made->in_use_ = true;
+  filling_ = made.get();
+  pool.push_back(filling_);
+  registry().push_back(std::move(made));
+  return filling_;
+}
+
+void UringHandoff::queued(const std::shared_ptr<UringTarget>& target) {
+  poster_ = target;
+  if (++count_ == UringSender::kBatch) hand_over();
+}
+
+void UringHandoff::hand_over() {
+  if (!filling_) return;
+  auto* s = std::exchange(filling_, nullptr);
+  count_ = 0;
+  auto poster = std::move(poster_);
+  poster_.reset();
+  {
+    std::lock_guard lock(s->mutex_);
+    s->handed_ = true;
+  }
+  if (poster) {
+    poster->post_flush(s);
+  } else {
+    s->flush();  // nothing queued on it
+  }
 }
 
 UringSender::UringSender(std::unique_ptr<Ring> ring) : ring_(std::move(ring)) {}
@@ -98,7 +164,9 @@ bool UringSender::queue(int fd, const iovec* iov, std::size_t count, std::shared
     io_uring_prep_sendmsg(sqe, fd, &slot.msg, MSG_DONTWAIT | MSG_NOSIGNAL);
     io_uring_sqe_set_data64(sqe, r.pending);
     ++r.pending;
-    if (r.pending == kBatch) {
+    if (pooled_) {
+      // UringHandoff hands it over when full.
+    } else if (r.pending == kBatch) {
       submit_locked(done);
     } else if (!flush_asked_) {
       flush_asked_ = ask_flush = true;
@@ -113,8 +181,11 @@ void UringSender::flush() {
   {
     std::lock_guard lock(mutex_);
     flush_asked_ = false;
-    if (ring_->pending == 0) return;
-    submit_locked(done);
+    if (ring_->pending != 0) submit_locked(done);
+    if (pooled_ && handed_) {
+      handed_ = false;
+      in_use_.store(false);
+    }
   }
   for (auto& [t, result] : done) t->sent(result);
 }
@@ -152,6 +223,13 @@ void UringSender::submit_locked(std::vector<std::pair<std::shared_ptr<UringTarge
 
 struct UringSender::Ring {};
 UringSender* UringSender::for_this_thread() { return nullptr; }
+std::unique_ptr<UringSender> UringSender::make() { return nullptr; }
+UringHandoff::UringHandoff() {}
+UringHandoff::~UringHandoff() {}
+UringHandoff* UringHandoff::current() { return nullptr; }
+UringSender* UringHandoff::sender() { return nullptr; }
+void UringHandoff::queued(const std::shared_ptr<UringTarget>&) {}
+void UringHandoff::hand_over() {}
 UringSender::UringSender(std::unique_ptr<Ring> ring) : ring_(std::move(ring)) {}
 UringSender::~UringSender() = default;
 bool UringSender::queue(int, const iovec*, std::size_t, std::shared_ptr<UringTarget>) { return false; }

@@ -19,11 +19,14 @@
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
+#include <filesystem>
+#include <fstream>
 #include <future>
 #include <iostream>
 #include <memory>
 #include <sys/mman.h>
 #include <thread>
+#include <unordered_map>
 
 #include "bench/support/bench_support.hpp"
 #include "server/rfc3339.hpp"
@@ -45,7 +48,29 @@ struct Options {
   int seconds = 20;
   int warmup_seconds = 3;
   bool json = false;
+  // The client's wait for arrivals: the kernel wakes it when this many arrived, or after --wait-us
+  // with at least one (1: at each first arrival, as before).
+  unsigned wait_arrivals = 1;
+  long wait_us = 50'000;
 };
+
+// Context switches of every thread of process `pid` (0: this one) so far, voluntary + involuntary: a
+// wake-up of a thread that slept (most of them, here) is one switch in and one out.
+std::uint64_t context_switches(pid_t pid) {
+  const std::string dir = pid == 0 ? std::string("/proc/self/task") : "/proc/" + std::to_string(pid) + "/task";
+  std::uint64_t total = 0;
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator(dir, ec)) {
+    std::ifstream status(task.path() / "status");
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.starts_with("voluntary_ctxt_switches:") || line.starts_with("nonvoluntary_ctxt_switches:")) {
+        total += std::stoull(line.substr(line.find(':') + 1));
+      }
+    }
+  }
+  return total;
+}
 
 std::int64_t wall_us() {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -60,6 +85,16 @@ struct Tally {
   std::uint64_t gaps = 0;      // a delta whose seq did not follow the last one
   std::atomic<std::uint64_t> ended{0};  // connections the server closed, or that failed
   std::vector<double> delays_ms;
+  // Per change (a delta's seq, the same for all subscribers): its ts, and when the first and the last
+  // subscriber took it in (wall clock µs): where the delay comes from, before the fan-out reaches
+  // anyone (commit to first receipt) or within it (first to last receipt).
+  struct Change {
+    std::int64_t ts_ms = 0;
+    std::int64_t first_us = 0;
+    std::int64_t last_us = 0;
+    std::uint32_t received = 0;
+  };
+  std::unordered_map<std::int64_t, Change> changes;
 };
 
 // One subscriber: Beast for the upgrade and the subscribe message, then the server's frames straight
@@ -154,7 +189,14 @@ class Subscriber : public std::enable_shared_from_this<Subscriber> {
       last_seq_ = seq;
       if (tally_.measuring) {
         ++tally_.messages;
-        tally_.delays_ms.push_back(static_cast<double>(now - field(text, R"("ts":)") * 1000) / 1000.0);
+        const std::int64_t ts = field(text, R"("ts":)");
+        tally_.delays_ms.push_back(static_cast<double>(now - ts * 1000) / 1000.0);
+        auto& c = tally_.changes[seq];
+        if (c.received++ == 0) {
+          c.ts_ms = ts;
+          c.first_us = now;
+        }
+        c.last_us = now;
       }
     } else if (text.find(R"("type":"snapshot")") != std::string_view::npos) {
       last_seq_ = field(text, R"("seq":)");
@@ -220,11 +262,11 @@ class Receiver {
 
   // Reads until `stop`; `rounds` counts the batches of completions handled (a batch under way when
   // `measuring` goes off has ended once it moved on).
-  void run(const std::atomic<bool>& stop, std::atomic<std::uint64_t>& rounds) {
+  void run(const std::atomic<bool>& stop, std::atomic<std::uint64_t>& rounds, unsigned wait_arrivals, long wait_us) {
     while (!stop.load(std::memory_order_relaxed)) {
-      __kernel_timespec timeout{0, 50'000'000};
+      __kernel_timespec timeout{wait_us / 1'000'000, (wait_us % 1'000'000) * 1000};
       io_uring_cqe* cqe = nullptr;
-      int r = io_uring_submit_and_wait_timeout(&ring_, &cqe, 1, &timeout, nullptr);
+      int r = io_uring_submit_and_wait_timeout(&ring_, &cqe, wait_arrivals, &timeout, nullptr);
       if (r < 0 && r != -ETIME && r != -EINTR) die("io_uring_submit_and_wait_timeout", r);
       unsigned head = 0, seen = 0;
       int recycled = 0;
@@ -290,8 +332,10 @@ int main(int argc, char** argv) {
     else if (a == "--subscribers" && i + 1 < argc) opt.subscribers = std::stoi(argv[++i]);
     else if (a == "--changes-per-s" && i + 1 < argc) opt.changes_per_s = std::stoi(argv[++i]);
     else if (a == "--seconds" && i + 1 < argc) opt.seconds = std::stoi(argv[++i]);
+    else if (a == "--wait-arrivals" && i + 1 < argc) opt.wait_arrivals = static_cast<unsigned>(std::stoi(argv[++i]));
+    else if (a == "--wait-us" && i + 1 < argc) opt.wait_us = std::stol(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: bench_ws [--subscribers N] [--changes-per-s R] [--seconds S] [--json]\n");
+      std::fprintf(stderr, "usage: bench_ws [--subscribers N] [--changes-per-s R] [--seconds S] [--json] [--wait-arrivals K --wait-us T]\n");
       return 2;
     }
   }
@@ -345,7 +389,7 @@ int main(int argc, char** argv) {
   std::atomic<std::uint64_t> rounds{0};
   std::thread client([&] {
     Receiver receiver(subs);  // on its thread: the ring has a single issuer
-    receiver.run(stop_client, rounds);
+    receiver.run(stop_client, rounds, opt.wait_arrivals, opt.wait_us);
   });
   auto wait_start = Clock::now();
   while (Clock::now() - wait_start < std::chrono::seconds(60)) {
@@ -401,6 +445,7 @@ int main(int argc, char** argv) {
   auto t0 = Clock::now();
   auto changes0 = changes.load();
   const double server_cpu0 = cpu_seconds(server.pid()), client_cpu0 = cpu_seconds(0);
+  const std::uint64_t server_cs0 = context_switches(server.pid()), client_cs0 = context_switches(0);
   std::this_thread::sleep_for(std::chrono::seconds(opt.seconds));
   tally.measuring = false;
   // The client's batch under way may still count; it has ended once the next one began.
@@ -410,6 +455,8 @@ int main(int argc, char** argv) {
   double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
   auto changes1 = changes.load();
   const double server_cpu = cpu_seconds(server.pid()) - server_cpu0, client_cpu = cpu_seconds(0) - client_cpu0;
+  const double server_cs = static_cast<double>(context_switches(server.pid()) - server_cs0),
+               client_cs = static_cast<double>(context_switches(0) - client_cs0);
   std::string after = snapshot_metrics();
   stop = true;
   for (auto& t : drivers) t.join();
@@ -421,6 +468,16 @@ int main(int argc, char** argv) {
   double changes_per_s = static_cast<double>(changes1 - changes0) / elapsed;
   double p50 = percentile(tally.delays_ms, 0.50), p99 = percentile(tally.delays_ms, 0.99),
          p999 = percentile(tally.delays_ms, 0.999);
+  // The stages of each change seen by every subscriber while measuring (a change at the window's edges
+  // is seen by some only).
+  std::vector<double> first_ms, spread_ms;
+  for (const auto& [seq, c] : tally.changes) {
+    if (c.received != static_cast<std::uint32_t>(opt.subscribers)) continue;
+    first_ms.push_back(static_cast<double>(c.first_us - c.ts_ms * 1000) / 1000.0);
+    spread_ms.push_back(static_cast<double>(c.last_us - c.first_us) / 1000.0);
+  }
+  const double first_p50 = percentile(first_ms, 0.50), first_p99 = percentile(first_ms, 0.99);
+  const double spread_p50 = percentile(spread_ms, 0.50), spread_p99 = percentile(spread_ms, 0.99);
   auto slow = metric(after, "gpuex_ws_slow_consumers_total") - metric(before, "gpuex_ws_slow_consumers_total");
   auto deliveries = metric(after, "gpuex_ws_deliveries_total") - metric(before, "gpuex_ws_deliveries_total");
   auto writes = metric(after, "gpuex_ws_writes_total") - metric(before, "gpuex_ws_writes_total");
@@ -449,7 +506,13 @@ int main(int argc, char** argv) {
                                               {"frames_per_write", std::round(frames_per_write * 100) / 100},
                                               {"server_us_per_message", std::round(server_us * 100) / 100},
                                               {"client_us_per_message", std::round(client_us * 100) / 100},
-                                              {"driver_errors", errors.load()}})
+                                              {"driver_errors", errors.load()},
+                                              {"server_switches_per_message", delivered > 0 ? std::round(server_cs / delivered * 1000) / 1000 : 0},
+                                              {"client_switches_per_message", delivered > 0 ? std::round(client_cs / delivered * 1000) / 1000 : 0},
+                                              {"first_receipt_p50_ms", std::round(first_p50 * 100) / 100},
+                                              {"first_receipt_p99_ms", std::round(first_p99 * 100) / 100},
+                                              {"spread_p50_ms", std::round(spread_p50 * 100) / 100},
+                                              {"spread_p99_ms", std::round(spread_p99 * 100) / 100}})
               << "\n";
   } else {
     std::printf("%s\n", workload);
@@ -457,6 +520,10 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(tally.messages), elapsed);
     std::printf("  book changes/s        %10.0f   (committed through the API)\n", changes_per_s);
     std::printf("  delay publish->recv   p50 %.2f ms   p99 %.2f ms   p99.9 %.2f ms\n", p50, p99, p999);
+    std::printf("  context switches per delivered message: gpuexd %.3f, this client %.3f\n",
+                delivered > 0 ? server_cs / delivered : 0, delivered > 0 ? client_cs / delivered : 0);
+    std::printf("  per change: ts->first receipt p50 %.2f ms p99 %.2f ms; first->last receipt p50 %.2f ms p99 %.2f ms\n",
+                first_p50, first_p99, spread_p50, spread_p99);
     std::printf("  frames per socket write %.2f (server: channel messages queued / gather writes)\n",
                 frames_per_write);
     std::printf("  CPU per delivered message: gpuexd %.2f us, this client (subscribers + driver) %.2f us\n",
