@@ -116,11 +116,14 @@ struct Shown {
 // The compact form of an open order's OrderRequest: the fields the engine reads while the order lives
 // inline; the optional times as values with a presence mask; the constraints interned (shared by every
 // order with equal constraints; null = none); the rarely set client_order_id and a request market that
-// differs from the resolved one in a side object (null when neither is set). Impl::to_order rebuilds the
+// differs from the resolved one, a gtd order's expire_at and the body hash (non-zero only with a
+// client_order_id, or as restored) in a side object (null when none is set). Impl::to_order rebuilds the
 // OrderRequest exactly.
 struct RestCold {
   std::string client_order_id;
   MarketId request_market;
+  Seconds expire_at;
+  std::uint64_t body_hash{0};
 };
 
 struct RestRequest {
@@ -137,7 +140,7 @@ struct RestRequest {
   Qty quantity;
   Seconds min_duration;
   Qty min_chunk{1};
-  Seconds start_v, end_v, duration_v, expire_v;
+  Seconds start_v, end_v, duration_v;
   std::shared_ptr<const BidConstraints> cons;
   std::shared_ptr<const RestCold> cold;
 
@@ -152,7 +155,9 @@ struct RestRequest {
   std::optional<Seconds> start() const { return opt(kStart, start_v); }
   std::optional<Seconds> end() const { return opt(kEnd, end_v); }
   std::optional<Seconds> duration() const { return opt(kDuration, duration_v); }
-  std::optional<Seconds> expire_at() const { return opt(kExpire, expire_v); }
+  std::optional<Seconds> expire_at() const {
+    return (has & kExpire) ? std::optional<Seconds>(cold->expire_at) : std::nullopt;
+  }
   bool has_client_order_id() const { return cold && !cold->client_order_id.empty(); }
 };
 
@@ -184,8 +189,8 @@ struct RestOrder {
   std::int64_t free_gpu_seconds{0};
   std::int64_t cancelled_gpu_seconds{0};
   Steps free;
-  std::uint64_t body_hash{0};
 
+  std::uint64_t body_hash() const { return request.cold ? request.cold->body_hash : 0; }
   bool is_buy() const { return request.side == Side::buy; }
   bool is_sell() const { return request.side == Side::sell; }
   bool is_duration_bid() const { return is_buy() && (request.has & RestRequest::kDuration); }
@@ -196,7 +201,7 @@ struct LiveOrder {
   RestOrder o;
   Shown shown;
   Seconds timer{-1};
-  std::vector<LeaseId> sold;  // sell: leases it created (some may have ended)
+  std::unique_ptr<std::vector<LeaseId>> sold;  // sell: leases it created (some may have ended); null: none
   LivePool* hooked_pool{nullptr};  // sell in a book: the pool whose AskPool holds it
   Account* acct{nullptr};   // its account's entry (Impl::accounts is a std::map: stable), once looked up
   std::uint32_t account_slot{0};   // its place in its Account's orders
@@ -865,7 +870,7 @@ struct Engine::Impl {
 
   // Fills `r` (default-constructed) as rest_of() would return it.
   void rest_into(RestOrder& r, Order&& o, const OrderRequest& q, std::pair<const MarketId*, Book*> market) const {
-    request_into(r, q, market);
+    request_into(r, q, market, o.body_hash);
     r.id = o.id;
     r.account = o.account;
     r.window_start = o.window_start;
@@ -886,11 +891,12 @@ struct Engine::Impl {
     r.free_gpu_seconds = o.free_gpu_seconds;
     r.cancelled_gpu_seconds = o.cancelled_gpu_seconds;
     r.free = std::move(o.free);
-    r.body_hash = o.body_hash;
   }
 
-  // The request part of rest_into(): r.request, r.market and r.book from `q` and its interned market.
-  void request_into(RestOrder& r, const OrderRequest& q, std::pair<const MarketId*, Book*> market) const {
+  // The request part of rest_into(): r.request, r.market and r.book from `q` and its interned market, and
+  // the order's body hash.
+  void request_into(RestOrder& r, const OrderRequest& q, std::pair<const MarketId*, Book*> market,
+                    std::uint64_t hash) const {
     RestRequest& rq = r.request;
     rq.side = q.side;
     rq.time_in_force = q.time_in_force;
@@ -910,20 +916,27 @@ struct Engine::Impl {
     put(RestRequest::kStart, q.start, rq.start_v);
     put(RestRequest::kEnd, q.end, rq.end_v);
     put(RestRequest::kDuration, q.duration, rq.duration_v);
-    put(RestRequest::kExpire, q.expire_at, rq.expire_v);
+    if (q.expire_at) rq.has |= RestRequest::kExpire;
     rq.cons = intern(q.constraints);
     std::tie(r.market, r.book) = market;
     using MK = RestRequest::MarketKind;
     rq.market_kind = q.market.value.empty() ? MK::empty : q.market == *r.market ? MK::resolved : MK::cold;
-    if (!q.client_order_id.empty() || rq.market_kind == MK::cold) {
+    if (!q.client_order_id.empty() || rq.market_kind == MK::cold || q.expire_at || hash != 0) {
       auto cold = std::make_shared<RestCold>();
       cold->client_order_id = q.client_order_id;
       if (rq.market_kind == MK::cold) cold->request_market = q.market;
+      if (q.expire_at) cold->expire_at = *q.expire_at;
+      cold->body_hash = hash;
       rq.cold = std::move(cold);
     }
   }
 
   static Order to_order(const RestOrder& r) { return make_order(r); }
+
+  static void add_sold(LiveOrder& ask, LeaseId id) {
+    if (!ask.sold) ask.sold = std::make_unique<std::vector<LeaseId>>();
+    ask.sold->push_back(id);
+  }
 
   // An order event built in place: the variant's alternative is constructed from an OrderOf, whose
   // conversion to Order builds the Order straight into the event (no default-constructed Order assigned
@@ -988,7 +1001,7 @@ struct Engine::Impl {
         .free_gpu_seconds = r.free_gpu_seconds,
         .cancelled_gpu_seconds = r.cancelled_gpu_seconds,
         .free = r.free,
-        .body_hash = r.body_hash,
+        .body_hash = r.body_hash(),
     };
   }
 
@@ -1808,7 +1821,7 @@ struct Engine::Impl {
     if (o.request.has_client_order_id()) {
       const CidKey k{o.account, o.request.cold->client_order_id};
       open_cids.erase(k);
-      finished_cids[k] = Finished{to_order(o), o.body_hash, seq};
+      finished_cids[k] = Finished{to_order(o), o.body_hash(), seq};
     }
     dead.push_back(o.id);
   }
@@ -1829,11 +1842,13 @@ struct Engine::Impl {
     a.cancelled_gpu_seconds += rest;  // the unsold rest ahead, however the ask ended
     a.free_gpu_seconds = 0;
     lp.asks.remove(lo, &LiveOrder::pool_slot);
-    for (LeaseId lid : lo.sold) {
-      auto it = leases.find(lid);
-      if (it == leases.end()) continue;
-      it->second.ask_list_price = a.request.price;
-      it->second.ask_withdrawn = a.status == OrderStatus::cancelled || a.status == OrderStatus::expired;
+    if (lo.sold) {
+      for (LeaseId lid : *lo.sold) {
+        auto it = leases.find(lid);
+        if (it == leases.end()) continue;
+        it->second.ask_list_price = a.request.price;
+        it->second.ask_withdrawn = a.status == OrderStatus::cancelled || a.status == OrderStatus::expired;
+      }
     }
   }
 
@@ -1947,7 +1962,7 @@ struct Engine::Impl {
     t.sell_order = ask.o.id;
     t.list_price = ask.o.request.price;
     Lease& l = new_lease(lp, bid.o, ask.o.id, &ask.o, q, ws, we, price, ask.o.request.price, t.id);
-    ask.sold.push_back(l.id);
+    add_sold(ask, l.id);
     t.lease = l.id;
     set_fill_status(bid.o);
     set_fill_status(ask.o);
@@ -2031,7 +2046,7 @@ struct Engine::Impl {
     fresh.ask_min_duration = old.ask_min_duration;
     t.lease = fresh.id;
     // The new lease is tied to the ask that sold the GPUs, like the one it replaces (cancel marks both).
-    if (auto seller = orders.find(old.sell_order); seller != orders.end()) seller->second.sold.push_back(fresh.id);
+    if (auto seller = orders.find(old.sell_order); seller != orders.end()) add_sold(seller->second, fresh.id);
     set_fill_status(bid.o);
     emit(TradeEvent{t});
     emit(LeaseChanged{fresh});
@@ -2046,7 +2061,7 @@ struct Engine::Impl {
       set_owed(r, cost(r.price, r.quantity, r.end - r.start));
       lp.leases.insert(LeaseRef{r.price, r.id, &r});
       schedule_lease(r);
-      if (auto seller = orders.find(r.sell_order); seller != orders.end()) seller->second.sold.push_back(r.id);
+      if (auto seller = orders.find(r.sell_order); seller != orders.end()) add_sold(seller->second, r.id);
       pre.quantity = q;
       emit(LeaseChanged{r});
     }
@@ -2514,7 +2529,7 @@ struct Engine::Impl {
     o.created_at = now;
     o.updated_at = now;
     o.effective_price = r.price;
-    o.body_hash = h;
+    if constexpr (std::is_same_v<O, Order>) o.body_hash = h;  // a RestOrder's: request_into()
   }
 
   void on(const Command& cmd, const PlaceOrder& c) {
@@ -2525,7 +2540,7 @@ struct Engine::Impl {
       const CidKey k{cmd.account, r.client_order_id};
       if (auto it = open_cids.find(k); it != open_cids.end()) {
         const LiveOrder& lo = orders.at(it->second);
-        if (lo.o.body_hash == h) {
+        if (lo.o.body_hash() == h) {
           RestOrder current = lo.o;
           refresh_ask_accounting(current);
           emit(OrderDuplicate{to_order(current)});
@@ -2564,7 +2579,7 @@ struct Engine::Impl {
     }
     LiveOrder& lo = orders.emplace_new(OrderId(cmd.seq));
     RestOrder& o = lo.o;
-    request_into(o, r, market);
+    request_into(o, r, market, h);
     stamp_placed(o, cmd, r, h);
     o.window_start = g.window_start;
     o.window_end = g.window_end;
@@ -3203,7 +3218,7 @@ struct Engine::Impl {
       hook(lo, true);
     }
     for (const auto& [id, l] : leases) {
-      if (auto seller = orders.find(l.sell_order); seller != orders.end()) seller->second.sold.push_back(id);
+      if (auto seller = orders.find(l.sell_order); seller != orders.end()) add_sold(seller->second, id);
     }
     for (const FinishedOrder& f : s.finished) {
       finished_cids[CidKey{f.order.account, f.order.request.client_order_id}] = Finished{f.order, f.body_hash, f.done_seq};
