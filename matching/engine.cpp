@@ -281,10 +281,11 @@ class OrderMap {
 
   iterator find(OrderId id) const {
     if (table_.empty()) return end();
-    for (std::size_t h = home(id.value);; h = (h + 1) & mask_) {
+    const std::uint32_t t = tag(id.value);
+    for (std::size_t h = home(t);; h = (h + 1) & mask_) {
       const Entry& e = table_[h];
-      if (e.id == kEmpty) return end();
-      if (e.id == id.value) return iterator(this, e.slot);
+      if (e.slot == kEmpty) return end();
+      if (e.tag == t && slot(e.slot)->first == id) return iterator(this, e.slot);
     }
   }
   LiveOrder& at(OrderId id) const {
@@ -323,7 +324,7 @@ class OrderMap {
   }
   iterator insert_at(OrderId id, std::uint32_t s) {
     used_[s] = true;
-    place(id.value, s);
+    place(tag(id.value), s);
     ++count_;
     return iterator(this, s);
   }
@@ -331,21 +332,22 @@ class OrderMap {
  public:
   void erase(OrderId id) {
     if (table_.empty()) return;
-    std::size_t h = home(id.value);
-    while (table_[h].id != id.value) {
-      if (table_[h].id == kEmpty) return;
+    const std::uint32_t t = tag(id.value);
+    std::size_t h = home(t);
+    while (table_[h].tag != t || table_[h].slot == kEmpty || slot(table_[h].slot)->first != id) {
+      if (table_[h].slot == kEmpty) return;
       h = (h + 1) & mask_;
     }
     const std::uint32_t s = table_[h].slot;
     // Backward-shift: pull later entries of the probe run into the hole while their home allows it.
-    for (std::size_t j = (h + 1) & mask_; table_[j].id != kEmpty; j = (j + 1) & mask_) {
-      const std::size_t k = home(table_[j].id);
+    for (std::size_t j = (h + 1) & mask_; table_[j].slot != kEmpty; j = (j + 1) & mask_) {
+      const std::size_t k = home(table_[j].tag);
       if (((j - k) & mask_) >= ((j - h) & mask_)) {
         table_[h] = table_[j];
         h = j;
       }
     }
-    table_[h].id = kEmpty;
+    table_[h].slot = kEmpty;
     std::destroy_at(slot(s));
     used_[s] = false;
     free_.push_back(s);
@@ -353,11 +355,15 @@ class OrderMap {
   }
 
  private:
-  static constexpr std::int64_t kEmpty = std::numeric_limits<std::int64_t>::min();
+  // A table entry is 8 bytes: the id's low 32 bits (its hash is of those; ids are command sequence numbers,
+  // so two live orders rarely share them) and the slot, whose order holds the whole id that a match is
+  // confirmed with.
+  static constexpr std::uint32_t kEmpty = std::numeric_limits<std::uint32_t>::max();
   struct Entry {
-    std::int64_t id{kEmpty};
-    std::uint32_t slot{0};
+    std::uint32_t tag{0};
+    std::uint32_t slot{kEmpty};
   };
+  static std::uint32_t tag(std::int64_t id) { return static_cast<std::uint32_t>(static_cast<std::uint64_t>(id)); }
   struct Storage {
     alignas(value_type) unsigned char bytes[sizeof(value_type)];
   };
@@ -370,13 +376,13 @@ class OrderMap {
     while (i < slots_ && !used_[i]) ++i;
     return i;
   }
-  std::size_t home(std::int64_t id) const {
-    return static_cast<std::size_t>((static_cast<std::uint64_t>(id) * 0x9E3779B97F4A7C15ull) >> shift_);
+  std::size_t home(std::uint32_t t) const {
+    return static_cast<std::size_t>((std::uint64_t{t} * 0x9E3779B97F4A7C15ull) >> shift_);
   }
-  void place(std::int64_t id, std::uint32_t s) {
-    std::size_t h = home(id);
-    while (table_[h].id != kEmpty) h = (h + 1) & mask_;
-    table_[h] = Entry{id, s};
+  void place(std::uint32_t t, std::uint32_t s) {
+    std::size_t h = home(t);
+    while (table_[h].slot != kEmpty) h = (h + 1) & mask_;
+    table_[h] = Entry{t, s};
   }
   void grow() {
     std::vector<Entry> old = std::move(table_);
@@ -385,7 +391,7 @@ class OrderMap {
     mask_ = n - 1;
     shift_ = 64 - std::countr_zero(n);
     for (const Entry& e : old) {
-      if (e.id != kEmpty) place(e.id, e.slot);
+      if (e.slot != kEmpty) place(e.tag, e.slot);
     }
   }
 
