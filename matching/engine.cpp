@@ -729,10 +729,18 @@ struct Account {
 
 enum class TimerKind : std::uint8_t { order, lease, pool };
 
+// 16 bytes: the kind in the top two bits of the id word (order, lease and pool ids are command sequence
+// numbers or counters from 1, far below 2^62). The heap orders by (at, kind, id) as before; the time step
+// collects what is due in sets, so the order among equal times does not show anyway.
 struct Timer {
   Seconds at;
-  TimerKind kind{TimerKind::order};
-  std::int64_t id{0};
+  std::uint64_t word{0};
+  Timer(Seconds t, TimerKind k, std::int64_t id)
+      : at(t), word((std::uint64_t{static_cast<std::uint8_t>(k)} << 62) | static_cast<std::uint64_t>(id)) {
+    if (id < 0 || id >= (std::int64_t{1} << 62)) throw std::logic_error("timer id out of range");
+  }
+  TimerKind kind() const { return static_cast<TimerKind>(word >> 62); }
+  std::int64_t id() const { return static_cast<std::int64_t>(word & ((std::uint64_t{1} << 62) - 1)); }
   auto operator<=>(const Timer&) const = default;
 };
 
@@ -2368,20 +2376,20 @@ struct Engine::Impl {
       std::pop_heap(timers.begin(), timers.end(), std::greater<>{});
       const Timer tm = timers.back();
       timers.pop_back();
-      switch (tm.kind) {
+      switch (tm.kind()) {
         case TimerKind::order: {
-          auto it = orders.find(OrderId(tm.id));
+          auto it = orders.find(OrderId(tm.id()));
           if (it != orders.end() && it->second.timer == tm.at) {
             it->second.timer = Seconds(-1);
-            due_orders.insert(OrderId(tm.id));
+            due_orders.insert(OrderId(tm.id()));
           }
           break;
         }
         case TimerKind::lease:
-          if (leases.count(LeaseId(tm.id))) due_leases.insert(LeaseId(tm.id));
+          if (leases.count(LeaseId(tm.id()))) due_leases.insert(LeaseId(tm.id()));
           break;
         case TimerKind::pool:
-          if (pools.count(PoolId(tm.id))) due_pools.insert(PoolId(tm.id));
+          if (pools.count(PoolId(tm.id()))) due_pools.insert(PoolId(tm.id()));
           break;
       }
     }
