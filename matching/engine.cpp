@@ -123,6 +123,7 @@ struct RestCold {
   std::string client_order_id;
   MarketId request_market;
   Seconds expire_at;
+  Seconds duration;  // only with a start too (see RestRequest::start_v)
   std::uint64_t body_hash{0};
 };
 
@@ -140,7 +141,9 @@ struct RestRequest {
   Qty quantity;
   Seconds min_duration;
   Qty min_chunk{1};
-  Seconds start_v, end_v, duration_v;
+  // start_v holds a duration bid's duration (it has no start); an order with both (none valid) keeps the
+  // duration in `cold`.
+  Seconds start_v, end_v;
   std::shared_ptr<const BidConstraints> cons;
   std::shared_ptr<const RestCold> cold;
 
@@ -154,7 +157,10 @@ struct RestRequest {
   }
   std::optional<Seconds> start() const { return opt(kStart, start_v); }
   std::optional<Seconds> end() const { return opt(kEnd, end_v); }
-  std::optional<Seconds> duration() const { return opt(kDuration, duration_v); }
+  std::optional<Seconds> duration() const {
+    if (!(has & kDuration)) return std::nullopt;
+    return (has & kStart) ? cold->duration : start_v;
+  }
   std::optional<Seconds> expire_at() const {
     return (has & kExpire) ? std::optional<Seconds>(cold->expire_at) : std::nullopt;
   }
@@ -203,7 +209,6 @@ struct LiveOrder {
   Seconds timer{-1};
   std::unique_ptr<std::vector<LeaseId>> sold;  // sell: leases it created (some may have ended); null: none
   LivePool* hooked_pool{nullptr};  // sell in a book: the pool whose AskPool holds it
-  Account* acct{nullptr};   // its account's entry (Impl::accounts is a std::map: stable), once looked up
   std::uint32_t account_slot{0};   // its place in its Account's orders
   std::uint32_t pool_slot{0};      // sell: its place in its LivePool's asks
   std::uint32_t book_slot{0};      // sell in a book: its index in its AskPool's asks
@@ -929,17 +934,22 @@ struct Engine::Impl {
     };
     put(RestRequest::kStart, q.start, rq.start_v);
     put(RestRequest::kEnd, q.end, rq.end_v);
-    put(RestRequest::kDuration, q.duration, rq.duration_v);
+    const bool both = q.start && q.duration;
+    if (q.duration) {
+      rq.has |= RestRequest::kDuration;
+      if (!both) rq.start_v = *q.duration;
+    }
     if (q.expire_at) rq.has |= RestRequest::kExpire;
     rq.cons = intern(q.constraints);
     std::tie(r.market, r.book) = market;
     using MK = RestRequest::MarketKind;
     rq.market_kind = q.market.value.empty() ? MK::empty : q.market == *r.market ? MK::resolved : MK::cold;
-    if (!q.client_order_id.empty() || rq.market_kind == MK::cold || q.expire_at || hash != 0) {
+    if (!q.client_order_id.empty() || rq.market_kind == MK::cold || q.expire_at || both || hash != 0) {
       auto cold = std::make_shared<RestCold>();
       cold->client_order_id = q.client_order_id;
       if (rq.market_kind == MK::cold) cold->request_market = q.market;
       if (q.expire_at) cold->expire_at = *q.expire_at;
+      if (both) cold->duration = *q.duration;
       cold->body_hash = hash;
       rq.cold = std::move(cold);
     }
@@ -1067,10 +1077,10 @@ struct Engine::Impl {
     return o.is_duration_bid() ? *o.request.duration() : o.window_end - o.window_start;
   }
 
-  void account_add(LiveOrder& lo, int sign) {
+  // `known`: the order's account when the caller has it at hand (else it is looked up).
+  void account_add(LiveOrder& lo, int sign, Account* known = nullptr) {
     const RestOrder& o = lo.o;
-    if (!lo.acct) lo.acct = &account(o.account);  // std::map: the address is stable
-    Account& a = *lo.acct;
+    Account& a = known ? *known : account(o.account);
     a.open_orders += sign;
     if (o.is_buy()) {
       a.open_gpus += sign * o.remaining.value;
@@ -1830,8 +1840,7 @@ struct Engine::Impl {
     if (lo.closed) return;
     lo.closed = true;
     if (o.is_sell()) close_ask(lo);
-    Account& a = lo.acct ? *lo.acct : account(o.account);
-    a.orders.remove(lo, &LiveOrder::account_slot);
+    account(o.account).orders.remove(lo, &LiveOrder::account_slot);
     if (o.request.has_client_order_id()) {
       const CidKey k{o.account, o.request.cold->client_order_id};
       open_cids.erase(k);
@@ -2613,12 +2622,11 @@ struct Engine::Impl {
       lp.used.trim_before(now);
       lp.asks.add(lo, &LiveOrder::pool_slot);
     }
-    lo.acct = &acct;  // std::map: the address is stable
     acct.orders.add(lo, &LiveOrder::account_slot);
     if (!r.client_order_id.empty()) open_cids[CidKey{cmd.account, r.client_order_id}] = o.id;
     // What hook(lo, false) does for an order not yet in a book and not yet shown: its account sums and its
     // bucket. Its timer waits for the hook that puts it in the book (or none: it ends while incoming).
-    account_add(lo, +1);
+    account_add(lo, +1, &acct);
     lo.counted = true;
     o.bucket = order_bucket(o);
     emit_order<OrderAccepted>(o);
