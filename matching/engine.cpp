@@ -245,7 +245,7 @@ struct OrderList {
 };
 
 // The open orders by id (terminal ones until their command ends): LiveOrders in blocks of slots that are
-// reused (one 4 MiB allocation per ~10,000 orders instead of a ~700-byte node each, and addresses stay
+// reused (one 256 KiB allocation per ~740 orders instead of a node each, and addresses stay
 // stable while an order lives), found through an open-addressing table of (id, slot) with linear probing
 // and backward-shift erase. (The book's growth costs page faults; gpuexd's allocator keeps the heap in
 // huge pages, alloc/.) The subset of std::unordered_map's interface the engine uses; iteration order is
@@ -372,7 +372,10 @@ class OrderMap {
   struct Storage {
     alignas(value_type) unsigned char bytes[sizeof(value_type)];
   };
-  static constexpr std::uint32_t kBlock = static_cast<std::uint32_t>((std::size_t{4} << 20) / sizeof(Storage));
+  // 256 KiB: small enough that the last block's free slots are a few per cent of a large book (4 MiB blocks
+  // rounded a 100,000-order book to whole ~11,000-slot blocks: a smaller order saved nothing until it
+  // saved a block), large enough that a new block is rare (jemalloc's heap is in huge pages anyway).
+  static constexpr std::uint32_t kBlock = static_cast<std::uint32_t>((std::size_t{256} << 10) / sizeof(Storage));
 
   value_type* slot(std::uint32_t i) const {
     return std::launder(reinterpret_cast<value_type*>(blocks_[i / kBlock][i % kBlock].bytes));
