@@ -187,14 +187,26 @@ struct RestOrder {
   Seq priority{0};
   Seconds created_at;
   Seconds updated_at;
-  Qty filled;
-  Qty remaining;
+  // A bid's GPUs and an ask's GPU-seconds share storage: a bid's GPU-seconds and an ask's filled and
+  // remaining GPUs are always 0 (Order), so only the side's own members are set and read (make_order and
+  // rest_into choose by side; a sell's are set when it is placed).
+  union {
+    Qty filled{};
+    std::int64_t filled_gpu_seconds;
+  };
+  union {
+    Qty remaining{};
+    std::int64_t free_gpu_seconds;
+  };
   std::int64_t total_gpu_seconds{0};
-  std::int64_t filled_gpu_seconds{0};
   std::int64_t lapsed_gpu_seconds{0};
-  std::int64_t free_gpu_seconds{0};
   std::int64_t cancelled_gpu_seconds{0};
   Steps free;
+
+  Qty filled_gpus() const { return is_buy() ? filled : Qty(0); }
+  Qty remaining_gpus() const { return is_buy() ? remaining : Qty(0); }
+  std::int64_t filled_seconds() const { return is_sell() ? filled_gpu_seconds : 0; }
+  std::int64_t free_seconds() const { return is_sell() ? free_gpu_seconds : 0; }
 
   std::uint64_t body_hash() const { return request.cold ? request.cold->body_hash : 0; }
   bool is_buy() const { return request.side == Side::buy; }
@@ -905,12 +917,20 @@ struct Engine::Impl {
     r.priority = o.priority;
     r.created_at = o.created_at;
     r.updated_at = o.updated_at;
-    r.filled = o.filled;
-    r.remaining = o.remaining;
+    // The side's own members only (they share storage); the others are 0 in every state this engine makes.
+    if (r.is_buy() ? o.filled_gpu_seconds != 0 || o.free_gpu_seconds != 0
+                   : o.filled.value != 0 || o.remaining.value != 0) {
+      throw std::invalid_argument("order " + std::to_string(o.id.value) + ": GPUs and GPU-seconds of the other side");
+    }
+    if (r.is_buy()) {
+      r.filled = o.filled;
+      r.remaining = o.remaining;
+    } else {
+      r.filled_gpu_seconds = o.filled_gpu_seconds;
+      r.free_gpu_seconds = o.free_gpu_seconds;
+    }
     r.total_gpu_seconds = o.total_gpu_seconds;
-    r.filled_gpu_seconds = o.filled_gpu_seconds;
     r.lapsed_gpu_seconds = o.lapsed_gpu_seconds;
-    r.free_gpu_seconds = o.free_gpu_seconds;
     r.cancelled_gpu_seconds = o.cancelled_gpu_seconds;
     r.free = std::move(o.free);
   }
@@ -1020,12 +1040,12 @@ struct Engine::Impl {
         .priority = r.priority,
         .created_at = r.created_at,
         .updated_at = r.updated_at,
-        .filled = r.filled,
-        .remaining = r.remaining,
+        .filled = r.filled_gpus(),
+        .remaining = r.remaining_gpus(),
         .total_gpu_seconds = r.total_gpu_seconds,
-        .filled_gpu_seconds = r.filled_gpu_seconds,
+        .filled_gpu_seconds = r.filled_seconds(),
         .lapsed_gpu_seconds = r.lapsed_gpu_seconds,
-        .free_gpu_seconds = r.free_gpu_seconds,
+        .free_gpu_seconds = r.free_seconds(),
         .cancelled_gpu_seconds = r.cancelled_gpu_seconds,
         .free = r.free,
         .body_hash = r.body_hash(),
@@ -2617,6 +2637,7 @@ struct Engine::Impl {
       o.effective_price = lp.p.green_discount_bps == 0 ? r.price
                                                         : discounted(r.price, lp.p.green_discount_bps, market.second->spec.tick);
       o.free = Steps(o.window_start, o.window_end, r.quantity.value);
+      o.filled_gpu_seconds = 0;  // the sell's members of the shared storage (see RestOrder)
       o.total_gpu_seconds = r.quantity.value * (o.window_end - o.window_start).value;
       // Its accounting as refresh_ask_accounting() finds it: its window starts at or after now (validate
       // clips it), so nothing has lapsed and all of it is free.
