@@ -127,6 +127,27 @@ struct RestCold {
   std::uint64_t body_hash{0};
 };
 
+// An order's own RestCold (8 bytes, not a shared_ptr's 16): a copy of the order copies it. Rare (most
+// orders have none) and never changed once made.
+class ColdRef {
+ public:
+  ColdRef() = default;
+  explicit ColdRef(std::unique_ptr<const RestCold> p) : p_(std::move(p)) {}
+  ColdRef(const ColdRef& o) : p_(o.p_ ? std::make_unique<const RestCold>(*o.p_) : nullptr) {}
+  ColdRef& operator=(const ColdRef& o) {
+    if (this != &o) p_ = o.p_ ? std::make_unique<const RestCold>(*o.p_) : nullptr;
+    return *this;
+  }
+  ColdRef(ColdRef&&) noexcept = default;
+  ColdRef& operator=(ColdRef&&) noexcept = default;
+  ~ColdRef() = default;
+  const RestCold* operator->() const { return p_.get(); }
+  explicit operator bool() const { return p_ != nullptr; }
+
+ private:
+  std::unique_ptr<const RestCold> p_;
+};
+
 struct RestRequest {
   enum : std::uint8_t { kStart = 1, kEnd = 2, kDuration = 4, kExpire = 8 };
   enum class MarketKind : std::uint8_t { empty, resolved, cold };
@@ -145,7 +166,7 @@ struct RestRequest {
   // duration in `cold`.
   Seconds start_v, end_v;
   std::shared_ptr<const BidConstraints> cons;
-  std::shared_ptr<const RestCold> cold;
+  ColdRef cold;
 
   static const BidConstraints& no_constraints() {
     static const BidConstraints none;
@@ -968,13 +989,13 @@ struct Engine::Impl {
     using MK = RestRequest::MarketKind;
     rq.market_kind = q.market.value.empty() ? MK::empty : q.market == *r.market ? MK::resolved : MK::cold;
     if (!q.client_order_id.empty() || rq.market_kind == MK::cold || q.expire_at || both || hash != 0) {
-      auto cold = std::make_shared<RestCold>();
+      auto cold = std::make_unique<RestCold>();
       cold->client_order_id = q.client_order_id;
       if (rq.market_kind == MK::cold) cold->request_market = q.market;
       if (q.expire_at) cold->expire_at = *q.expire_at;
       if (both) cold->duration = *q.duration;
       cold->body_hash = hash;
-      rq.cold = std::move(cold);
+      rq.cold = ColdRef(std::move(cold));
     }
   }
 
