@@ -148,6 +148,49 @@ class ColdRef {
   std::unique_ptr<const RestCold> p_;
 };
 
+// An interned constraint set and the number of orders (ConsRef) that use it. Impl::interned owns it and
+// frees it once unused (its sweep); a ConsRef is 8 bytes where a shared_ptr was 16.
+struct InternedCons {
+  BidConstraints c;
+  mutable std::int64_t refs{0};
+};
+
+class ConsRef {
+ public:
+  ConsRef() = default;
+  explicit ConsRef(const InternedCons* p) : p_(p) { retain(); }
+  ConsRef(const ConsRef& o) : p_(o.p_) { retain(); }
+  ConsRef& operator=(const ConsRef& o) {
+    if (p_ != o.p_) {
+      release();
+      p_ = o.p_;
+      retain();
+    }
+    return *this;
+  }
+  ConsRef(ConsRef&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
+  ConsRef& operator=(ConsRef&& o) noexcept {
+    if (this != &o) {
+      release();
+      p_ = std::exchange(o.p_, nullptr);
+    }
+    return *this;
+  }
+  ~ConsRef() { release(); }
+  const BidConstraints& operator*() const { return p_->c; }
+  const BidConstraints* operator->() const { return &p_->c; }
+  explicit operator bool() const { return p_ != nullptr; }
+
+ private:
+  void retain() const {
+    if (p_) ++p_->refs;
+  }
+  void release() const {
+    if (p_) --p_->refs;
+  }
+  const InternedCons* p_{nullptr};
+};
+
 struct RestRequest {
   enum : std::uint8_t { kStart = 1, kEnd = 2, kDuration = 4, kExpire = 8 };
   enum class MarketKind : std::uint8_t { empty, resolved, cold };
@@ -165,7 +208,7 @@ struct RestRequest {
   // start_v holds a duration bid's duration (it has no start); an order with both (none valid) keeps the
   // duration in `cold`.
   Seconds start_v, end_v;
-  std::shared_ptr<const BidConstraints> cons;
+  ConsRef cons;
   ColdRef cold;
 
   static const BidConstraints& no_constraints() {
@@ -818,6 +861,11 @@ bool contains_tier(const std::vector<Tier>& v, Tier t) { return std::find(v.begi
 }  // namespace
 
 struct Engine::Impl {
+  // Constraint sets shared by the orders that have them, by hash; unused ones (no ConsRef) are swept when
+  // the table has doubled since the last sweep. Mutable: quote() builds a transient order too. First, so
+  // that it outlives every order.
+  mutable std::unordered_multimap<std::uint64_t, std::unique_ptr<InternedCons>> interned;
+  mutable std::size_t sweep_at{1024};
   EngineConfig cfg;
   GreenPolicy policy;
   Seconds now{0};
@@ -860,10 +908,8 @@ struct Engine::Impl {
 
   // ---------------------------------------------------------------- compact orders
 
-  // Constraint sets shared by the open orders that have them (weak entries; expired ones are swept when
-  // the table has doubled since the last sweep). Mutable: quote() builds a transient order too.
-  mutable std::unordered_multimap<std::uint64_t, std::weak_ptr<const BidConstraints>> interned;
-  mutable std::size_t sweep_at{1024};
+  // (`interned`, the constraint sets shared by the open orders, is Impl's first member: the orders' ConsRefs
+  // are destroyed before it.)
 
   static std::uint64_t constraints_hash(const BidConstraints& c) {
     Fnv1a h;
@@ -884,26 +930,25 @@ struct Engine::Impl {
     return h.value();
   }
 
-  std::shared_ptr<const BidConstraints> intern(const BidConstraints& c) const {
+  ConsRef intern(const BidConstraints& c) const {
     // No constraint at all (most bids, every ask), tested field by field: cheaper than operator==.
     static_assert(sizeof(BidConstraints) == 104, "a new field of BidConstraints belongs in this test too");
     if (c.tiers.empty() && c.regions.empty() && !c.nvlink && !c.min_fabric && !c.min_fabric_gbps &&
         !c.min_sla_pct_x1000 && !c.green_only && !c.max_pue_x1000 && !c.min_renewable_pct_x100 &&
         !c.max_carbon_g_per_kwh_x100 && !c.single_pool && !c.interruptible) {
-      return nullptr;
+      return ConsRef();
     }
     const std::uint64_t h = constraints_hash(c);
     auto [first, last] = interned.equal_range(h);
     for (auto it = first; it != last; ++it) {
-      if (auto sp = it->second.lock(); sp && *sp == c) return sp;
+      if (it->second->c == c) return ConsRef(it->second.get());
     }
     if (interned.size() >= sweep_at) {
-      std::erase_if(interned, [](const auto& e) { return e.second.expired(); });
+      std::erase_if(interned, [](const auto& e) { return e.second->refs == 0; });
       sweep_at = std::max<std::size_t>(1024, 2 * interned.size());
     }
-    auto sp = std::make_shared<const BidConstraints>(c);
-    interned.emplace(h, sp);
-    return sp;
+    auto it = interned.emplace(h, std::make_unique<InternedCons>(InternedCons{c, 0}));
+    return ConsRef(it->second.get());
   }
 
   // The interned market id (a key of `books`, whose nodes never move) and its book. Mutable access from
