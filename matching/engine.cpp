@@ -320,15 +320,16 @@ struct OrderList {
   }
 };
 
-// The open orders by id (terminal ones until their command ends): LiveOrders in blocks of slots that are
-// reused (one 256 KiB allocation per ~740 orders instead of a node each, and addresses stay
+// The open orders by id (terminal ones until their command ends), and the live leases: values in blocks of
+// slots that are reused (one 256 KiB allocation per ~740 orders instead of a node each, and addresses stay
 // stable while an order lives), found through an open-addressing table of (id, slot) with linear probing
 // and backward-shift erase. (The book's growth costs page faults; gpuexd's allocator keeps the heap in
 // huge pages, alloc/.) The subset of std::unordered_map's interface the engine uses; iteration order is
 // the slots' (unspecified, as before: every caller that needs an order sorts).
-class OrderMap {
+template <class K, class V>
+class SlabMap {
  public:
-  using value_type = std::pair<const OrderId, LiveOrder>;
+  using value_type = std::pair<const K, V>;
 
   class iterator {
    public:
@@ -341,16 +342,16 @@ class OrderMap {
     bool operator==(const iterator& o) const { return i_ == o.i_; }
 
    private:
-    friend class OrderMap;
-    iterator(const OrderMap* m, std::uint32_t i) : m_(m), i_(i) {}
-    const OrderMap* m_{nullptr};
+    friend class SlabMap;
+    iterator(const SlabMap* m, std::uint32_t i) : m_(m), i_(i) {}
+    const SlabMap* m_{nullptr};
     std::uint32_t i_{0};
   };
 
-  OrderMap() = default;
-  OrderMap(const OrderMap&) = delete;
-  OrderMap& operator=(const OrderMap&) = delete;
-  ~OrderMap() {
+  SlabMap() = default;
+  SlabMap(const SlabMap&) = delete;
+  SlabMap& operator=(const SlabMap&) = delete;
+  ~SlabMap() {
     for (std::uint32_t i = 0; i < slots_; ++i) {
       if (used_[i]) std::destroy_at(slot(i));
     }
@@ -360,7 +361,7 @@ class OrderMap {
   iterator begin() const { return iterator(this, next_used(0)); }
   iterator end() const { return iterator(this, slots_); }
 
-  iterator find(OrderId id) const {
+  iterator find(K id) const {
     if (table_.empty()) return end();
     const std::uint32_t t = tag(id.value);
     for (std::size_t h = home(t);; h = (h + 1) & mask_) {
@@ -369,21 +370,22 @@ class OrderMap {
       if (e.tag == t && slot(e.slot)->first == id) return iterator(this, e.slot);
     }
   }
-  LiveOrder& at(OrderId id) const {
+  std::size_t count(K id) const { return find(id) == end() ? 0 : 1; }
+  V& at(K id) const {
     const iterator it = find(id);
-    if (it == end()) throw std::out_of_range("OrderMap::at");
+    if (it == end()) throw std::out_of_range("SlabMap::at");
     return it->second;
   }
   // Inserts `lo` under `id` unless present.
-  std::pair<iterator, bool> emplace(OrderId id, LiveOrder&& lo) {
+  std::pair<iterator, bool> emplace(K id, V lo) {
     if (iterator it = find(id); it != end()) return {it, false};
     const std::uint32_t s = take_slot();
     std::construct_at(slot(s), id, std::move(lo));
     return {insert_at(id, s), true};
   }
-  // A default LiveOrder under `id`, which must be new (order ids are command sequence numbers), built in
+  // A default value under `id`, which must be new (order and lease ids only grow), built in
   // its slot: no temporary moved in.
-  LiveOrder& emplace_new(OrderId id) {
+  V& emplace_new(K id) {
     if (find(id) != end()) throw std::logic_error("order id in use");
     const std::uint32_t s = take_slot();
     std::construct_at(slot(s), std::piecewise_construct, std::forward_as_tuple(id), std::forward_as_tuple());
@@ -403,7 +405,7 @@ class OrderMap {
     }
     return s;
   }
-  iterator insert_at(OrderId id, std::uint32_t s) {
+  iterator insert_at(K id, std::uint32_t s) {
     used_[s] = true;
     place(tag(id.value), s);
     ++count_;
@@ -411,7 +413,7 @@ class OrderMap {
   }
 
  public:
-  void erase(OrderId id) {
+  void erase(K id) {
     if (table_.empty()) return;
     const std::uint32_t t = tag(id.value);
     std::size_t h = home(t);
@@ -489,6 +491,8 @@ class OrderMap {
   std::size_t count_{0};
 };
 
+using OrderMap = SlabMap<OrderId, LiveOrder>;
+
 // One end bucket of a pool's resting asks, with its cheapest effective price (no key touched to skip it).
 using AskSet = ChunkedSet<AskKey, std::less<AskKey>>;
 
@@ -514,7 +518,7 @@ struct RunBounds {
 };
 
 // A pool's live lease, in (price, id) order: the order preemption considers them in. A lease's price never
-// changes; `l` points into Impl::leases (std::map: stable).
+// changes; `l` points into Impl::leases (a SlabMap: stable while the lease lives).
 struct LeaseRef {
   Price price;
   LeaseId id;
@@ -876,7 +880,7 @@ struct Engine::Impl {
   std::map<MarketId, Book> books;
   OrderMap orders;  // open orders (terminal ones until the command ends)
   std::map<PoolId, LivePool> pools;
-  std::map<LeaseId, Lease> leases;  // not ended
+  SlabMap<LeaseId, Lease> leases;  // not ended (iteration in no order: leases_by_id() sorts)
   std::map<AccountId, Account> accounts;
   std::map<ViewKey, View> views;
   std::map<std::pair<const MarketId*, Bucket>, View*> view_of;  // views by interned market (no string compared)
@@ -1045,6 +1049,15 @@ struct Engine::Impl {
   }
 
   static Order to_order(const RestOrder& r) { return make_order(r); }
+
+  // The live leases in id order (`leases` iterates in slot order).
+  std::vector<const Lease*> leases_by_id() const {
+    std::vector<const Lease*> out;
+    out.reserve(leases.size());
+    for (const auto& [id, l] : leases) out.push_back(&l);
+    std::sort(out.begin(), out.end(), [](const Lease* a, const Lease* b) { return a->id < b->id; });
+    return out;
+  }
 
   static void add_sold(LiveOrder& ask, LeaseId id) {
     if (!ask.sold) ask.sold = std::make_unique<std::vector<LeaseId>>();
@@ -2011,7 +2024,7 @@ struct Engine::Impl {
       l.ask_min_chunk = ask->request.min_chunk;
       l.ask_min_duration = ask->request.min_duration;
     }
-    Lease& ref = leases.emplace_hint(leases.end(), l.id, std::move(l))->second;  // ids only grow: the last one
+    Lease& ref = leases.emplace(l.id, std::move(l)).first->second;  // ids only grow: the last one
     set_owed(ref, cost(price, qty, end - start));
     pools.at(lp.p.id).leases.insert(LeaseRef{ref.price, ref.id, &ref});
     schedule_lease(ref);
@@ -2162,7 +2175,7 @@ struct Engine::Impl {
     set_fill_status(bid.o);
     emit(TradeEvent{t});
     emit(LeaseChanged{fresh});
-    Lease& pre = leases.at(lid);  // `old` may have moved? std::map references are stable; re-fetch for clarity
+    Lease& pre = leases.at(lid);  // the same lease as `old` (slots are stable); re-fetched for clarity
     if (q < pre.quantity) {
       Lease rest = fresh_copy;
       rest.id = LeaseId(next_lease++);
@@ -2940,7 +2953,7 @@ struct Engine::Impl {
     l.billed = l.owed;
     end_lease(l);
     emit(LeaseChanged{l});
-    leases.erase(it);
+    leases.erase(it->first);
   }
 
   void on(const Command&, const HaltMarket& c) {
@@ -3275,7 +3288,7 @@ struct Engine::Impl {
       s.open_orders.push_back(to_order(*o));
       refresh_ask_accounting(s.open_orders.back());  // lapsed/free as of now
     }
-    for (const auto& [id, l] : leases) s.leases.push_back(l);
+    for (const Lease* l : leases_by_id()) s.leases.push_back(*l);
     for (const auto& [id, a] : accounts) {
       if (a.custom) s.limits.emplace_back(id, a.limits);
     }
@@ -3329,8 +3342,8 @@ struct Engine::Impl {
       }
       hook(lo, true);
     }
-    for (const auto& [id, l] : leases) {
-      if (auto seller = orders.find(l.sell_order); seller != orders.end()) add_sold(seller->second, id);
+    for (const Lease* l : leases_by_id()) {
+      if (auto seller = orders.find(l->sell_order); seller != orders.end()) add_sold(seller->second, l->id);
     }
     for (const FinishedOrder& f : s.finished) {
       finished_cids[CidKey{f.order.account, f.order.request.client_order_id}] = Finished{f.order, f.body_hash, f.done_seq};
@@ -3439,8 +3452,8 @@ const Lease* Engine::lease(LeaseId id) const {
 
 std::vector<Lease> Engine::leases(AccountId account) const {
   std::vector<Lease> out;
-  for (const auto& [id, l] : impl_->leases) {
-    if (l.buyer == account || l.provider == account) out.push_back(l);
+  for (const Lease* l : impl_->leases_by_id()) {
+    if (l->buyer == account || l->provider == account) out.push_back(*l);
   }
   return out;
 }
