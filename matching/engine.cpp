@@ -116,11 +116,79 @@ struct Shown {
 // The compact form of an open order's OrderRequest: the fields the engine reads while the order lives
 // inline; the optional times as values with a presence mask; the constraints interned (shared by every
 // order with equal constraints; null = none); the rarely set client_order_id and a request market that
-// differs from the resolved one in a side object (null when neither is set). Impl::to_order rebuilds the
+// differs from the resolved one, a gtd order's expire_at and the body hash (non-zero only with a
+// client_order_id, or as restored) in a side object (null when none is set). Impl::to_order rebuilds the
 // OrderRequest exactly.
 struct RestCold {
   std::string client_order_id;
   MarketId request_market;
+  Seconds expire_at;
+  Seconds duration;  // only with a start too (see RestRequest::start_v)
+  std::uint64_t body_hash{0};
+};
+
+// An order's own RestCold (8 bytes, not a shared_ptr's 16): a copy of the order copies it. Rare (most
+// orders have none) and never changed once made.
+class ColdRef {
+ public:
+  ColdRef() = default;
+  explicit ColdRef(std::unique_ptr<const RestCold> p) : p_(std::move(p)) {}
+  ColdRef(const ColdRef& o) : p_(o.p_ ? std::make_unique<const RestCold>(*o.p_) : nullptr) {}
+  ColdRef& operator=(const ColdRef& o) {
+    if (this != &o) p_ = o.p_ ? std::make_unique<const RestCold>(*o.p_) : nullptr;
+    return *this;
+  }
+  ColdRef(ColdRef&&) noexcept = default;
+  ColdRef& operator=(ColdRef&&) noexcept = default;
+  ~ColdRef() = default;
+  const RestCold* operator->() const { return p_.get(); }
+  explicit operator bool() const { return p_ != nullptr; }
+
+ private:
+  std::unique_ptr<const RestCold> p_;
+};
+
+// An interned constraint set and the number of orders (ConsRef) that use it. Impl::interned owns it and
+// frees it once unused (its sweep); a ConsRef is 8 bytes where a shared_ptr was 16.
+struct InternedCons {
+  BidConstraints c;
+  mutable std::int64_t refs{0};
+};
+
+class ConsRef {
+ public:
+  ConsRef() = default;
+  explicit ConsRef(const InternedCons* p) : p_(p) { retain(); }
+  ConsRef(const ConsRef& o) : p_(o.p_) { retain(); }
+  ConsRef& operator=(const ConsRef& o) {
+    if (p_ != o.p_) {
+      release();
+      p_ = o.p_;
+      retain();
+    }
+    return *this;
+  }
+  ConsRef(ConsRef&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
+  ConsRef& operator=(ConsRef&& o) noexcept {
+    if (this != &o) {
+      release();
+      p_ = std::exchange(o.p_, nullptr);
+    }
+    return *this;
+  }
+  ~ConsRef() { release(); }
+  const BidConstraints& operator*() const { return p_->c; }
+  const BidConstraints* operator->() const { return &p_->c; }
+  explicit operator bool() const { return p_ != nullptr; }
+
+ private:
+  void retain() const {
+    if (p_) ++p_->refs;
+  }
+  void release() const {
+    if (p_) --p_->refs;
+  }
+  const InternedCons* p_{nullptr};
 };
 
 struct RestRequest {
@@ -137,9 +205,11 @@ struct RestRequest {
   Qty quantity;
   Seconds min_duration;
   Qty min_chunk{1};
-  Seconds start_v, end_v, duration_v, expire_v;
-  std::shared_ptr<const BidConstraints> cons;
-  std::shared_ptr<const RestCold> cold;
+  // start_v holds a duration bid's duration (it has no start); an order with both (none valid) keeps the
+  // duration in `cold`.
+  Seconds start_v, end_v;
+  ConsRef cons;
+  ColdRef cold;
 
   static const BidConstraints& no_constraints() {
     static const BidConstraints none;
@@ -151,8 +221,13 @@ struct RestRequest {
   }
   std::optional<Seconds> start() const { return opt(kStart, start_v); }
   std::optional<Seconds> end() const { return opt(kEnd, end_v); }
-  std::optional<Seconds> duration() const { return opt(kDuration, duration_v); }
-  std::optional<Seconds> expire_at() const { return opt(kExpire, expire_v); }
+  std::optional<Seconds> duration() const {
+    if (!(has & kDuration)) return std::nullopt;
+    return (has & kStart) ? cold->duration : start_v;
+  }
+  std::optional<Seconds> expire_at() const {
+    return (has & kExpire) ? std::optional<Seconds>(cold->expire_at) : std::nullopt;
+  }
   bool has_client_order_id() const { return cold && !cold->client_order_id.empty(); }
 };
 
@@ -176,16 +251,28 @@ struct RestOrder {
   Seq priority{0};
   Seconds created_at;
   Seconds updated_at;
-  Qty filled;
-  Qty remaining;
+  // A bid's GPUs and an ask's GPU-seconds share storage: a bid's GPU-seconds and an ask's filled and
+  // remaining GPUs are always 0 (Order), so only the side's own members are set and read (make_order and
+  // rest_into choose by side; a sell's are set when it is placed).
+  union {
+    Qty filled{};
+    std::int64_t filled_gpu_seconds;
+  };
+  union {
+    Qty remaining{};
+    std::int64_t free_gpu_seconds;
+  };
   std::int64_t total_gpu_seconds{0};
-  std::int64_t filled_gpu_seconds{0};
   std::int64_t lapsed_gpu_seconds{0};
-  std::int64_t free_gpu_seconds{0};
   std::int64_t cancelled_gpu_seconds{0};
   Steps free;
-  std::uint64_t body_hash{0};
 
+  Qty filled_gpus() const { return is_buy() ? filled : Qty(0); }
+  Qty remaining_gpus() const { return is_buy() ? remaining : Qty(0); }
+  std::int64_t filled_seconds() const { return is_sell() ? filled_gpu_seconds : 0; }
+  std::int64_t free_seconds() const { return is_sell() ? free_gpu_seconds : 0; }
+
+  std::uint64_t body_hash() const { return request.cold ? request.cold->body_hash : 0; }
   bool is_buy() const { return request.side == Side::buy; }
   bool is_sell() const { return request.side == Side::sell; }
   bool is_duration_bid() const { return is_buy() && (request.has & RestRequest::kDuration); }
@@ -196,9 +283,8 @@ struct LiveOrder {
   RestOrder o;
   Shown shown;
   Seconds timer{-1};
-  std::vector<LeaseId> sold;  // sell: leases it created (some may have ended)
+  std::unique_ptr<std::vector<LeaseId>> sold;  // sell: leases it created (some may have ended); null: none
   LivePool* hooked_pool{nullptr};  // sell in a book: the pool whose AskPool holds it
-  Account* acct{nullptr};   // its account's entry (Impl::accounts is a std::map: stable), once looked up
   std::uint32_t account_slot{0};   // its place in its Account's orders
   std::uint32_t pool_slot{0};      // sell: its place in its LivePool's asks
   std::uint32_t book_slot{0};      // sell in a book: its index in its AskPool's asks
@@ -234,15 +320,16 @@ struct OrderList {
   }
 };
 
-// The open orders by id (terminal ones until their command ends): LiveOrders in blocks of slots that are
-// reused (one 4 MiB allocation per ~10,000 orders instead of a ~700-byte node each, and addresses stay
+// The open orders by id (terminal ones until their command ends), and the live leases: values in blocks of
+// slots that are reused (one 256 KiB allocation per ~740 orders instead of a node each, and addresses stay
 // stable while an order lives), found through an open-addressing table of (id, slot) with linear probing
 // and backward-shift erase. (The book's growth costs page faults; gpuexd's allocator keeps the heap in
 // huge pages, alloc/.) The subset of std::unordered_map's interface the engine uses; iteration order is
 // the slots' (unspecified, as before: every caller that needs an order sorts).
-class OrderMap {
+template <class K, class V>
+class SlabMap {
  public:
-  using value_type = std::pair<const OrderId, LiveOrder>;
+  using value_type = std::pair<const K, V>;
 
   class iterator {
    public:
@@ -255,16 +342,16 @@ class OrderMap {
     bool operator==(const iterator& o) const { return i_ == o.i_; }
 
    private:
-    friend class OrderMap;
-    iterator(const OrderMap* m, std::uint32_t i) : m_(m), i_(i) {}
-    const OrderMap* m_{nullptr};
+    friend class SlabMap;
+    iterator(const SlabMap* m, std::uint32_t i) : m_(m), i_(i) {}
+    const SlabMap* m_{nullptr};
     std::uint32_t i_{0};
   };
 
-  OrderMap() = default;
-  OrderMap(const OrderMap&) = delete;
-  OrderMap& operator=(const OrderMap&) = delete;
-  ~OrderMap() {
+  SlabMap() = default;
+  SlabMap(const SlabMap&) = delete;
+  SlabMap& operator=(const SlabMap&) = delete;
+  ~SlabMap() {
     for (std::uint32_t i = 0; i < slots_; ++i) {
       if (used_[i]) std::destroy_at(slot(i));
     }
@@ -274,29 +361,31 @@ class OrderMap {
   iterator begin() const { return iterator(this, next_used(0)); }
   iterator end() const { return iterator(this, slots_); }
 
-  iterator find(OrderId id) const {
+  iterator find(K id) const {
     if (table_.empty()) return end();
-    for (std::size_t h = home(id.value);; h = (h + 1) & mask_) {
+    const std::uint32_t t = tag(id.value);
+    for (std::size_t h = home(t);; h = (h + 1) & mask_) {
       const Entry& e = table_[h];
-      if (e.id == kEmpty) return end();
-      if (e.id == id.value) return iterator(this, e.slot);
+      if (e.slot == kEmpty) return end();
+      if (e.tag == t && slot(e.slot)->first == id) return iterator(this, e.slot);
     }
   }
-  LiveOrder& at(OrderId id) const {
+  std::size_t count(K id) const { return find(id) == end() ? 0 : 1; }
+  V& at(K id) const {
     const iterator it = find(id);
-    if (it == end()) throw std::out_of_range("OrderMap::at");
+    if (it == end()) throw std::out_of_range("SlabMap::at");
     return it->second;
   }
   // Inserts `lo` under `id` unless present.
-  std::pair<iterator, bool> emplace(OrderId id, LiveOrder&& lo) {
+  std::pair<iterator, bool> emplace(K id, V lo) {
     if (iterator it = find(id); it != end()) return {it, false};
     const std::uint32_t s = take_slot();
     std::construct_at(slot(s), id, std::move(lo));
     return {insert_at(id, s), true};
   }
-  // A default LiveOrder under `id`, which must be new (order ids are command sequence numbers), built in
+  // A default value under `id`, which must be new (order and lease ids only grow), built in
   // its slot: no temporary moved in.
-  LiveOrder& emplace_new(OrderId id) {
+  V& emplace_new(K id) {
     if (find(id) != end()) throw std::logic_error("order id in use");
     const std::uint32_t s = take_slot();
     std::construct_at(slot(s), std::piecewise_construct, std::forward_as_tuple(id), std::forward_as_tuple());
@@ -316,31 +405,32 @@ class OrderMap {
     }
     return s;
   }
-  iterator insert_at(OrderId id, std::uint32_t s) {
+  iterator insert_at(K id, std::uint32_t s) {
     used_[s] = true;
-    place(id.value, s);
+    place(tag(id.value), s);
     ++count_;
     return iterator(this, s);
   }
 
  public:
-  void erase(OrderId id) {
+  void erase(K id) {
     if (table_.empty()) return;
-    std::size_t h = home(id.value);
-    while (table_[h].id != id.value) {
-      if (table_[h].id == kEmpty) return;
+    const std::uint32_t t = tag(id.value);
+    std::size_t h = home(t);
+    while (table_[h].tag != t || table_[h].slot == kEmpty || slot(table_[h].slot)->first != id) {
+      if (table_[h].slot == kEmpty) return;
       h = (h + 1) & mask_;
     }
     const std::uint32_t s = table_[h].slot;
     // Backward-shift: pull later entries of the probe run into the hole while their home allows it.
-    for (std::size_t j = (h + 1) & mask_; table_[j].id != kEmpty; j = (j + 1) & mask_) {
-      const std::size_t k = home(table_[j].id);
+    for (std::size_t j = (h + 1) & mask_; table_[j].slot != kEmpty; j = (j + 1) & mask_) {
+      const std::size_t k = home(table_[j].tag);
       if (((j - k) & mask_) >= ((j - h) & mask_)) {
         table_[h] = table_[j];
         h = j;
       }
     }
-    table_[h].id = kEmpty;
+    table_[h].slot = kEmpty;
     std::destroy_at(slot(s));
     used_[s] = false;
     free_.push_back(s);
@@ -348,15 +438,22 @@ class OrderMap {
   }
 
  private:
-  static constexpr std::int64_t kEmpty = std::numeric_limits<std::int64_t>::min();
+  // A table entry is 8 bytes: the id's low 32 bits (its hash is of those; ids are command sequence numbers,
+  // so two live orders rarely share them) and the slot, whose order holds the whole id that a match is
+  // confirmed with.
+  static constexpr std::uint32_t kEmpty = std::numeric_limits<std::uint32_t>::max();
   struct Entry {
-    std::int64_t id{kEmpty};
-    std::uint32_t slot{0};
+    std::uint32_t tag{0};
+    std::uint32_t slot{kEmpty};
   };
+  static std::uint32_t tag(std::int64_t id) { return static_cast<std::uint32_t>(static_cast<std::uint64_t>(id)); }
   struct Storage {
     alignas(value_type) unsigned char bytes[sizeof(value_type)];
   };
-  static constexpr std::uint32_t kBlock = static_cast<std::uint32_t>((std::size_t{4} << 20) / sizeof(Storage));
+  // 256 KiB: small enough that the last block's free slots are a few per cent of a large book (4 MiB blocks
+  // rounded a 100,000-order book to whole ~11,000-slot blocks: a smaller order saved nothing until it
+  // saved a block), large enough that a new block is rare (jemalloc's heap is in huge pages anyway).
+  static constexpr std::uint32_t kBlock = static_cast<std::uint32_t>((std::size_t{256} << 10) / sizeof(Storage));
 
   value_type* slot(std::uint32_t i) const {
     return std::launder(reinterpret_cast<value_type*>(blocks_[i / kBlock][i % kBlock].bytes));
@@ -365,13 +462,13 @@ class OrderMap {
     while (i < slots_ && !used_[i]) ++i;
     return i;
   }
-  std::size_t home(std::int64_t id) const {
-    return static_cast<std::size_t>((static_cast<std::uint64_t>(id) * 0x9E3779B97F4A7C15ull) >> shift_);
+  std::size_t home(std::uint32_t t) const {
+    return static_cast<std::size_t>((std::uint64_t{t} * 0x9E3779B97F4A7C15ull) >> shift_);
   }
-  void place(std::int64_t id, std::uint32_t s) {
-    std::size_t h = home(id);
-    while (table_[h].id != kEmpty) h = (h + 1) & mask_;
-    table_[h] = Entry{id, s};
+  void place(std::uint32_t t, std::uint32_t s) {
+    std::size_t h = home(t);
+    while (table_[h].slot != kEmpty) h = (h + 1) & mask_;
+    table_[h] = Entry{t, s};
   }
   void grow() {
     std::vector<Entry> old = std::move(table_);
@@ -380,7 +477,7 @@ class OrderMap {
     mask_ = n - 1;
     shift_ = 64 - std::countr_zero(n);
     for (const Entry& e : old) {
-      if (e.id != kEmpty) place(e.id, e.slot);
+      if (e.slot != kEmpty) place(e.tag, e.slot);
     }
   }
 
@@ -393,6 +490,8 @@ class OrderMap {
   int shift_{64};
   std::size_t count_{0};
 };
+
+using OrderMap = SlabMap<OrderId, LiveOrder>;
 
 // One end bucket of a pool's resting asks, with its cheapest effective price (no key touched to skip it).
 using AskSet = ChunkedSet<AskKey, std::less<AskKey>>;
@@ -419,7 +518,7 @@ struct RunBounds {
 };
 
 // A pool's live lease, in (price, id) order: the order preemption considers them in. A lease's price never
-// changes; `l` points into Impl::leases (std::map: stable).
+// changes; `l` points into Impl::leases (a SlabMap: stable while the lease lives).
 struct LeaseRef {
   Price price;
   LeaseId id;
@@ -612,7 +711,7 @@ struct Book {
   int unconstrained_group{-1};             // the group of bids without constraints, once one rested
   // Interned constraint sets (RestRequest::cons) of bids that rested, with their group: held, so that an
   // address is not reused for other constraints while it is here (cleared when it grows past 4,096).
-  std::unordered_map<const BidConstraints*, std::pair<std::shared_ptr<const BidConstraints>, int>> group_by_cons;
+  std::unordered_map<const BidConstraints*, std::pair<ConsRef, int>> group_by_cons;
   BidIndex fixed_bids;                            // resting fixed-window bids without regions
   std::map<std::string, BidIndex> fixed_by_region;  // ... with regions: in the index of each region named
   std::set<PoolId> spot_pools;
@@ -801,10 +900,18 @@ struct Account {
 
 enum class TimerKind : std::uint8_t { order, lease, pool };
 
+// 16 bytes: the kind in the top two bits of the id word (order, lease and pool ids are command sequence
+// numbers or counters from 1, far below 2^62). The heap orders by (at, kind, id) as before; the time step
+// collects what is due in sets, so the order among equal times does not show anyway.
 struct Timer {
   Seconds at;
-  TimerKind kind{TimerKind::order};
-  std::int64_t id{0};
+  std::uint64_t word{0};
+  Timer(Seconds t, TimerKind k, std::int64_t id)
+      : at(t), word((std::uint64_t{static_cast<std::uint8_t>(k)} << 62) | static_cast<std::uint64_t>(id)) {
+    if (id < 0 || id >= (std::int64_t{1} << 62)) throw std::logic_error("timer id out of range");
+  }
+  TimerKind kind() const { return static_cast<TimerKind>(word >> 62); }
+  std::int64_t id() const { return static_cast<std::int64_t>(word & ((std::uint64_t{1} << 62) - 1)); }
   auto operator<=>(const Timer&) const = default;
 };
 
@@ -841,6 +948,11 @@ bool contains_tier(const std::vector<Tier>& v, Tier t) { return std::find(v.begi
 }  // namespace
 
 struct Engine::Impl {
+  // Constraint sets shared by the orders that have them, by hash; unused ones (no ConsRef) are swept when
+  // the table has doubled since the last sweep. Mutable: quote() builds a transient order too. First, so
+  // that it outlives every order.
+  mutable std::unordered_multimap<std::uint64_t, std::unique_ptr<InternedCons>> interned;
+  mutable std::size_t sweep_at{1024};
   EngineConfig cfg;
   GreenPolicy policy;
   Seconds now{0};
@@ -851,7 +963,7 @@ struct Engine::Impl {
   std::map<MarketId, Book> books;
   OrderMap orders;  // open orders (terminal ones until the command ends)
   std::map<PoolId, LivePool> pools;
-  std::map<LeaseId, Lease> leases;  // not ended
+  SlabMap<LeaseId, Lease> leases;  // not ended (iteration in no order: leases_by_id() sorts)
   std::map<AccountId, Account> accounts;
   std::map<ViewKey, View> views;
   std::map<std::pair<const MarketId*, Bucket>, View*> view_of;  // views by interned market (no string compared)
@@ -883,10 +995,8 @@ struct Engine::Impl {
 
   // ---------------------------------------------------------------- compact orders
 
-  // Constraint sets shared by the open orders that have them (weak entries; expired ones are swept when
-  // the table has doubled since the last sweep). Mutable: quote() builds a transient order too.
-  mutable std::unordered_multimap<std::uint64_t, std::weak_ptr<const BidConstraints>> interned;
-  mutable std::size_t sweep_at{1024};
+  // (`interned`, the constraint sets shared by the open orders, is Impl's first member: the orders' ConsRefs
+  // are destroyed before it.)
 
   static std::uint64_t constraints_hash(const BidConstraints& c) {
     Fnv1a h;
@@ -907,26 +1017,25 @@ struct Engine::Impl {
     return h.value();
   }
 
-  std::shared_ptr<const BidConstraints> intern(const BidConstraints& c) const {
+  ConsRef intern(const BidConstraints& c) const {
     // No constraint at all (most bids, every ask), tested field by field: cheaper than operator==.
     static_assert(sizeof(BidConstraints) == 104, "a new field of BidConstraints belongs in this test too");
     if (c.tiers.empty() && c.regions.empty() && !c.nvlink && !c.min_fabric && !c.min_fabric_gbps &&
         !c.min_sla_pct_x1000 && !c.green_only && !c.max_pue_x1000 && !c.min_renewable_pct_x100 &&
         !c.max_carbon_g_per_kwh_x100 && !c.single_pool && !c.interruptible) {
-      return nullptr;
+      return ConsRef();
     }
     const std::uint64_t h = constraints_hash(c);
     auto [first, last] = interned.equal_range(h);
     for (auto it = first; it != last; ++it) {
-      if (auto sp = it->second.lock(); sp && *sp == c) return sp;
+      if (it->second->c == c) return ConsRef(it->second.get());
     }
     if (interned.size() >= sweep_at) {
-      std::erase_if(interned, [](const auto& e) { return e.second.expired(); });
+      std::erase_if(interned, [](const auto& e) { return e.second->refs == 0; });
       sweep_at = std::max<std::size_t>(1024, 2 * interned.size());
     }
-    auto sp = std::make_shared<const BidConstraints>(c);
-    interned.emplace(h, sp);
-    return sp;
+    auto it = interned.emplace(h, std::make_unique<InternedCons>(InternedCons{c, 0}));
+    return ConsRef(it->second.get());
   }
 
   // The interned market id (a key of `books`, whose nodes never move) and its book. Mutable access from
@@ -948,7 +1057,7 @@ struct Engine::Impl {
 
   // Fills `r` (default-constructed) as rest_of() would return it.
   void rest_into(RestOrder& r, Order&& o, const OrderRequest& q, std::pair<const MarketId*, Book*> market) const {
-    request_into(r, q, market);
+    request_into(r, q, market, o.body_hash);
     r.id = o.id;
     r.account = o.account;
     r.window_start = o.window_start;
@@ -961,19 +1070,28 @@ struct Engine::Impl {
     r.priority = o.priority;
     r.created_at = o.created_at;
     r.updated_at = o.updated_at;
-    r.filled = o.filled;
-    r.remaining = o.remaining;
+    // The side's own members only (they share storage); the others are 0 in every state this engine makes.
+    if (r.is_buy() ? o.filled_gpu_seconds != 0 || o.free_gpu_seconds != 0
+                   : o.filled.value != 0 || o.remaining.value != 0) {
+      throw std::invalid_argument("order " + std::to_string(o.id.value) + ": GPUs and GPU-seconds of the other side");
+    }
+    if (r.is_buy()) {
+      r.filled = o.filled;
+      r.remaining = o.remaining;
+    } else {
+      r.filled_gpu_seconds = o.filled_gpu_seconds;
+      r.free_gpu_seconds = o.free_gpu_seconds;
+    }
     r.total_gpu_seconds = o.total_gpu_seconds;
-    r.filled_gpu_seconds = o.filled_gpu_seconds;
     r.lapsed_gpu_seconds = o.lapsed_gpu_seconds;
-    r.free_gpu_seconds = o.free_gpu_seconds;
     r.cancelled_gpu_seconds = o.cancelled_gpu_seconds;
     r.free = std::move(o.free);
-    r.body_hash = o.body_hash;
   }
 
-  // The request part of rest_into(): r.request, r.market and r.book from `q` and its interned market.
-  void request_into(RestOrder& r, const OrderRequest& q, std::pair<const MarketId*, Book*> market) const {
+  // The request part of rest_into(): r.request, r.market and r.book from `q` and its interned market, and
+  // the order's body hash.
+  void request_into(RestOrder& r, const OrderRequest& q, std::pair<const MarketId*, Book*> market,
+                    std::uint64_t hash) const {
     RestRequest& rq = r.request;
     rq.side = q.side;
     rq.time_in_force = q.time_in_force;
@@ -992,21 +1110,42 @@ struct Engine::Impl {
     };
     put(RestRequest::kStart, q.start, rq.start_v);
     put(RestRequest::kEnd, q.end, rq.end_v);
-    put(RestRequest::kDuration, q.duration, rq.duration_v);
-    put(RestRequest::kExpire, q.expire_at, rq.expire_v);
+    const bool both = q.start && q.duration;
+    if (q.duration) {
+      rq.has |= RestRequest::kDuration;
+      if (!both) rq.start_v = *q.duration;
+    }
+    if (q.expire_at) rq.has |= RestRequest::kExpire;
     rq.cons = intern(q.constraints);
     std::tie(r.market, r.book) = market;
     using MK = RestRequest::MarketKind;
     rq.market_kind = q.market.value.empty() ? MK::empty : q.market == *r.market ? MK::resolved : MK::cold;
-    if (!q.client_order_id.empty() || rq.market_kind == MK::cold) {
-      auto cold = std::make_shared<RestCold>();
+    if (!q.client_order_id.empty() || rq.market_kind == MK::cold || q.expire_at || both || hash != 0) {
+      auto cold = std::make_unique<RestCold>();
       cold->client_order_id = q.client_order_id;
       if (rq.market_kind == MK::cold) cold->request_market = q.market;
-      rq.cold = std::move(cold);
+      if (q.expire_at) cold->expire_at = *q.expire_at;
+      if (both) cold->duration = *q.duration;
+      cold->body_hash = hash;
+      rq.cold = ColdRef(std::move(cold));
     }
   }
 
   static Order to_order(const RestOrder& r) { return make_order(r); }
+
+  // The live leases in id order (`leases` iterates in slot order).
+  std::vector<const Lease*> leases_by_id() const {
+    std::vector<const Lease*> out;
+    out.reserve(leases.size());
+    for (const auto& [id, l] : leases) out.push_back(&l);
+    std::sort(out.begin(), out.end(), [](const Lease* a, const Lease* b) { return a->id < b->id; });
+    return out;
+  }
+
+  static void add_sold(LiveOrder& ask, LeaseId id) {
+    if (!ask.sold) ask.sold = std::make_unique<std::vector<LeaseId>>();
+    ask.sold->push_back(id);
+  }
 
   // An order event built in place: the variant's alternative is constructed from an OrderOf, whose
   // conversion to Order builds the Order straight into the event (no default-constructed Order assigned
@@ -1063,15 +1202,15 @@ struct Engine::Impl {
         .priority = r.priority,
         .created_at = r.created_at,
         .updated_at = r.updated_at,
-        .filled = r.filled,
-        .remaining = r.remaining,
+        .filled = r.filled_gpus(),
+        .remaining = r.remaining_gpus(),
         .total_gpu_seconds = r.total_gpu_seconds,
-        .filled_gpu_seconds = r.filled_gpu_seconds,
+        .filled_gpu_seconds = r.filled_seconds(),
         .lapsed_gpu_seconds = r.lapsed_gpu_seconds,
-        .free_gpu_seconds = r.free_gpu_seconds,
+        .free_gpu_seconds = r.free_seconds(),
         .cancelled_gpu_seconds = r.cancelled_gpu_seconds,
         .free = r.free,
-        .body_hash = r.body_hash,
+        .body_hash = r.body_hash(),
     };
   }
 
@@ -1123,10 +1262,10 @@ struct Engine::Impl {
     return o.is_duration_bid() ? *o.request.duration() : o.window_end - o.window_start;
   }
 
-  void account_add(LiveOrder& lo, int sign) {
+  // `known`: the order's account when the caller has it at hand (else it is looked up).
+  void account_add(LiveOrder& lo, int sign, Account* known = nullptr) {
     const RestOrder& o = lo.o;
-    if (!lo.acct) lo.acct = &account(o.account);  // std::map: the address is stable
-    Account& a = *lo.acct;
+    Account& a = known ? *known : account(o.account);
     a.open_orders += sign;
     if (o.is_buy()) {
       a.open_gpus += sign * o.remaining.value;
@@ -1681,7 +1820,7 @@ struct Engine::Impl {
   const BidGroup* known_group(const Book& b, const RestOrder& bid) const {
     int g = b.unconstrained_group;
     if (bid.request.cons) {
-      auto it = b.group_by_cons.find(bid.request.cons.get());
+      auto it = b.group_by_cons.find(&*bid.request.cons);
       g = it == b.group_by_cons.end() ? -1 : it->second.second;
     }
     return g < 0 ? nullptr : &b.bid_groups[static_cast<std::size_t>(g)];
@@ -1997,13 +2136,13 @@ struct Engine::Impl {
                          dur ? *o.request.duration() : Seconds(0)};
           if (lo.bid_group < 0) {
             if (o.request.cons) {
-              auto it = b.group_by_cons.find(o.request.cons.get());
+              auto it = b.group_by_cons.find(&*o.request.cons);
               if (it != b.group_by_cons.end()) {
                 lo.bid_group = it->second.second;
               } else {
                 lo.bid_group = group_of(b, *o.request.cons);
                 if (b.group_by_cons.size() >= 4096) b.group_by_cons.clear();
-                b.group_by_cons.emplace(o.request.cons.get(), std::make_pair(o.request.cons, lo.bid_group));
+                b.group_by_cons.emplace(&*o.request.cons, std::make_pair(o.request.cons, lo.bid_group));
               }
             } else {  // most bids: no key to build
               if (b.unconstrained_group < 0) b.unconstrained_group = group_of(b, RestRequest::no_constraints());
@@ -2052,12 +2191,11 @@ struct Engine::Impl {
     if (lo.closed) return;
     lo.closed = true;
     if (o.is_sell()) close_ask(lo);
-    Account& a = lo.acct ? *lo.acct : account(o.account);
-    a.orders.remove(lo, &LiveOrder::account_slot);
+    account(o.account).orders.remove(lo, &LiveOrder::account_slot);
     if (o.request.has_client_order_id()) {
       const CidKey k{o.account, o.request.cold->client_order_id};
       open_cids.erase(k);
-      finished_cids[k] = Finished{to_order(o), o.body_hash, seq};
+      finished_cids[k] = Finished{to_order(o), o.body_hash(), seq};
     }
     dead.push_back(o.id);
   }
@@ -2078,11 +2216,13 @@ struct Engine::Impl {
     a.cancelled_gpu_seconds += rest;  // the unsold rest ahead, however the ask ended
     a.free_gpu_seconds = 0;
     lp.asks.remove(lo, &LiveOrder::pool_slot);
-    for (LeaseId lid : lo.sold) {
-      auto it = leases.find(lid);
-      if (it == leases.end()) continue;
-      it->second.ask_list_price = a.request.price;
-      it->second.ask_withdrawn = a.status == OrderStatus::cancelled || a.status == OrderStatus::expired;
+    if (lo.sold) {
+      for (LeaseId lid : *lo.sold) {
+        auto it = leases.find(lid);
+        if (it == leases.end()) continue;
+        it->second.ask_list_price = a.request.price;
+        it->second.ask_withdrawn = a.status == OrderStatus::cancelled || a.status == OrderStatus::expired;
+      }
     }
   }
 
@@ -2133,7 +2273,7 @@ struct Engine::Impl {
       l.ask_min_chunk = ask->request.min_chunk;
       l.ask_min_duration = ask->request.min_duration;
     }
-    Lease& ref = leases.emplace_hint(leases.end(), l.id, std::move(l))->second;  // ids only grow: the last one
+    Lease& ref = leases.emplace(l.id, std::move(l)).first->second;  // ids only grow: the last one
     set_owed(ref, cost(price, qty, end - start));
     pools.at(lp.p.id).leases.insert(LeaseRef{ref.price, ref.id, &ref});
     schedule_lease(ref);
@@ -2196,7 +2336,7 @@ struct Engine::Impl {
     t.sell_order = ask.o.id;
     t.list_price = ask.o.request.price;
     Lease& l = new_lease(lp, bid.o, ask.o.id, &ask.o, q, ws, we, price, ask.o.request.price, t.id);
-    ask.sold.push_back(l.id);
+    add_sold(ask, l.id);
     t.lease = l.id;
     set_fill_status(bid.o);
     set_fill_status(ask.o);
@@ -2280,11 +2420,11 @@ struct Engine::Impl {
     fresh.ask_min_duration = old.ask_min_duration;
     t.lease = fresh.id;
     // The new lease is tied to the ask that sold the GPUs, like the one it replaces (cancel marks both).
-    if (auto seller = orders.find(old.sell_order); seller != orders.end()) seller->second.sold.push_back(fresh.id);
+    if (auto seller = orders.find(old.sell_order); seller != orders.end()) add_sold(seller->second, fresh.id);
     set_fill_status(bid.o);
     emit(TradeEvent{t});
     emit(LeaseChanged{fresh});
-    Lease& pre = leases.at(lid);  // `old` may have moved? std::map references are stable; re-fetch for clarity
+    Lease& pre = leases.at(lid);  // the same lease as `old` (slots are stable); re-fetched for clarity
     if (q < pre.quantity) {
       Lease rest = fresh_copy;
       rest.id = LeaseId(next_lease++);
@@ -2295,7 +2435,7 @@ struct Engine::Impl {
       set_owed(r, cost(r.price, r.quantity, r.end - r.start));
       lp.leases.insert(LeaseRef{r.price, r.id, &r});
       schedule_lease(r);
-      if (auto seller = orders.find(r.sell_order); seller != orders.end()) seller->second.sold.push_back(r.id);
+      if (auto seller = orders.find(r.sell_order); seller != orders.end()) add_sold(seller->second, r.id);
       pre.quantity = q;
       emit(LeaseChanged{r});
     }
@@ -2613,20 +2753,20 @@ struct Engine::Impl {
       std::pop_heap(timers.begin(), timers.end(), std::greater<>{});
       const Timer tm = timers.back();
       timers.pop_back();
-      switch (tm.kind) {
+      switch (tm.kind()) {
         case TimerKind::order: {
-          auto it = orders.find(OrderId(tm.id));
+          auto it = orders.find(OrderId(tm.id()));
           if (it != orders.end() && it->second.timer == tm.at) {
             it->second.timer = Seconds(-1);
-            due_orders.insert(OrderId(tm.id));
+            due_orders.insert(OrderId(tm.id()));
           }
           break;
         }
         case TimerKind::lease:
-          if (leases.count(LeaseId(tm.id))) due_leases.insert(LeaseId(tm.id));
+          if (leases.count(LeaseId(tm.id()))) due_leases.insert(LeaseId(tm.id()));
           break;
         case TimerKind::pool:
-          if (pools.count(PoolId(tm.id))) due_pools.insert(PoolId(tm.id));
+          if (pools.count(PoolId(tm.id()))) due_pools.insert(PoolId(tm.id()));
           break;
       }
     }
@@ -2780,7 +2920,7 @@ struct Engine::Impl {
     o.created_at = now;
     o.updated_at = now;
     o.effective_price = r.price;
-    o.body_hash = h;
+    if constexpr (std::is_same_v<O, Order>) o.body_hash = h;  // a RestOrder's: request_into()
   }
 
   void on(const Command& cmd, const PlaceOrder& c) {
@@ -2791,7 +2931,7 @@ struct Engine::Impl {
       const CidKey k{cmd.account, r.client_order_id};
       if (auto it = open_cids.find(k); it != open_cids.end()) {
         const LiveOrder& lo = orders.at(it->second);
-        if (lo.o.body_hash == h) {
+        if (lo.o.body_hash() == h) {
           RestOrder current = lo.o;
           refresh_ask_accounting(current);
           emit(OrderDuplicate{to_order(current)});
@@ -2830,7 +2970,7 @@ struct Engine::Impl {
     }
     LiveOrder& lo = orders.emplace_new(OrderId(cmd.seq));
     RestOrder& o = lo.o;
-    request_into(o, r, market);
+    request_into(o, r, market, h);
     stamp_placed(o, cmd, r, h);
     o.window_start = g.window_start;
     o.window_end = g.window_end;
@@ -2842,6 +2982,7 @@ struct Engine::Impl {
       o.effective_price = lp.p.green_discount_bps == 0 ? r.price
                                                         : discounted(r.price, lp.p.green_discount_bps, market.second->spec.tick);
       o.free = Steps(o.window_start, o.window_end, r.quantity.value);
+      o.filled_gpu_seconds = 0;  // the sell's members of the shared storage (see RestOrder)
       o.total_gpu_seconds = r.quantity.value * (o.window_end - o.window_start).value;
       // Its accounting as refresh_ask_accounting() finds it: its window starts at or after now (validate
       // clips it), so nothing has lapsed and all of it is free.
@@ -2850,12 +2991,11 @@ struct Engine::Impl {
       lp.used.trim_before(now);
       lp.asks.add(lo, &LiveOrder::pool_slot);
     }
-    lo.acct = &acct;  // std::map: the address is stable
     acct.orders.add(lo, &LiveOrder::account_slot);
     if (!r.client_order_id.empty()) open_cids[CidKey{cmd.account, r.client_order_id}] = o.id;
     // What hook(lo, false) does for an order not yet in a book and not yet shown: its account sums and its
     // bucket. Its timer waits for the hook that puts it in the book (or none: it ends while incoming).
-    account_add(lo, +1);
+    account_add(lo, +1, &acct);
     lo.counted = true;
     o.bucket = order_bucket(o);
     emit_order<OrderAccepted>(o);
@@ -3081,7 +3221,7 @@ struct Engine::Impl {
     l.billed = l.owed;
     end_lease(l);
     emit(LeaseChanged{l});
-    leases.erase(it);
+    leases.erase(it->first);
   }
 
   void on(const Command&, const HaltMarket& c) {
@@ -3399,7 +3539,7 @@ struct Engine::Impl {
       for (const auto& [cons, cached] : b.group_by_cons) {
         BidConstraints rep = *cons;
         rep.regions.clear();
-        if (cons != cached.first.get() || cached.second < 0 || static_cast<std::size_t>(cached.second) >= b.bid_groups.size() ||
+        if (cons != &*cached.first || cached.second < 0 || static_cast<std::size_t>(cached.second) >= b.bid_groups.size() ||
             !(b.bid_groups[static_cast<std::size_t>(cached.second)].rep == rep)) {
           fail("constraint set cached in the wrong group");
         }
@@ -3492,7 +3632,7 @@ struct Engine::Impl {
       s.open_orders.push_back(to_order(*o));
       refresh_ask_accounting(s.open_orders.back());  // lapsed/free as of now
     }
-    for (const auto& [id, l] : leases) s.leases.push_back(l);
+    for (const Lease* l : leases_by_id()) s.leases.push_back(*l);
     for (const auto& [id, a] : accounts) {
       if (a.custom) s.limits.emplace_back(id, a.limits);
     }
@@ -3546,8 +3686,8 @@ struct Engine::Impl {
       }
       hook(lo, true);
     }
-    for (const auto& [id, l] : leases) {
-      if (auto seller = orders.find(l.sell_order); seller != orders.end()) seller->second.sold.push_back(id);
+    for (const Lease* l : leases_by_id()) {
+      if (auto seller = orders.find(l->sell_order); seller != orders.end()) add_sold(seller->second, l->id);
     }
     for (const FinishedOrder& f : s.finished) {
       finished_cids[CidKey{f.order.account, f.order.request.client_order_id}] = Finished{f.order, f.body_hash, f.done_seq};
@@ -3656,8 +3796,8 @@ const Lease* Engine::lease(LeaseId id) const {
 
 std::vector<Lease> Engine::leases(AccountId account) const {
   std::vector<Lease> out;
-  for (const auto& [id, l] : impl_->leases) {
-    if (l.buyer == account || l.provider == account) out.push_back(l);
+  for (const Lease* l : impl_->leases_by_id()) {
+    if (l->buyer == account || l->provider == account) out.push_back(*l);
   }
   return out;
 }

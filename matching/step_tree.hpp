@@ -4,7 +4,7 @@
 // whose asks arrive one second apart and last a day has thousands of pieces, and each new ask touched them
 // all. Here the function is the running sum of its changes (time -> delta at that instant, zero deltas
 // dropped) in a treap whose nodes also hold their subtree's sum and largest running sum, so that add() is
-// two point updates and max() two splits: O(log n) both. Priorities come from a fixed xorshift sequence,
+// two point updates and max() two splits: O(log n) both. Priorities are a fixed mix of a node's index,
 // so the shape, like the values, is deterministic (the shape never shows in any result).
 #pragma once
 
@@ -76,10 +76,21 @@ class StepTree {
     std::int64_t delta{0};
     std::int64_t sum{0};     // of the subtree's deltas
     std::int64_t maxpre{0};  // largest running sum of the subtree's deltas in key order (non-empty prefixes)
-    std::uint32_t prio{0};
     int l{-1};
     int r{-1};
   };
+
+  // A node's treap priority: a fixed bijective mix of its index (murmur3's finalizer), so a node stores none
+  // (40 bytes, not 48). Distinct nodes have distinct priorities, independent of their keys.
+  static std::uint32_t prio(int i) {
+    auto x = static_cast<std::uint32_t>(i);
+    x ^= x >> 16;
+    x *= 0x85ebca6bu;
+    x ^= x >> 13;
+    x *= 0xc2b2ae35u;
+    x ^= x >> 16;
+    return x;
+  }
 
   Node& n(int i) { return nodes_[static_cast<std::size_t>(i)]; }
   const Node& n(int i) const { return nodes_[static_cast<std::size_t>(i)]; }
@@ -116,10 +127,7 @@ class StepTree {
       i = static_cast<int>(nodes_.size());
       nodes_.emplace_back();
     }
-    seed_ ^= seed_ << 13;
-    seed_ ^= seed_ >> 17;
-    seed_ ^= seed_ << 5;
-    n(i) = Node{key, delta, delta, delta, seed_, -1, -1};
+    n(i) = Node{key, delta, delta, delta, -1, -1};
     return i;
   }
 
@@ -149,7 +157,7 @@ class StepTree {
   int merge(int a, int b) {
     if (a < 0) return b;
     if (b < 0) return a;
-    if (n(a).prio > n(b).prio) {
+    if (prio(a) > prio(b)) {
       n(a).r = merge(n(a).r, b);
       pull(a);
       return a;
@@ -185,10 +193,10 @@ class StepTree {
       return;
     }
     const int fresh = make(key, d);
-    const std::uint32_t prio = n(fresh).prio;
+    const std::uint32_t p = prio(fresh);
     // The first node of the path the new node outranks (merge() puts the higher priority above).
     int at = 0;
-    while (at < depth && n(path[at]).prio >= prio) ++at;
+    while (at < depth && prio(path[at]) >= p) ++at;
     int& slot = at == 0 ? root_ : (key < n(path[at - 1]).key ? n(path[at - 1]).l : n(path[at - 1]).r);
     split(slot, key, n(fresh).l, n(fresh).r);
     pull(fresh);
@@ -280,7 +288,6 @@ class StepTree {
   std::vector<Node> nodes_;
   std::vector<int> free_;
   int root_{-1};
-  std::uint32_t seed_{2463534242u};
 };
 
 }  // namespace gpuex::matching
