@@ -247,47 +247,19 @@ void EngineRunner::stop() {
 }
 
 void EngineRunner::submit(AccountId account, CommandBody body, Admit admit, Done done,
-                          std::optional<Idempotency> idempotency, std::vector<std::int64_t> fired_switches,
-                          bool run_here) {
+                          std::optional<Idempotency> idempotency, std::vector<std::int64_t> fired_switches) {
   {
     std::lock_guard lock(mutex_);
     jobs_.push_back(Submit{account, std::move(body), std::move(admit), std::move(done), std::move(idempotency),
                            std::move(fired_switches)});
   }
-  if (run_here) return run_queued();
-  {
-    std::lock_guard lock(mutex_);
-    engine_called_ = true;
-  }
   wake_.notify_one();
-}
-
-void EngineRunner::run_queued() {
-  for (;;) {
-    // Held by another thread: it looks at the queue again after giving the token back (below, and the
-    // engine thread's wait), and finds this job. (Every access to running_ is sequentially consistent:
-    // our push comes before our failed exchange, which comes before the holder's release and its look.)
-    if (running_.exchange(true)) return;
-    // As on the engine thread, a throw from the engine or a callback ends the process (std::terminate):
-    // it must not reach the caller's handler with the token still held.
-    const Turn t = [this]() noexcept { return turn(false); }();
-    running_.store(false);
-    if (engine_wants_.load()) {  // the engine thread waits for the token; it runs what is queued
-      { std::lock_guard lock(token_mutex_); }
-      token_free_.notify_one();
-      return;
-    }
-    std::lock_guard lock(mutex_);
-    if (t == Turn::needs_engine_thread) return wake_.notify_one();  // a rebuild: the engine thread's alone
-    if (jobs_.empty()) return;
-  }
 }
 
 void EngineRunner::read(std::function<void(const Engine&)> fn) {
   {
     std::lock_guard lock(mutex_);
     jobs_.push_back(Read{std::move(fn)});
-    engine_called_ = true;
   }
   wake_.notify_one();
 }
@@ -414,102 +386,70 @@ void EngineRunner::answer_unrebuilt(std::deque<Job>& jobs) {
   }
 }
 
-EngineRunner::Turn EngineRunner::turn(bool engine_thread) {
-  std::deque<Job> jobs;
-  bool stopping;
-  {
-    std::lock_guard lock(mutex_);
-    // Rebuilding is the engine thread's (it waits for PostgreSQL); other threads leave the jobs queued.
-    if (rebuild_needed_ && !engine_thread) return Turn::needs_engine_thread;
-    stopping = engine_thread && stopping_;
-    std::size_t n = stopping ? jobs_.size() : std::min(jobs_.size(), options_.max_batch);
-    for (std::size_t i = 0; i < n; ++i) {
-      jobs.push_back(std::move(jobs_.front()));
-      jobs_.pop_front();
-    }
-  }
-  if (rebuild_needed_ && !stopping) {
-    // Refuse what waits, then rebuild.
-    answer_unrebuilt(jobs);
-    rebuild();
-    return Turn::done;
-  }
-
-  store::Batch batch;
-  for (auto& job : jobs) {
-    if (auto* r = std::get_if<Read>(&job)) {
-      r->fn(engine_);
-      continue;
-    }
-    auto& s = std::get<Submit>(job);
-    if (!accepting_) {
-      if (s.done) s.done(Result{Outcome::store_unavailable, nullptr, 0, std::nullopt});
-      continue;
-    }
-    if (s.idempotency && !admit_key(s)) continue;
-    // What time did since the last command (expiries, lease steps, verifications ending) is applied
-    // first as a tick of its own, at the command's time: the admit check sees it, and the command's
-    // events, from which its answer is built, are only the command's.
-    const std::int64_t now = stamp();
-    apply(AccountId(0), Tick{}, nullptr, batch, now);
-    if (s.admit && !s.admit(engine_)) {
-      if (s.done) s.done(Result{Outcome::refused, nullptr, 0, std::nullopt});
-      continue;
-    }
-    apply(s.account, std::move(s.body), std::move(s.done), batch, now, std::move(s.idempotency),
-          std::move(s.fired_switches));
-  }
-  const auto clock = SteadyClock::now();
-  if (clock.time_since_epoch().count() >= next_tick_.load()) {
-    next_tick_.store((clock + options_.tick_interval).time_since_epoch().count());
-    if (accepting_) apply(AccountId(0), Tick{}, nullptr, batch, stamp());
-    forget_committed_ids();
-  }
-  if (stopping) {
-    // A last tick, always logged, so that replay on restart reaches the same time and state.
-    if (accepting_) {
-      std::promise<void> written;
-      apply(AccountId(0), Tick{}, [&written](const Result&) { written.set_value(); }, batch, stamp());
-      writer_.submit(std::move(batch));
-      written.get_future().wait();
-    }
-    spdlog::info("engine stopped at seq {}, state digest {:016x}", engine_.last_seq(), engine_.digest());
-    return Turn::stopped;
-  }
-  if (!batch.empty()) writer_.submit(std::move(batch));
-  maybe_snapshot();
-  return Turn::done;
-}
-
 void EngineRunner::run() {
-  next_tick_.store((SteadyClock::now() + options_.tick_interval).time_since_epoch().count());
+  auto next_tick = SteadyClock::now() + options_.tick_interval;
   for (;;) {
+    std::deque<Job> jobs;
+    bool stopping;
     {
       std::unique_lock lock(mutex_);
-      const SteadyClock::time_point tick{SteadyClock::duration(next_tick_.load())};
-      wake_.wait_until(lock, tick, [this] { return stopping_ || engine_called_ || rebuild_needed_; });
-    }
-    // Take the engine from whichever I/O thread runs it (it gives it up at the end of its turn).
-    engine_wants_.store(true);
-    {
-      std::unique_lock lock(token_mutex_);
-      token_free_.wait(lock, [this] { return !running_.exchange(true); });
-    }
-    engine_wants_.store(false);
-    for (;;) {
-      {
-        std::lock_guard lock(mutex_);
-        engine_called_ = false;
+      wake_.wait_until(lock, next_tick, [this] { return stopping_ || !jobs_.empty() || rebuild_needed_; });
+      stopping = stopping_;
+      std::size_t n = stopping_ ? jobs_.size() : std::min(jobs_.size(), options_.max_batch);
+      for (std::size_t i = 0; i < n; ++i) {
+        jobs.push_back(std::move(jobs_.front()));
+        jobs_.pop_front();
       }
-      if (turn(true) == Turn::stopped) return;  // keeps the token: nothing runs the engine after stop
-      running_.store(false);
-      // Jobs queued while this thread held the token, by callers that found it taken (run_queued()).
-      {
-        std::lock_guard lock(mutex_);
-        if (jobs_.empty() && !stopping_) break;
-      }
-      if (running_.exchange(true)) break;  // a thread running the engine takes them
     }
+    if (rebuild_needed_ && !stopping) {
+      // Refuse what waits, then rebuild.
+      answer_unrebuilt(jobs);
+      rebuild();
+      continue;
+    }
+
+    store::Batch batch;
+    for (auto& job : jobs) {
+      if (auto* r = std::get_if<Read>(&job)) {
+        r->fn(engine_);
+        continue;
+      }
+      auto& s = std::get<Submit>(job);
+      if (!accepting_) {
+        if (s.done) s.done(Result{Outcome::store_unavailable, nullptr, 0, std::nullopt});
+        continue;
+      }
+      if (s.idempotency && !admit_key(s)) continue;
+      // What time did since the last command (expiries, lease steps, verifications ending) is applied
+      // first as a tick of its own, at the command's time: the admit check sees it, and the command's
+      // events, from which its answer is built, are only the command's.
+      const std::int64_t now = stamp();
+      apply(AccountId(0), Tick{}, nullptr, batch, now);
+      if (s.admit && !s.admit(engine_)) {
+        if (s.done) s.done(Result{Outcome::refused, nullptr, 0, std::nullopt});
+        continue;
+      }
+      apply(s.account, std::move(s.body), std::move(s.done), batch, now, std::move(s.idempotency),
+            std::move(s.fired_switches));
+    }
+    if (SteadyClock::now() >= next_tick) {
+      next_tick = SteadyClock::now() + options_.tick_interval;
+      if (accepting_) apply(AccountId(0), Tick{}, nullptr, batch, stamp());
+      forget_committed_ids();
+    }
+    if (stopping) {
+      // A last tick, always logged, so that replay on restart reaches the same time and state.
+      if (accepting_) {
+        std::promise<void> written;
+        apply(AccountId(0), Tick{}, [&written](const Result&) { written.set_value(); }, batch, stamp());
+        writer_.submit(std::move(batch));
+        written.get_future().wait();
+      }
+      spdlog::info("engine stopped at seq {}, state digest {:016x}", engine_.last_seq(), engine_.digest());
+      return;
+    }
+    if (!batch.empty()) writer_.submit(std::move(batch));
+    maybe_snapshot();
   }
 }
 

@@ -92,17 +92,12 @@ class EngineRunner {
     std::function<Answer(const matching::EventSink&, matching::Seq)> answer;
   };
 
-  // With the engine (one thread at a time): `admit` (may be empty) runs first with read-only access; if
-  // it returns false, `done(refused)`. Otherwise the command is sequenced, applied and logged, and `done`
-  // hears the events after commit, or store_unavailable if the batch did not commit. `fired_switches`:
-  // the dead man's switches the command carries out, deleted in its transaction.
-  // `run_here`: the calling thread runs the engine over what is queued, unless another thread is doing
-  // so (that one then takes this command too), instead of waking the engine thread — one hand-off fewer
-  // per command. The caller must hold no lock that `admit`, a refusal's `done` or a read may take: any
-  // queued job may run on it. Without it the engine thread runs the command.
+  // On the engine thread: `admit` (may be empty) runs first with read-only access; if it returns
+  // false, `done(refused)`. Otherwise the command is sequenced, applied and logged, and `done` hears
+  // the events after commit, or store_unavailable if the batch did not commit. `fired_switches`: the
+  // dead man's switches the command carries out, deleted in its transaction.
   void submit(matching::AccountId account, matching::CommandBody body, Admit admit, Done done,
-              std::optional<Idempotency> idempotency = std::nullopt, std::vector<std::int64_t> fired_switches = {},
-              bool run_here = false);
+              std::optional<Idempotency> idempotency = std::nullopt, std::vector<std::int64_t> fired_switches = {});
   // Runs `fn` on the engine thread with read-only access to the live engine.
   void read(std::function<void(const matching::Engine&)> fn);
   // The same for an answer that must show committed state only: `fn` reads the live engine and returns
@@ -143,13 +138,7 @@ class EngineRunner {
   };
   using Job = std::variant<Submit, Read>;
 
-  void run();  // the engine thread
-  // One turn of the engine by the thread that holds the token (running_): up to max_batch queued jobs (all
-  // of them when the engine thread stops), the tick when due, the batch handed to the writer.
-  enum class Turn { done, needs_engine_thread, stopped };
-  Turn turn(bool engine_thread);
-  // A thread that queued a command runs the engine while it gets the token and jobs wait (run_here).
-  void run_queued();
+  void run();
   // The time to stamp the next command(s) with: server time, never before the previous stamp.
   std::int64_t stamp();
   void apply(matching::AccountId account, matching::CommandBody body, Done done, store::Batch& batch, std::int64_t now,
@@ -174,20 +163,9 @@ class EngineRunner {
   std::condition_variable wake_;
   std::deque<Job> jobs_;
   bool stopping_ = false;
-  bool engine_called_ = false;  // a job queued for the engine thread (not run_here), guarded by mutex_
   std::atomic<bool> accepting_{true};
   std::atomic<bool> rebuild_needed_{false};
   std::atomic<std::int64_t> clock_offset_{0};
-  // The engine (engine_, next_seq_, last_now_, the tick, snapshots, rebuilt_at_) is used by one thread at a
-  // time: the one that set running_. An I/O thread that queued a command takes it when free and looks at
-  // the queue again after giving it back, so a job queued while another thread held it is never left
-  // behind; the engine thread (ticks, rebuilds, reads, commands queued without run_here, stop) waits for it
-  // (engine_wants_ makes a running I/O thread give it up and wake it). After stop it is never given back.
-  std::atomic<bool> running_{false};
-  std::atomic<bool> engine_wants_{false};
-  std::mutex token_mutex_;
-  std::condition_variable token_free_;
-  std::atomic<std::int64_t> next_tick_{0};  // steady_clock ticks: when the next tick is due
 
   // Committed sequence numbers with their commit time: client_order_ids of terminal orders are
   // forgotten by the engine only some seconds after commit (see engine_runner.cpp).

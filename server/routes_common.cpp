@@ -108,7 +108,7 @@ void submit_command(Services& services, matching::AccountId account, matching::C
           }
         }
       },
-      std::move(idempotency), {}, /*run_here=*/true);  // an HTTP handler's thread, holding no lock
+      std::move(idempotency));
 }
 
 bool is_key(std::string_view key) {
