@@ -179,8 +179,8 @@ class Hub {
   Stats stats_;
   std::vector<std::shared_ptr<Subscriber>> to_wake_;
   std::atomic<std::uint64_t> writes_{0};
-  std::atomic<std::int64_t> queued_bytes_{0};
-  std::atomic<std::int64_t> connections_{0};
+  alignas(64) std::atomic<std::int64_t> queued_bytes_{0};  // changed by every queue and write: a line of its own
+  alignas(64) std::atomic<std::int64_t> connections_{0};
   // When wake_all() last ran (see there): batches closer together than kQuiet are "under load".
   static constexpr auto kQuiet = std::chrono::milliseconds(5);
   std::chrono::steady_clock::time_point last_wake_{};

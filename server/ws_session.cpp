@@ -491,10 +491,11 @@ class WsSession : public http::Session,
   // When all queues together would pass --ws-queue-total-bytes, the connections holding more than an
   // equal share of it are the ones closed: readers that keep up hold little and are never picked.
   bool over_share(std::size_t mine) const {
-    const auto total = static_cast<std::size_t>(std::max<std::int64_t>(0, context_.hub.queued_bytes()));
+    // The share first: it reads no counter that every write changes.
     const auto cap = config().ws_queue_total_bytes;
     const auto connections = static_cast<std::size_t>(std::max<std::int64_t>(1, context_.hub.connections()));
-    return total + mine > cap && mine > cap / connections;
+    if (mine <= cap / connections) return false;
+    return static_cast<std::size_t>(std::max<std::int64_t>(0, context_.hub.queued_bytes())) + mine > cap;
   }
 
   // The queued frames become the write in flight; the bytes of the last write are gone. mutex_ held.
