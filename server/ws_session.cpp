@@ -556,7 +556,6 @@ class WsSession : public http::Session,
         net::post(ws_.get_executor(), [self = this->shared_from_this()] { self->write_next(); });
         return;
       }
-      sending_.clear();
       {
         std::lock_guard lock(mutex_);
         if (out_.empty()) {

@@ -96,9 +96,12 @@ TEST_CASE("replay turns real offers into pools and asks and runs buyers that tra
   CHECK(ask_levels > 0);
 
   // A second run with the same accounts file trades with the same buyers and makes no new pools.
-  auto again = run_gpuexd({"replay", "--url", "http://127.0.0.1:" + std::to_string(server.port()), "--admin-key",
-                           admin.api_key, "--offers", kOffers, "--rate", "10", "--seconds", "1", "--pools", "40",
-                           "--seed", "7", "--accounts", accounts});
+  auto rerun = [&] {
+    return run_gpuexd({"replay", "--url", "http://127.0.0.1:" + std::to_string(server.port()), "--admin-key",
+                       admin.api_key, "--offers", kOffers, "--rate", "10", "--seconds", "1", "--pools", "40", "--seed",
+                       "7", "--accounts", accounts});
+  };
+  auto again = rerun();
   INFO(again.output);
   REQUIRE(again.exit_code == 0);
   CHECK(again.output.find("reusing the 2 buyers") != std::string::npos);
@@ -113,9 +116,7 @@ TEST_CASE("replay turns real offers into pools and asks and runs buyers that tra
   for (const auto& p : providers) {
     REQUIRE(http.request("DELETE", "/v1/orders", "", bearer(std::string(p.at("api_key").as_string()))).status == 200);
   }
-  auto third = run_gpuexd({"replay", "--url", "http://127.0.0.1:" + std::to_string(server.port()), "--admin-key",
-                           admin.api_key, "--offers", kOffers, "--rate", "10", "--seconds", "1", "--pools", "40",
-                           "--seed", "7", "--accounts", accounts});
+  auto third = rerun();
   INFO(third.output);
   REQUIRE(third.exit_code == 0);
   CHECK(third.output.find("have ended; making new accounts") != std::string::npos);
