@@ -16,9 +16,8 @@
 // thread that flushed. While that send waits, the gate counts as busy (Beast's frames wait behind
 // it), and the socket must not be closed before settle().
 //
-// Strand only (the socket's executor), except uring_sent() and settle(). The state they share with
-// the strand is guarded by the session's mutex (given at construction): the session's own queue and
-// the gate's state change together under one lock, so a write costs one lock where it took two.
+// Strand only (the socket's executor), except uring_sent() and settle(); a mutex guards the state
+// they share with the strand.
 #pragma once
 
 #include <boost/asio/any_completion_handler.hpp>
@@ -57,10 +56,7 @@ class FrameGate {
   using next_layer_type = Next;
   using Done = std::function<void(boost::beast::error_code)>;
 
-  using Lock = std::unique_lock<std::mutex>;
-
-  // `mutex` is the session's: it outlives the gate.
-  FrameGate(Next next, std::mutex& mutex) : next_(std::move(next)), mutex_(mutex) {}
+  explicit FrameGate(Next next) : next_(std::move(next)) {}
 
   executor_type get_executor() noexcept { return next_.get_executor(); }
   Next& next_layer() noexcept { return next_; }
@@ -90,22 +86,32 @@ class FrameGate {
     queued,   // on io_uring: `uring` hears the outcome, then the session calls uring_finish() if needed
   };
 
-  // The session's writes, with `lock` (on the session's mutex) held; it is released on return. `buffers`
-  // (complete frames, valid until the write is over) go out in one gather write. On a plain TCP socket
-  // with nothing else in flight: queued on io_uring when `uring` is given and the thread has a sender,
-  // else written directly without blocking (`written` if the kernel took it all: the common case, no
-  // completion to dispatch). Otherwise the rest (the gate trims `buffers`) goes out asynchronously and
-  // `done` runs when it is written, or with operation_aborted, without writing, once a close frame
-  // went out.
-  Outcome write_frames(Lock& lock, std::vector<boost::asio::const_buffer>& buffers, Done done,
+  // The session's writes: `buffers` (complete frames, valid until the write is over) in one gather
+  // write. On a plain TCP socket with nothing else in flight: queued on io_uring when `uring` is given
+  // and the thread has a sender, else written directly without blocking (`written` if the kernel took
+  // it all: the common case, no completion to dispatch). Otherwise the rest (the gate trims
+  // `buffers`) goes out asynchronously and `done` runs when it is written, or with
+  // operation_aborted, without writing, once a close frame went out.
+  Outcome write_frames(std::vector<boost::asio::const_buffer>& buffers, Done done,
                        const std::shared_ptr<UringTarget>& uring = {}) {
+    std::unique_lock lock(mutex_);
     if constexpr (std::is_same_v<Next, boost::beast::tcp_stream>) {
       if (!busy_ && foreign_.empty() && !close_sent_) {
         auto& socket = next_.socket();
         if (uring) {
           if (UringSender* sender = UringSender::for_this_thread()) {
-            take_for_uring(sender, buffers);
-            // Unlocked: a full ring submits inside queue() and reports to its sessions, this one too.
+            busy_ = true;
+            uring_ = sender;
+            uring_total_ = 0;
+            uring_iov_.clear();
+            // One sendmsg takes at most IOV_MAX buffers (more is EMSGSIZE): the rest, if any, goes
+            // out through uring_finish() as after a short send.
+            for (const auto& b : buffers) {
+              if (uring_iov_.size() == IOV_MAX) break;
+              uring_iov_.push_back(iovec{const_cast<void*>(b.data()), b.size()});
+              uring_total_ += b.size();
+            }
+            uring_all_ = uring_iov_.size() == buffers.size();
             lock.unlock();
             if (sender->queue(socket.native_handle(), uring_iov_.data(), uring_iov_.size(), uring)) {
               boost::asio::post(next_.get_executor(), [sender] { sender->flush(); });
@@ -113,39 +119,40 @@ class FrameGate {
             return Outcome::queued;
           }
         }
-        // The system call runs unlocked (the hub delivers to the session meanwhile); busy_ keeps
-        // every other write of the gate out.
-        busy_ = true;
-        lock.unlock();
         boost::beast::error_code ec;
         if (!socket.non_blocking()) socket.non_blocking(true, ec);
         std::size_t n = ec ? 0 : boost::asio::write(socket, buffers, ec);
-        lock.lock();
-        busy_ = false;
-        if (!ec) {
-          pump();  // Beast's frames that came meanwhile
-          lock.unlock();
-          return Outcome::written;
-        }
+        if (!ec) return Outcome::written;
         consume(buffers, n);  // would_block, or a failure the async write will report
       }
     }
     mine_ = &buffers;
     mine_done_ = std::move(done);
     pump();
-    lock.unlock();
     return Outcome::later;
   }
 
-  // Any thread (the hub's wake-up), with the session's mutex held: when nothing is in flight and the
+  // Any thread (the hub's wake-up, with the session's lock held): when nothing is in flight and the
   // socket is open, takes it for a send on `sender` (a UringHandoff's, which never submits inside
   // queue()), and queues the frames `prepare()` returns (the session's, valid until the outcome).
-  // Under the lock throughout, so a settle() either sees the send queued or comes first and refuses it.
+  // Under the gate's lock throughout, so a settle() either sees the send queued or comes first and
+  // refuses it.
   template <class Prepare>
-  bool uring_claim_locked(UringSender* sender, const std::shared_ptr<UringTarget>& target, Prepare&& prepare) {
+  bool uring_claim(UringSender* sender, const std::shared_ptr<UringTarget>& target, Prepare&& prepare) {
     if constexpr (std::is_same_v<Next, boost::beast::tcp_stream>) {
+      std::lock_guard lock(mutex_);
       if (busy_ || !foreign_.empty() || close_sent_ || settled_) return false;
-      take_for_uring(sender, prepare());
+      busy_ = true;
+      uring_ = sender;
+      const std::vector<boost::asio::const_buffer>& buffers = prepare();
+      uring_total_ = 0;
+      uring_iov_.clear();
+      for (const auto& b : buffers) {  // at most IOV_MAX, as in write_frames()
+        if (uring_iov_.size() == IOV_MAX) break;
+        uring_iov_.push_back(iovec{const_cast<void*>(b.data()), b.size()});
+        uring_total_ += b.size();
+      }
+      uring_all_ = uring_iov_.size() == buffers.size();
       sender->queue(next_.socket().native_handle(), uring_iov_.data(), uring_iov_.size(), target);
       return true;
     } else {
@@ -153,10 +160,11 @@ class FrameGate {
     }
   }
 
-  // The io_uring send's outcome (any thread), with the session's mutex held. True when all of it was
-  // written and nothing of Beast's waits: the gate is free again, nothing more to do here. Otherwise
-  // the session calls uring_finish() on the strand.
-  bool uring_sent_locked(int result) {
+  // The io_uring send's outcome (any thread). True when all of it was written and nothing of
+  // Beast's waits: the gate is free again, nothing more to do here. Otherwise the session calls
+  // uring_finish() on the strand.
+  bool uring_sent(int result) {
+    std::lock_guard lock(mutex_);
     if (result < 0 || static_cast<std::size_t>(result) != uring_total_ || !uring_all_ || !foreign_.empty()) {
       return false;
     }
@@ -212,22 +220,6 @@ class FrameGate {
     boost::asio::any_completion_handler<void(boost::beast::error_code, std::size_t)> handler;
   };
 
-  // Under mutex_: the gate is busy with a send of `buffers` on `sender`. One sendmsg takes at most
-  // IOV_MAX buffers (more is EMSGSIZE): the rest, if any, goes out through uring_finish() as after a
-  // short send.
-  void take_for_uring(UringSender* sender, const std::vector<boost::asio::const_buffer>& buffers) {
-    busy_ = true;
-    uring_ = sender;
-    uring_total_ = 0;
-    uring_iov_.clear();
-    for (const auto& b : buffers) {
-      if (uring_iov_.size() == IOV_MAX) break;
-      uring_iov_.push_back(iovec{const_cast<void*>(b.data()), b.size()});
-      uring_total_ += b.size();
-    }
-    uring_all_ = uring_iov_.size() == buffers.size();
-  }
-
   // Drops the first `n` bytes of `buffers`.
   static void consume(std::vector<boost::asio::const_buffer>& buffers, std::size_t n) {
     std::size_t whole = 0;
@@ -281,7 +273,7 @@ class FrameGate {
   }
 
   Next next_;
-  std::mutex& mutex_;
+  std::mutex mutex_;
   bool busy_ = false;         // a write is in flight on next_ (or waits on io_uring)
   bool close_sent_ = false;
   std::deque<Foreign> foreign_;  // Beast's writes, the front one in flight while busy_

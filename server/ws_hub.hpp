@@ -178,9 +178,7 @@ class Hub {
   std::function<void(CandleRequest)> candle_feed_;
   Stats stats_;
   std::vector<std::shared_ptr<Subscriber>> to_wake_;
-  // Counted by the I/O threads on every write: a line of its own, away from what the publishing thread
-  // changes on every delivery (stats_).
-  alignas(64) std::atomic<std::uint64_t> writes_{0};
+  std::atomic<std::uint64_t> writes_{0};
   alignas(64) std::atomic<std::int64_t> queued_bytes_{0};  // changed by every queue and write: a line of its own
   alignas(64) std::atomic<std::int64_t> connections_{0};
   // When wake_all() last ran (see there): batches closer together than kQuiet are "under load".

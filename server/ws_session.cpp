@@ -44,7 +44,7 @@ class WsSession : public http::Session,
                   public std::enable_shared_from_this<WsSession<NextLayer>> {
  public:
   WsSession(NextLayer stream, http::Request upgrade, std::string ip, HttpServer& server, Context& context)
-      : ws_(std::move(stream), mutex_),
+      : ws_(std::move(stream)),
         upgrade_(std::move(upgrade)),
         ip_(std::move(ip)),
         server_(server),
@@ -519,7 +519,7 @@ class WsSession : public http::Session,
         wake_pending_ = false;
         return true;
       }
-      bool queued = ws_.next_layer().uring_claim_locked(sender, self, [this]() -> const std::vector<net::const_buffer>& {
+      bool queued = ws_.next_layer().uring_claim(sender, self, [this]() -> const std::vector<net::const_buffer>& {
         writing_ = true;
         wake_pending_ = false;
         take_queue_locked();
@@ -539,40 +539,36 @@ class WsSession : public http::Session,
     UringHandoff::posted();
     net::post(ws_.get_executor(), [self = this->shared_from_this()] {
       UringHandoff::began();
-      std::unique_lock lock(self->mutex_);
-      self->wake_pending_ = false;
-      if (self->writing_) return;
-      self->writing_ = true;
-      self->write_next(lock);
+      {
+        std::lock_guard lock(self->mutex_);
+        self->wake_pending_ = false;
+        if (self->writing_) return;
+        self->writing_ = true;
+      }
+      self->write_next();
     });
   }
 
-  // Strand: writes everything queued as one gather write; repeats until the queue is empty. The lock
-  // is held on entry (or taken here) and released on return.
+  // Strand: writes everything queued as one gather write; repeats until the queue is empty.
   void write_next() {
-    std::unique_lock lock(mutex_);
-    write_next(lock);
-  }
-  void write_next(std::unique_lock<std::mutex>& lock) {
     for (int round = 0;; ++round) {
-      if (!lock.owns_lock()) lock.lock();
       if (round == 8) {  // a steady stream: let the other connections of this thread have a turn
-        lock.unlock();
         net::post(ws_.get_executor(), [self = this->shared_from_this()] { self->write_next(); });
         return;
       }
-      if (out_.empty()) {
-        write_over_locked();
-        const bool close_now = closing_ && close_code_;
-        lock.unlock();  // Beast's close frame goes through the gate, which takes the lock
-        if (close_now) start_close();
-        return;
+      {
+        std::lock_guard lock(mutex_);
+        if (out_.empty()) {
+          write_over_locked();
+          if (closing_ && close_code_) start_close();
+          return;
+        }
+        take_queue_locked();
       }
-      take_queue_locked();
       iov_.clear();
       for (const auto& m : sending_) iov_.emplace_back(m->data(), m->size());
       context_.hub.count_write();
-      auto outcome = ws_.next_layer().write_frames(lock, iov_, written_handler(), this->shared_from_this());
+      auto outcome = ws_.next_layer().write_frames(iov_, written_handler(), this->shared_from_this());
       if (outcome != FrameGate<NextLayer>::Outcome::written) return;  // its completion goes on
     }
   }
@@ -607,8 +603,8 @@ class WsSession : public http::Session,
   // The common case — all written, nothing else queued meanwhile — ends the write here, without a
   // trip through the strand.
   void sent(int result) override {
-    std::unique_lock lock(mutex_);
-    if (ws_.next_layer().uring_sent_locked(result)) {
+    if (ws_.next_layer().uring_sent(result)) {
+      std::unique_lock lock(mutex_);
       if (out_.empty() && !(closing_ && close_code_)) {
         write_over_locked();  // sending_ too: the strand touches it only while writing_
         return;
@@ -617,7 +613,6 @@ class WsSession : public http::Session,
       net::post(ws_.get_executor(), [self = this->shared_from_this()] { self->write_next(); });
       return;
     }
-    lock.unlock();
     net::post(ws_.get_executor(), [self = this->shared_from_this(), result] {
       auto outcome = self->ws_.next_layer().uring_finish(self->iov_, result, self->written_handler());
       if (outcome == FrameGate<NextLayer>::Outcome::written) self->write_next();
@@ -739,9 +734,6 @@ class WsSession : public http::Session,
     arm_timer();
   }
 
-  // Guards what the hub's thread shares with the strand (below, "shared with the hub's thread"), and the
-  // frame gate's state: declared before ws_, whose gate holds it.
-  std::mutex mutex_;
   websocket::stream<FrameGate<NextLayer>> ws_;
   http::Request upgrade_;
   std::string ip_;
@@ -765,7 +757,8 @@ class WsSession : public http::Session,
   Clock::time_point inbound_at_ = Clock::now();
   const Clock::time_point started_;  // the upgrade request's arrival here, for the metrics
 
-  // Shared with the hub's thread (under mutex_).
+  // Shared with the hub's thread.
+  std::mutex mutex_;
   std::vector<Message> out_;  // queued, not yet handed to the socket
   std::size_t in_flight_ = 0;  // frames of the write in flight (count against the queue limit)
   std::size_t queued_bytes_ = 0;     // bytes of out_
