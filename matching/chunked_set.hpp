@@ -98,6 +98,17 @@ class ChunkedSet {
     }
   }
 
+  // Overwrites the key equivalent to k with k (fields that do not take part in the order), if present.
+  void replace(const Key& k) {
+    const std::size_t c = chunk_for(k);
+    if (c == chunks_.size()) return;
+    auto& ch = chunks_[c];
+    const auto it = std::lower_bound(ch.begin(), ch.end(), k, Less{});
+    if (it == ch.end() || Less{}(k, *it)) return;
+    ++version_;
+    *it = k;
+  }
+
   // Erases the key equivalent to k, if any.
   void erase(const Key& k) {
     const std::size_t c = chunk_for(k);

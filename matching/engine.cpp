@@ -293,6 +293,7 @@ struct LiveOrder {
   bool in_spot{false};  // sell: also in its pool's book_spot_asks
   bool counted{false};
   bool closed{false};
+  bool kept{false};     // in its book sets while a fill changes it (unhook(lo, true) until the next hook)
 };
 
 // Open orders in no particular order, with O(1) insert and erase (each order keeps its slot). Callers
@@ -1942,9 +1943,30 @@ struct Engine::Impl {
   };
 
   // Takes an order out of the book and the account sums before it changes. Returns whether it rested.
-  bool unhook(LiveOrder& lo) {
+  //
+  // `keep`: a fill's maker, whose key keeps its order (price, priority, id) through the fill, stays in its book
+  // sets where it is; only what the fill changes is taken out (the account sums; an ask's runs from the
+  // RunIndex, computed from its free capacity). The next hook() puts those back and refreshes the ask's key in
+  // place, or, if the fill ended the order, takes the rest out: the same book as an erase and a re-insert,
+  // without them.
+  bool unhook(LiveOrder& lo, bool keep = false) {
     const bool was = lo.in_book;
-    if (lo.in_book) {
+    if (lo.in_book && keep) {
+      if (lo.o.is_sell()) unindex_runs(*lo.o.book, lo, lo.hooked_pool);
+      lo.kept = true;
+    } else if (lo.in_book) {
+      unbook(lo, true);
+    }
+    if (lo.counted) {
+      account_add(lo, -1);
+      lo.counted = false;
+    }
+    return was;
+  }
+
+  // The book part of unhook(): out of its sets (and, if `runs`, its runs out of the RunIndex).
+  void unbook(LiveOrder& lo, bool runs) {
+    {
       Book& b = (*lo.o.book);
       if (lo.o.is_buy()) {
         const BidKey k{lo.o.request.price, lo.o.priority, lo.o.id};
@@ -1962,7 +1984,7 @@ struct Engine::Impl {
       } else {
         const AskKey k{lo.o.effective_price, lo.o.priority, lo.o.id};
         LivePool* lp = lo.hooked_pool;
-        unindex_runs(b, lo, lp);
+        if (runs) unindex_runs(b, lo, lp);
         AskPool& ap = b.ask_pools[lp->ask_pool_slot];
         const std::uint32_t at = lo.book_slot;
         if (at + 1 != ap.asks.size()) {
@@ -1991,12 +2013,43 @@ struct Engine::Impl {
         lo.in_spot = false;
       }
       lo.in_book = false;
+      lo.kept = false;
     }
-    if (lo.counted) {
-      account_add(lo, -1);
-      lo.counted = false;
+  }
+
+  // hook() of a kept order (unhook(lo, true)) still open: an ask's key refreshed in its set (its run summary,
+  // whether a duration bid could use it now) and its runs back in the RunIndex, as an erase and a re-insert
+  // would leave them; a bid's key did not change.
+  void rebook_kept(LiveOrder& lo) {
+    lo.kept = false;
+    RestOrder& o = lo.o;
+    if (o.is_buy()) return;
+    Book& b = (*o.book);
+    LivePool& lp = *lo.hooked_pool;
+    AskKey k{o.effective_price, o.priority, o.id, &lo, &lp, o.window_start, o.window_end, o.request.min_duration};
+    summarize_runs(o, k);
+    const bool spot = spot_now(o);
+    AskPool& ap = b.ask_pools[lp.ask_pool_slot];
+    if (lo.in_spot && spot) {
+      if (lp.book_spot_asks.size() == 1) ap.spot_runs = RunBounds{};  // as the erase of its only key would
+      lp.book_spot_asks.replace(k);
+    } else if (lo.in_spot) {
+      lp.book_spot_asks.erase(k);
+      if (lp.book_spot_asks.empty()) {
+        ap.spot_runs = RunBounds{};
+        ap.spot_cheapest = Price(std::numeric_limits<std::int64_t>::max());
+      } else {
+        ap.spot_cheapest = lp.book_spot_asks.begin()->effective;
+      }
+    } else if (spot) {
+      lp.book_spot_asks.insert(k);
     }
-    return was;
+    if (spot) {
+      ap.spot_runs.widen(k);
+      ap.spot_cheapest = std::min(ap.spot_cheapest, k.effective);
+    }
+    lo.in_spot = spot;
+    index_runs(b, lo, &lp);
   }
 
   // Calls f(from, to) for each run of an ask's free capacity: a maximal stretch of adjacent pieces with at
@@ -2128,7 +2181,9 @@ struct Engine::Impl {
         account_add(lo, +1);
         lo.counted = true;
       }
-      if (into_book) {
+      if (lo.kept) {
+        rebook_kept(lo);
+      } else if (into_book) {
         Book& b = (*o.book);
         if (o.is_buy()) {
           const bool dur = o.is_duration_bid();
@@ -2187,6 +2242,7 @@ struct Engine::Impl {
       schedule_order(lo);
       return;
     }
+    if (lo.kept) unbook(lo, false);  // its runs are out already
     refresh_view(lo);
     if (lo.closed) return;
     lo.closed = true;
@@ -2324,8 +2380,8 @@ struct Engine::Impl {
   // One fill between a bid and an ask; `taker` is the incoming side. Emits the trade, the lease and
   // the maker's new state.
   void execute_fill(LiveOrder& bid, LiveOrder& ask, Qty q, Seconds ws, Seconds we, Price price, Side taker) {
-    const bool bid_in = unhook(bid);
-    const bool ask_in = unhook(ask);
+    const bool bid_in = unhook(bid, true);  // the maker stays in its place (the taker is in no book)
+    const bool ask_in = unhook(ask, true);
     ask.o.free.add(ws, we, -q.value);
     if (ask.o.free.min(ws, we) < 0) throw std::logic_error("ask oversold");
     ask.o.filled_gpu_seconds += q.value * (we - ws).value;
