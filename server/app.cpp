@@ -26,6 +26,7 @@
 #include "server/dead_mans_switches.hpp"
 #include "server/engine_runner.hpp"
 #include "server/http_server.hpp"
+#include "server/http_session.hpp"
 #include "server/routes.hpp"
 #include "server/store/health_monitor.hpp"
 #include "server/store/migrations.hpp"
@@ -233,6 +234,10 @@ int serve(const ServerConfig& config) {
   });
   writer.set_answer_timeout(config.store_timeout);
   writer.add_transaction_part(rollups);
+  writer.set_completion_scope([](const std::function<void()>& complete) {
+    http::DeferredAnswers answers;
+    complete();
+  });
   ws::Hub hub(views, [&runner_ptr] { return runner_ptr ? runner_ptr->server_time_ms() : 0; });
   writer.add_listener([&hub](const store::Batch& batch) { hub.publish(batch); });
   ws::CandlePublisher candles(config.dsn, hub);  // the candles channels, read back after commit

@@ -3,7 +3,9 @@
 #include "server/http_session.hpp"
 
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
@@ -160,8 +162,9 @@ class HttpSession : public Session, public std::enable_shared_from_this<HttpSess
     // The handler may answer later from another thread (a database read); the answer hops back
     // onto this connection's strand.
     Respond respond = [self = this->shared_from_this()](Response res) {
-      net::post(self->stream_.get_executor(),
-                [self, res = std::move(res)]() mutable { self->send(std::move(res)); });
+      auto deliver = [self, res = std::move(res)]() mutable { self->send(std::move(res)); };
+      if (auto* deferred = DeferredAnswers::current()) return deferred->add(self->stream_.get_executor(), std::move(deliver));
+      net::post(self->stream_.get_executor(), std::move(deliver));
     };
     try {
       (*match.handler)(*ctx_, std::move(respond));
@@ -278,6 +281,34 @@ class HttpSession : public Session, public std::enable_shared_from_this<HttpSess
 };
 
 }  // namespace
+
+namespace {
+thread_local DeferredAnswers* current_deferred = nullptr;
+}  // namespace
+
+DeferredAnswers::DeferredAnswers() : outer_(current_deferred) { current_deferred = this; }
+
+DeferredAnswers* DeferredAnswers::current() { return current_deferred; }
+
+void DeferredAnswers::add(net::any_io_executor executor, std::function<void()> deliver) {
+  answers_.push_back({std::move(executor), std::move(deliver)});
+}
+
+DeferredAnswers::~DeferredAnswers() {
+  current_deferred = outer_;
+  if (answers_.empty()) return;
+  // Every connection's strand is on the server's one io_context: one post there, and each answer goes
+  // to its strand from the I/O thread that runs it (a thread-local queue, no wake-up).
+  using Strand = net::strand<net::io_context::executor_type>;
+  const auto* strand = answers_.front().executor.target<Strand>();
+  if (!strand) {  // not the sessions' executor: each as it comes
+    for (auto& a : answers_) net::post(a.executor, std::move(a.deliver));
+    return;
+  }
+  net::post(strand->get_inner_executor(), [answers = std::move(answers_)]() mutable {
+    for (auto& a : answers) net::post(a.executor, std::move(a.deliver));
+  });
+}
 
 void start_session(tcp::socket socket, net::ssl::context* tls, HttpServer& server, std::string ip) {
   std::shared_ptr<Session> session;

@@ -313,11 +313,13 @@ void Writer::complete() {
       completions_.pop_front();
       completing_ = true;
     }
-    if (next.second == Outcome::committed) {
-      commit(next.first);
-      continue;
-    }
-    fail(next.first);
+    const auto run = [this, &next] {
+      if (next.second == Outcome::committed) commit(next.first);
+      else fail(next.first);
+    };
+    if (completion_scope_) completion_scope_(run);
+    else run();
+    if (next.second == Outcome::committed) continue;
     if (next.second == Outcome::unknown && !next.first.empty()) {
       std::lock_guard lock(mutex_);
       unknown_ = std::move(next.first);

@@ -82,6 +82,10 @@ class Writer {
   // before start). Listeners and `done` run there, not on the thread that writes, so the next
   // transaction is written while the last one's answers are made.
   void add_listener(Listener listener) { listeners_.push_back(std::move(listener)); }
+  // Runs each ended transaction's listeners and `done` inside it, on the completion thread (set before
+  // start): the server holds the answers they make and hands them to its I/O threads together.
+  using CompletionScope = std::function<void(const std::function<void()>& complete)>;
+  void set_completion_scope(CompletionScope scope) { completion_scope_ = std::move(scope); }
   // Parts of every transaction, in registration order (register before start; `part` outlives the writer's run).
   void add_transaction_part(TransactionPart& part) { parts_.push_back(&part); }
   // A transaction PostgreSQL sends nothing back for within this long fails (its outcome unknown: the
@@ -133,6 +137,7 @@ class Writer {
   std::chrono::milliseconds answer_timeout_{0};
   std::optional<int> abandoned_backend_;  // guarded by mutex_: see fence()
   std::vector<Listener> listeners_;
+  CompletionScope completion_scope_;
   std::vector<TransactionPart*> parts_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;
