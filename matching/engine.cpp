@@ -633,21 +633,6 @@ constexpr std::size_t kTiers = static_cast<std::size_t>(Tier::spot) + 1;
 
 inline std::size_t tier_index(Tier t) { return static_cast<std::size_t>(t); }
 
-bool contains_tier(const std::vector<Tier>& v, Tier t) { return std::find(v.begin(), v.end(), t) != v.end(); }
-
-// The tiers whose pools a bid's constraints admit, a bit (1 << tier_index) each: spot only when it is
-// interruptible, and only the tiers it names when it names any (pool_satisfies' first two tests).
-inline std::uint8_t admitted_tiers(const BidConstraints& c) {
-  std::uint8_t bits = 0;
-  for (std::size_t t = 0; t < kTiers; ++t) {
-    const Tier tier = static_cast<Tier>(t);
-    if ((tier != Tier::spot || c.interruptible) && (c.tiers.empty() || contains_tier(c.tiers, tier))) {
-      bits = static_cast<std::uint8_t>(bits | (1U << t));
-    }
-  }
-  return bits;
-}
-
 struct RunCell {
   std::array<RunSet, kTiers> by_tier;
   // Each tier's least effective price (the maximum when it has no run), beside the sets: a walk passes over
@@ -705,27 +690,11 @@ struct BidEntryLess {
 // whose end week is at most the end's, instead of every bid of every set its pool's constraints admit
 // (~9 in 10 of which it skipped). Empty cells and rows are erased. check_invariants compares the index with
 // the resting bids.
-//
-// A cell's bids are apart by the tiers they admit (admitted_tiers; a bid's constraints never change): an ask
-// reads only the parts its pool's tier can serve. Crossed bids that rest are mostly those few pools can
-// serve, so most of a cell was bids of other tiers (counted over a realistic bench run: 62 % of the entries an
-// instance pool's ask read were bare-metal-only bids, 97 % of those a spot pool's read not interruptible).
-struct BidPart {
-  std::uint8_t tiers{0};  // admitted_tiers of every bid in it
-  // The highest price among them, beside the set: an ask's walk passes over a part priced out without
-  // loading its chunks (a part is erased when it empties, a cell when its last part goes).
-  std::int64_t best{std::numeric_limits<std::int64_t>::min()};
-  ChunkedSet<BidEntry, BidEntryLess> bids;
-};
 struct BidCell {
-  std::vector<BidPart> parts;  // non-empty, one per set of admitted tiers, in no order
-  template <class Cell>
-  static auto* find_part(Cell& c, std::uint8_t tiers) {
-    auto it = std::find_if(c.parts.begin(), c.parts.end(), [&](const BidPart& p) { return p.tiers == tiers; });
-    return it == c.parts.end() ? nullptr : &*it;
-  }
-  BidPart* part(std::uint8_t tiers) { return find_part(*this, tiers); }
-  const BidPart* part(std::uint8_t tiers) const { return find_part(*this, tiers); }
+  ChunkedSet<BidEntry, BidEntryLess> bids;
+  // The highest price among them, beside the set: an ask's walk passes over a cell priced out without
+  // loading its chunks (a cell is erased when it empties).
+  std::int64_t best{std::numeric_limits<std::int64_t>::min()};
 };
 using BidRow = std::map<std::int64_t, BidCell>;  // by end week
 
@@ -974,6 +943,7 @@ struct PreemptCandidate {
   Price lease_price;
 };
 
+bool contains_tier(const std::vector<Tier>& v, Tier t) { return std::find(v.begin(), v.end(), t) != v.end(); }
 
 }  // namespace
 
@@ -1713,7 +1683,11 @@ struct Engine::Impl {
         const auto we32 = static_cast<std::uint32_t>(we.value);
         const auto len32 = static_cast<std::uint32_t>((we - ws).value);
         // The tiers pool_satisfies admits (it judges the tier again with the rest, per pool).
-        const std::uint8_t tiers = admitted_tiers(c);
+        std::array<bool, kTiers> tier_ok{};
+        for (std::size_t t = 0; t < kTiers; ++t) {
+          const Tier tier = static_cast<Tier>(t);
+          tier_ok[t] = (tier != Tier::spot || c.interruptible) && (c.tiers.empty() || contains_tier(c.tiers, tier));
+        }
         // The stop_after least (effective, priority) of the sure candidates so far (a max-heap), and the
         // greatest of them once there are that many: runs after it are left out (cells are sorted).
         constexpr std::size_t kMaxStop = 16;
@@ -1725,7 +1699,7 @@ struct Engine::Impl {
         for (auto row = ix.rows.begin(); row != ix.rows.end() && row->first <= ws_slot; ++row) {
           for (auto cell = row->second.lower_bound(we_slot); cell != row->second.end(); ++cell) {
             for (std::size_t t = 0; t < kTiers; ++t) {
-              if ((tiers >> t & 1U) == 0 || cell->second.cheapest[t] > cut.first) continue;
+              if (!tier_ok[t] || cell->second.cheapest[t] > cut.first) continue;
               for (const std::vector<RunEntry>& chunk : cell->second.by_tier[t].chunks()) {
                 if (chunk.front().effective.value > cut.first) break;
                 for (const RunEntry& e : chunk) {
@@ -1871,18 +1845,17 @@ struct Engine::Impl {
       auto r = g.by_region.find(pool.spec.region);
       if (r != g.by_region.end()) walk.add(r->second.duration, floor);
     }
-    const auto tier = static_cast<std::uint8_t>(1U << tier_index(pool.spec.tier));
-    gather_fixed(b.fixed_bids, floor, tier, walk);
+    gather_fixed(b.fixed_bids, floor, walk);
     auto r = b.fixed_by_region.find(pool.spec.region);
-    if (r != b.fixed_by_region.end()) gather_fixed(r->second, floor, tier, walk);
+    if (r != b.fixed_by_region.end()) gather_fixed(r->second, floor, walk);
     walk.start();
   }
   mutable std::vector<std::uint8_t> group_ok;  // bids_for's verdicts, by group
 
   // Hands `walk` the fixed-window bids of `ix` whose window fits the walk's and whose group bids_for
   // admitted, priced at `floor` or more: those in the cells whose start week is not before the window's
-  // start's and whose end week is not after its end's, in the parts that admit the pool's tier (its bit).
-  void gather_fixed(const BidIndex& ix, Price floor, std::uint8_t tier, BidWalk& walk) const {
+  // start's and whose end week is not after its end's.
+  void gather_fixed(const BidIndex& ix, Price floor, BidWalk& walk) const {
     const Seconds from = walk.from();
     const Seconds to = walk.to();
     const Seconds min = walk.min_duration();
@@ -1890,15 +1863,13 @@ struct Engine::Impl {
     const std::int64_t last = run_slot(to);
     for (auto row = ix.rows.lower_bound(run_slot(from)); row != ix.rows.end() && row->first <= last; ++row) {
       for (auto cell = row->second.begin(); cell != row->second.end() && cell->first <= last; ++cell) {
-        for (const BidPart& part : cell->second.parts) {
-          if ((part.tiers & tier) == 0 || part.best < floor.value) continue;
-          for (const std::vector<BidEntry>& chunk : part.bids.chunks()) {
-            if (chunk.front().price < floor) break;
-            for (const BidEntry& e : chunk) {
-              if (e.price < floor) break;
-              if (e.start < from || e.end > to || e.end <= e.start || e.end - e.start < min) continue;
-              if (group_ok[e.group]) walk.add_fixed(e);
-            }
+        if (cell->second.best < floor.value) continue;
+        for (const std::vector<BidEntry>& chunk : cell->second.bids.chunks()) {
+          if (chunk.front().price < floor) break;
+          for (const BidEntry& e : chunk) {
+            if (e.price < floor) break;
+            if (e.start < from || e.end > to || e.end <= e.start || e.end - e.start < min) continue;
+            if (group_ok[e.group]) walk.add_fixed(e);
           }
         }
       }
@@ -1921,42 +1892,32 @@ struct Engine::Impl {
   }
   static void index_bid(Book& b, const LiveOrder& lo) {
     const BidEntry e = bid_entry(lo);
-    const std::uint8_t tiers = admitted_tiers(lo.o.request.constraints());
     for_each_bid_index(b, lo, [&](BidIndex& ix) {
       BidCell& cell = ix.rows[run_slot(e.start)][run_slot(e.end)];
-      BidPart* part = cell.part(tiers);
-      if (!part) part = &cell.parts.emplace_back(BidPart{tiers, std::numeric_limits<std::int64_t>::min(), {}});
-      const std::size_t n = part->bids.size();
-      part->bids.insert(e);
-      if (part->bids.size() != n + 1) throw std::logic_error("fixed bid index: entry already in");
-      part->best = std::max(part->best, e.price.value);
+      const std::size_t n = cell.bids.size();
+      cell.bids.insert(e);
+      if (cell.bids.size() != n + 1) throw std::logic_error("fixed bid index: entry already in");
+      cell.best = std::max(cell.best, e.price.value);
       ++ix.size;
     });
   }
   static void unindex_bid(Book& b, const LiveOrder& lo) {
     const BidEntry e = bid_entry(lo);
-    const std::uint8_t tiers = admitted_tiers(lo.o.request.constraints());
     for_each_bid_index(b, lo, [&](BidIndex& ix) {
       auto row = ix.rows.find(run_slot(e.start));
       if (row == ix.rows.end()) throw std::logic_error("fixed bid index: no row");
       auto cell = row->second.find(run_slot(e.end));
       if (cell == row->second.end()) throw std::logic_error("fixed bid index: no cell");
       BidCell& c = cell->second;
-      BidPart* part = c.part(tiers);
-      if (!part) throw std::logic_error("fixed bid index: no part");
-      const std::size_t n = part->bids.size();
-      part->bids.erase(e);
-      if (part->bids.size() + 1 != n) throw std::logic_error("fixed bid index: no entry");
+      const std::size_t n = c.bids.size();
+      c.bids.erase(e);
+      if (c.bids.size() + 1 != n) throw std::logic_error("fixed bid index: no entry");
       --ix.size;
-      if (!part->bids.empty()) {
-        part->best = part->bids.begin()->price.value;
-        return;
-      }
-      if (part != &c.parts.back()) *part = std::move(c.parts.back());
-      c.parts.pop_back();
-      if (c.parts.empty()) {
+      if (c.bids.empty()) {
         row->second.erase(cell);
         if (row->second.empty()) ix.rows.erase(row);
+      } else {
+        c.best = c.bids.begin()->price.value;
       }
     });
   }
@@ -3446,11 +3407,9 @@ struct Engine::Impl {
             auto row = ix->rows.find(run_slot(e.start));
             if (row != ix->rows.end()) {
               auto cell = row->second.find(run_slot(e.end));
-              const BidPart* part =
-                  cell == row->second.end() ? nullptr : cell->second.part(admitted_tiers(o.request.constraints()));
-              if (part) {
-                auto it = part->bids.lower_bound(e);
-                found = it != part->bids.end() && *it == e;
+              if (cell != row->second.end()) {
+                auto it = cell->second.bids.lower_bound(e);
+                found = it != cell->second.bids.end() && *it == e;
               }
             }
             if (!found) fail("fixed bid " + std::to_string(o.id.value) + " not indexed");
@@ -3592,19 +3551,14 @@ struct Engine::Impl {
         for (const auto& [start_week, row] : ix.rows) {
           if (row.empty()) fail("fixed bid index: empty row");
           for (const auto& [end_week, cell] : row) {
-            if (cell.parts.empty()) fail("fixed bid index: empty cell");
-            for (const BidPart& part : cell.parts) {
-              if (cell.part(part.tiers) != &part) fail("fixed bid index: two parts of the same tiers");
-              if (part.bids.empty()) fail("fixed bid index: empty part");
-              if (!part.bids.empty() && part.best != part.bids.begin()->price.value) fail("fixed bid index: best out of step");
-              const BidEntry* prev = nullptr;
-              for (const BidEntry& e : part.bids) {
-                if (prev && !BidEntryLess{}(*prev, e)) fail("fixed bid index: part out of order");
-                if (run_slot(e.start) != start_week || run_slot(e.end) != end_week) fail("fixed bid index: wrong cell");
-                if (admitted_tiers(e.lo->o.request.constraints()) != part.tiers) fail("fixed bid index: wrong part");
-                prev = &e;
-                ++n;
-              }
+            if (cell.bids.empty()) fail("fixed bid index: empty cell");
+            if (!cell.bids.empty() && cell.best != cell.bids.begin()->price.value) fail("fixed bid index: best out of step");
+            const BidEntry* prev = nullptr;
+            for (const BidEntry& e : cell.bids) {
+              if (prev && !BidEntryLess{}(*prev, e)) fail("fixed bid index: cell out of order");
+              if (run_slot(e.start) != start_week || run_slot(e.end) != end_week) fail("fixed bid index: wrong cell");
+              prev = &e;
+              ++n;
             }
           }
         }
