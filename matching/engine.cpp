@@ -1964,57 +1964,58 @@ struct Engine::Impl {
     return was;
   }
 
+  // An ask's key out of its pool's spot set, and the set's summary (run bounds, cheapest) brought up to date.
+  static void erase_spot(AskPool& ap, LivePool& lp, const AskKey& k) {
+    lp.book_spot_asks.erase(k);
+    if (lp.book_spot_asks.empty()) {
+      ap.spot_runs = RunBounds{};
+      ap.spot_cheapest = Price(std::numeric_limits<std::int64_t>::max());
+    } else {
+      ap.spot_cheapest = lp.book_spot_asks.begin()->effective;
+    }
+  }
+
   // The book part of unhook(): out of its sets (and, if `runs`, its runs out of the RunIndex).
   void unbook(LiveOrder& lo, bool runs) {
-    {
-      Book& b = (*lo.o.book);
-      if (lo.o.is_buy()) {
-        const BidKey k{lo.o.request.price, lo.o.priority, lo.o.id};
-        const bool dur = lo.o.is_duration_bid();
-        BidGroup& g = b.bid_groups[static_cast<std::size_t>(lo.bid_group)];
-        --g.resting;
-        const std::vector<std::string>& regions = lo.o.request.constraints().regions;
-        if (!dur) {
-          unindex_bid(b, lo);
-        } else if (regions.empty()) {
-          g.any.duration.erase(k);
-        } else {
-          for (const std::string& r : regions) g.by_region.at(r).duration.erase(k);
-        }
+    Book& b = (*lo.o.book);
+    if (lo.o.is_buy()) {
+      const BidKey k{lo.o.request.price, lo.o.priority, lo.o.id};
+      const bool dur = lo.o.is_duration_bid();
+      BidGroup& g = b.bid_groups[static_cast<std::size_t>(lo.bid_group)];
+      --g.resting;
+      const std::vector<std::string>& regions = lo.o.request.constraints().regions;
+      if (!dur) {
+        unindex_bid(b, lo);
+      } else if (regions.empty()) {
+        g.any.duration.erase(k);
       } else {
-        const AskKey k{lo.o.effective_price, lo.o.priority, lo.o.id};
-        LivePool* lp = lo.hooked_pool;
-        if (runs) unindex_runs(b, lo, lp);
-        AskPool& ap = b.ask_pools[lp->ask_pool_slot];
-        const std::uint32_t at = lo.book_slot;
-        if (at + 1 != ap.asks.size()) {
-          ap.asks[at] = ap.asks.back();
-          ap.asks[at]->book_slot = at;
-        }
-        ap.asks.pop_back();
-        if (lo.in_spot) {
-          lp->book_spot_asks.erase(k);
-          if (lp->book_spot_asks.empty()) {
-            ap.spot_runs = RunBounds{};
-            ap.spot_cheapest = Price(std::numeric_limits<std::int64_t>::max());
-          } else {
-            ap.spot_cheapest = lp->book_spot_asks.begin()->effective;
-          }
-        }
-        if (--lp->book_count == 0) {
-          const std::size_t i = lp->ask_pool_slot;
-          if (i + 1 != b.ask_pools.size()) {
-            b.ask_pools[i] = std::move(b.ask_pools.back());
-            b.ask_pools[i].lp->ask_pool_slot = i;
-          }
-          b.ask_pools.pop_back();
-        }
-        lo.hooked_pool = nullptr;
-        lo.in_spot = false;
+        for (const std::string& r : regions) g.by_region.at(r).duration.erase(k);
       }
-      lo.in_book = false;
-      lo.kept = false;
+    } else {
+      const AskKey k{lo.o.effective_price, lo.o.priority, lo.o.id};
+      LivePool* lp = lo.hooked_pool;
+      if (runs) unindex_runs(b, lo, lp);
+      AskPool& ap = b.ask_pools[lp->ask_pool_slot];
+      const std::uint32_t at = lo.book_slot;
+      if (at + 1 != ap.asks.size()) {
+        ap.asks[at] = ap.asks.back();
+        ap.asks[at]->book_slot = at;
+      }
+      ap.asks.pop_back();
+      if (lo.in_spot) erase_spot(ap, *lp, k);
+      if (--lp->book_count == 0) {
+        const std::size_t i = lp->ask_pool_slot;
+        if (i + 1 != b.ask_pools.size()) {
+          b.ask_pools[i] = std::move(b.ask_pools.back());
+          b.ask_pools[i].lp->ask_pool_slot = i;
+        }
+        b.ask_pools.pop_back();
+      }
+      lo.hooked_pool = nullptr;
+      lo.in_spot = false;
     }
+    lo.in_book = false;
+    lo.kept = false;
   }
 
   // hook() of a kept order (unhook(lo, true)) still open: an ask's key refreshed in its set (its run summary,
@@ -2034,13 +2035,7 @@ struct Engine::Impl {
       if (lp.book_spot_asks.size() == 1) ap.spot_runs = RunBounds{};  // as the erase of its only key would
       lp.book_spot_asks.replace(k);
     } else if (lo.in_spot) {
-      lp.book_spot_asks.erase(k);
-      if (lp.book_spot_asks.empty()) {
-        ap.spot_runs = RunBounds{};
-        ap.spot_cheapest = Price(std::numeric_limits<std::int64_t>::max());
-      } else {
-        ap.spot_cheapest = lp.book_spot_asks.begin()->effective;
-      }
+      erase_spot(ap, lp, k);
     } else if (spot) {
       lp.book_spot_asks.insert(k);
     }
