@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace gpuex::matching {
@@ -100,24 +101,19 @@ class ChunkedSet {
 
   // Overwrites the key equivalent to k with k (fields that do not take part in the order), if present.
   void replace(const Key& k) {
-    const std::size_t c = chunk_for(k);
+    const auto [c, at] = find_equivalent(k);
     if (c == chunks_.size()) return;
-    auto& ch = chunks_[c];
-    const auto it = std::lower_bound(ch.begin(), ch.end(), k, Less{});
-    if (it == ch.end() || Less{}(k, *it)) return;
     ++version_;
-    *it = k;
+    chunks_[c][at] = k;
   }
 
   // Erases the key equivalent to k, if any.
   void erase(const Key& k) {
-    const std::size_t c = chunk_for(k);
+    const auto [c, at] = find_equivalent(k);
     if (c == chunks_.size()) return;
-    auto& ch = chunks_[c];
-    const auto it = std::lower_bound(ch.begin(), ch.end(), k, Less{});
-    if (it == ch.end() || Less{}(k, *it)) return;
     ++version_;
-    ch.erase(it);
+    auto& ch = chunks_[c];
+    ch.erase(ch.begin() + static_cast<std::ptrdiff_t>(at));
     --size_;
     if (ch.empty()) {
       chunks_.erase(chunks_.begin() + static_cast<std::ptrdiff_t>(c));
@@ -135,6 +131,16 @@ class ChunkedSet {
     const auto it = std::partition_point(chunks_.begin(), chunks_.end(),
                                          [&](const std::vector<Key>& ch) { return Less{}(ch.back(), k); });
     return static_cast<std::size_t>(it - chunks_.begin());
+  }
+
+  // The chunk and the place in it of the key equivalent to k ({chunks_.size(), 0} if none).
+  std::pair<std::size_t, std::size_t> find_equivalent(const Key& k) const {
+    const std::size_t c = chunk_for(k);
+    if (c == chunks_.size()) return {c, 0};
+    const auto& ch = chunks_[c];
+    const auto it = std::lower_bound(ch.begin(), ch.end(), k, Less{});
+    if (it == ch.end() || Less{}(k, *it)) return {chunks_.size(), 0};
+    return {c, static_cast<std::size_t>(it - ch.begin())};
   }
 
   std::vector<std::vector<Key>> chunks_;  // each non-empty and sorted; chunk i's keys < chunk i+1's
