@@ -3404,6 +3404,7 @@ struct Engine::Impl {
     std::map<const Book*, std::size_t> fixed_entries;  // entries the fixed bid indexes should hold, by book
     for (const auto& [id, lo] : orders) {
       const RestOrder& o = lo.o;
+      if (lo.kept) fail("order " + std::to_string(id.value) + " still kept in its book sets after the command");
       if (!o.is_open()) continue;
       if (o.is_buy()) {
         if (o.filled + o.remaining != o.request.quantity) fail("bid filled+remaining: " + to_string(to_order(o)));
