@@ -33,6 +33,8 @@ def main():
     subprocess.run(["psql", base + "/postgres", "-qc", "CREATE DATABASE " + db], check=True)
     dsn = base + "/" + db
     server = None
+    tmp = tempfile.TemporaryDirectory(prefix="gpuex-contract-")  # the port file and the server's log
+    log_path = os.path.join(tmp.name, "gpuexd.log")
     try:
         subprocess.run([gpuexd, "migrate", "--dsn", dsn], check=True, capture_output=True)
 
@@ -42,8 +44,8 @@ def main():
             return json.loads(out)
 
         admin, provider, buyer = account("ops", "admin"), account("provider", "provide,read"), account("buyer", "trade,read")
-        port_file = tempfile.mktemp(prefix="gpuex-contract-port-")
-        log = open(tempfile.mktemp(prefix="gpuex-contract-log-"), "w")
+        port_file = os.path.join(tmp.name, "port")
+        log = open(log_path, "w")
         server = subprocess.Popen([gpuexd, "serve", "--dsn", dsn, "--listen", "127.0.0.1:0", "--port-file", port_file,
                                    "--test-clock", "--tick-ms", "100"], stdout=log, stderr=log)
         for _ in range(600):
@@ -52,10 +54,15 @@ def main():
             time.sleep(0.05)
         port = int(open(port_file).read())
         run_checks(spec, port, admin, provider, buyer)
+    except BaseException:
+        if os.path.exists(log_path):  # the server's last words, before the folder goes
+            sys.stderr.write("gpuexd's log (last 40 lines):\n" + "".join(open(log_path).readlines()[-40:]))
+        raise
     finally:
         if server:
             server.terminate()
             server.wait(timeout=30)
+        tmp.cleanup()
         subprocess.run(["psql", base + "/postgres", "-qc", "DROP DATABASE IF EXISTS %s WITH (FORCE)" % db])
 
 
