@@ -1964,6 +1964,20 @@ struct Engine::Impl {
     return was;
   }
 
+  // A resting ask's key in its book sets, with its free runs summarized.
+  static AskKey ask_key(LiveOrder& lo, LivePool& lp) {
+    const RestOrder& o = lo.o;
+    AskKey k{o.effective_price, o.priority, o.id, &lo, &lp, o.window_start, o.window_end, o.request.min_duration};
+    summarize_runs(o, k);
+    return k;
+  }
+
+  // A key in its pool's spot set counted in the set's summary (run bounds, cheapest).
+  static void count_spot(AskPool& ap, const AskKey& k) {
+    ap.spot_runs.widen(k);
+    ap.spot_cheapest = std::min(ap.spot_cheapest, k.effective);
+  }
+
   // An ask's key out of its pool's spot set, and the set's summary (run bounds, cheapest) brought up to date.
   static void erase_spot(AskPool& ap, LivePool& lp, const AskKey& k) {
     lp.book_spot_asks.erase(k);
@@ -2027,8 +2041,7 @@ struct Engine::Impl {
     if (o.is_buy()) return;
     Book& b = (*o.book);
     LivePool& lp = *lo.hooked_pool;
-    AskKey k{o.effective_price, o.priority, o.id, &lo, &lp, o.window_start, o.window_end, o.request.min_duration};
-    summarize_runs(o, k);
+    const AskKey k = ask_key(lo, lp);
     const bool spot = spot_now(o);
     AskPool& ap = b.ask_pools[lp.ask_pool_slot];
     if (lo.in_spot && spot) {
@@ -2039,10 +2052,7 @@ struct Engine::Impl {
     } else if (spot) {
       lp.book_spot_asks.insert(k);
     }
-    if (spot) {
-      ap.spot_runs.widen(k);
-      ap.spot_cheapest = std::min(ap.spot_cheapest, k.effective);
-    }
+    if (spot) count_spot(ap, k);
     lo.in_spot = spot;
     index_runs(b, lo, &lp);
   }
@@ -2211,9 +2221,7 @@ struct Engine::Impl {
           }
         } else {
           LivePool& lp = pools.at(o.request.pool);
-          AskKey k{o.effective_price, o.priority, o.id, &lo, &lp, o.window_start, o.window_end,
-                   o.request.min_duration};
-          summarize_runs(o, k);
+          const AskKey k = ask_key(lo, lp);
           lo.in_spot = spot_now(o);
           if (lp.book_count++ == 0) {
             lp.ask_pool_slot = b.ask_pools.size();
@@ -2224,8 +2232,7 @@ struct Engine::Impl {
           ap.asks.push_back(&lo);
           if (lo.in_spot) {
             lp.book_spot_asks.insert(k);
-            ap.spot_runs.widen(k);
-            ap.spot_cheapest = std::min(ap.spot_cheapest, k.effective);
+            count_spot(ap, k);
           }
           index_runs(b, lo, &lp);
           lo.hooked_pool = &lp;
@@ -3429,32 +3436,27 @@ struct Engine::Impl {
         rep.regions.clear();
         if (!(g.rep == rep)) fail("bid in the wrong constraint group: " + to_string(to_order(o)));
         const std::vector<std::string>& regions = o.request.constraints().regions;
-        if (o.is_duration_bid()) {
-          std::vector<const BidSets*> homes;
-          if (regions.empty()) homes.push_back(&g.any);
+        // Where the bid rests: `any` without regions, else each of its regions' entry in `by_region` (a
+        // missing one: not in the book).
+        const auto homes = [&]<class T, class M>(const T& any, const M& by_region) {
+          std::vector<const T*> out;
+          if (regions.empty()) out.push_back(&any);
           for (const std::string& r : regions) {
-            auto it = g.by_region.find(r);
-            if (it == g.by_region.end()) {
+            auto it = by_region.find(r);
+            if (it == by_region.end()) {
               in = false;
             } else {
-              homes.push_back(&it->second);
+              out.push_back(&it->second);
             }
           }
-          for (const BidSets* h : homes) in = in && h->duration.count(bk) == 1;
+          return out;
+        };
+        if (o.is_duration_bid()) {
+          for (const BidSets* h : homes(g.any, g.by_region)) in = in && h->duration.count(bk) == 1;
         } else {
           // In the fixed bid index of each of its regions (or the one without), in the cell of its window.
           const BidEntry e = bid_entry(lo);
-          std::vector<const BidIndex*> homes;
-          if (regions.empty()) homes.push_back(&b.fixed_bids);
-          for (const std::string& r : regions) {
-            auto it = b.fixed_by_region.find(r);
-            if (it == b.fixed_by_region.end()) {
-              in = false;
-            } else {
-              homes.push_back(&it->second);
-            }
-          }
-          for (const BidIndex* ix : homes) {
+          for (const BidIndex* ix : homes(b.fixed_bids, b.fixed_by_region)) {
             bool found = false;
             auto row = ix->rows.find(run_slot(e.start));
             if (row != ix->rows.end()) {

@@ -30,13 +30,18 @@ function open() {
   ws.onopen();
   return { stream, ws };
 }
-const trade = (seq, id) => ({ type: 'trade', channel: 'trades:M', seq, trade: { trade_id: String(id) } });
-
-test('messages in order are passed on; heartbeats repeat the seq and are not', () => {
+// A stream subscribed to trades:M (confirmed); `got` records each message's seq and each resync.
+function subscribedToTrades() {
   const { stream, ws } = open();
   const got = [];
   stream.subscribe('trades:M', (m) => got.push(m.seq), () => got.push('resync'));
   ws.deliver({ type: 'subscribed', channels: ['trades:M'] });
+  return { ws, got };
+}
+const trade = (seq, id) => ({ type: 'trade', channel: 'trades:M', seq, trade: { trade_id: String(id) } });
+
+test('messages in order are passed on; heartbeats repeat the seq and are not', () => {
+  const { ws, got } = subscribedToTrades();
   ws.deliver(trade(5, 1));
   ws.deliver({ type: 'heartbeat', channel: 'trades:M', seq: 5 });
   ws.deliver(trade(6, 2));
@@ -44,10 +49,7 @@ test('messages in order are passed on; heartbeats repeat the seq and are not', (
 });
 
 test('after a gap, the old subscription\'s messages still in flight are dropped until the new one is confirmed', () => {
-  const { stream, ws } = open();
-  const got = [];
-  stream.subscribe('trades:M', (m) => got.push(m.seq), () => got.push('resync'));
-  ws.deliver({ type: 'subscribed', channels: ['trades:M'] });
+  const { ws, got } = subscribedToTrades();
   ws.deliver(trade(1, 10));
   ws.deliver(trade(3, 12));  // 2 was missed
   assert.deepEqual(got, [1, 'resync']);
