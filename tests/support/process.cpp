@@ -14,7 +14,11 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <iostream>
 #include <thread>
+
+#define CATCH_CONFIG_EXTERNAL_INTERFACES  // for the listener at the end
+#include <catch2/catch.hpp>
 
 extern char** environ;
 
@@ -112,17 +116,45 @@ std::string Process::log() const {
   return ss.str();
 }
 
-std::string scratch_path(const std::string& name) {
-  static std::atomic<int> counter{0};
-  // A folder of an earlier process that had our pid would hand us its stale port files and logs
-  // (a test then talks to no server, or to another test's): start from an empty one.
-  static const std::filesystem::path dir = [] {
+namespace {
+
+// Set when the first scratch path is handed out; the listener below reads it at the end of the run.
+std::optional<std::filesystem::path> scratch_dir;
+
+const std::filesystem::path& make_scratch_dir() {
+  static const std::filesystem::path& dir = []() -> const std::filesystem::path& {
+    // A folder of an earlier process that had our pid would hand us its stale port files and logs
+    // (a test then talks to no server, or to another test's): start from an empty one.
     auto d = std::filesystem::temp_directory_path() / ("gpuex-test-" + std::to_string(::getpid()));
     std::filesystem::remove_all(d);
     std::filesystem::create_directories(d);
-    return d;
+    return scratch_dir.emplace(std::move(d));
   }();
-  return (dir / (std::to_string(counter++) + "-" + name)).string();
+  return dir;
+}
+
+// ctest runs each case in a process of its own, so every run of the suite made hundreds of these folders:
+// they are removed when the process's tests all passed, and named on stderr when one failed.
+struct ScratchCleanup : Catch::TestEventListenerBase {
+  using TestEventListenerBase::TestEventListenerBase;
+  void testRunEnded(const Catch::TestRunStats& stats) override {
+    if (!scratch_dir) return;
+    if (stats.totals.assertions.failed == 0 && stats.totals.testCases.failed == 0) {
+      std::error_code ignored;
+      std::filesystem::remove_all(*scratch_dir, ignored);
+    } else {
+      std::cerr << "the logs of this run are kept in " << scratch_dir->string() << "\n";
+    }
+  }
+};
+
+}  // namespace
+
+CATCH_REGISTER_LISTENER(ScratchCleanup)
+
+std::string scratch_path(const std::string& name) {
+  static std::atomic<int> counter{0};
+  return (make_scratch_dir() / (std::to_string(counter++) + "-" + name)).string();
 }
 
 RunResult run_command(std::vector<std::string> argv, std::vector<std::string> env,

@@ -40,7 +40,8 @@ struct RunResult {
 RunResult run_command(std::vector<std::string> argv, std::vector<std::string> env = {},
                       std::chrono::milliseconds timeout = std::chrono::seconds(120));
 
-// A fresh path under the test run's scratch folder.
+// A fresh path under the test run's scratch folder (gpuex-test-<pid> in the temporary directory). The folder is
+// removed when the run ends with every test passed, and kept (its path printed) when one failed, for its logs.
 std::string scratch_path(const std::string& name);
 
 }  // namespace gpuex::test

@@ -13,6 +13,7 @@ import hashlib
 import http.client
 import json
 import os
+import shutil
 import socket
 import ssl
 import struct
@@ -150,6 +151,7 @@ def main():
             server.terminate()
             server.wait(timeout=30)
         subprocess.run(["psql", base + "/postgres", "-qc", "DROP DATABASE IF EXISTS %s WITH (FORCE)" % db])
+        shutil.rmtree(scratch, ignore_errors=True)  # the certificate, the port file and the log (its tail printed above)
 
 
 def run_checks(port, cert, provider_key):
