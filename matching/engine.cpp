@@ -1947,14 +1947,14 @@ struct Engine::Impl {
   // Takes an order out of the book and the account sums before it changes. Returns whether it rested.
   //
   // `keep`: a fill's maker, whose key keeps its order (price, priority, id) through the fill, stays in its book
-  // sets where it is; only what the fill changes is taken out (the account sums; an ask's runs from the
-  // RunIndex, computed from its free capacity). The next hook() puts those back and refreshes the ask's key in
-  // place, or, if the fill ended the order, takes the rest out: the same book as an erase and a re-insert,
-  // without them.
+  // sets where it is; only what the fill changes is taken out (the account sums); an ask's runs stay in the
+  // RunIndex, remembered (keep_runs). The next hook() puts the sums back, refreshes the ask's key in place and
+  // re-indexes the runs the fill changed, or, if the fill ended the order, takes the rest out: the same book
+  // as an erase and a re-insert, without them.
   bool unhook(LiveOrder& lo, bool keep = false) {
     const bool was = lo.in_book;
     if (lo.in_book && keep) {
-      if (lo.o.is_sell()) unindex_runs(*lo.o.book, lo, lo.pool);
+      if (lo.o.is_sell()) keep_runs(lo);
       lo.kept = true;
     } else if (lo.in_book) {
       unbook(lo, true);
@@ -2034,8 +2034,8 @@ struct Engine::Impl {
   }
 
   // hook() of a kept order (unhook(lo, true)) still open: an ask's key refreshed in its set (its run summary,
-  // whether a duration bid could use it now) and its runs back in the RunIndex, as an erase and a re-insert
-  // would leave them; a bid's key did not change.
+  // whether a duration bid could use it now) and its runs in the RunIndex brought up to date, as an erase and a
+  // re-insert would leave them; a bid's key did not change.
   void rebook_kept(LiveOrder& lo) {
     lo.kept = false;
     RestOrder& o = lo.o;
@@ -2055,7 +2055,7 @@ struct Engine::Impl {
     }
     if (spot) count_spot(ap, k);
     lo.in_spot = spot;
-    index_runs(b, lo, &lp);
+    settle_kept_runs(lo);
   }
 
   // Calls f(from, to) for each run of an ask's free capacity: a maximal stretch of adjacent pieces with at
@@ -2106,39 +2106,83 @@ struct Engine::Impl {
       ix.marks.emplace_back();
     }
     for_each_run(lo.o, [&](Seconds from, Seconds to) {
-      const std::optional<RunEntry> e = run_entry(lo, lp, from, to);
-      if (!e) return;
-      RunCell& cell = ix.rows[run_slot(Seconds(e->start))][run_slot(Seconds(e->end))];
-      const std::size_t t = tier_index(lp->p.spec.tier);
-      RunSet& set = cell.by_tier[t];
-      const std::size_t n = set.size();
-      set.insert(*e);
-      if (set.size() != n + 1) throw std::logic_error("free run index: entry already in");
-      cell.cheapest[t] = std::min(cell.cheapest[t], e->effective.value);
-      ++ix.size;
+      if (const std::optional<RunEntry> e = run_entry(lo, lp, from, to)) index_run(ix, lp, *e);
     });
   }
   static void unindex_runs(Book& b, LiveOrder& lo, const LivePool* lp) {
     RunIndex& ix = b.free_runs;
     if (!ix.enabled) return;
     for_each_run(lo.o, [&](Seconds from, Seconds to) {
-      const std::optional<RunEntry> e = run_entry(lo, lp, from, to);
-      if (!e) return;
-      auto row = ix.rows.find(run_slot(Seconds(e->start)));
-      if (row == ix.rows.end()) throw std::logic_error("free run index: no row");
-      auto cell = row->second.find(run_slot(Seconds(e->end)));
-      if (cell == row->second.end()) throw std::logic_error("free run index: no cell");
-      const std::size_t t = tier_index(lp->p.spec.tier);
-      RunSet& set = cell->second.by_tier[t];
-      const std::size_t n = set.size();
-      set.erase(*e);
-      if (set.size() + 1 != n) throw std::logic_error("free run index: no entry");
-      cell->second.refresh(t);
-      --ix.size;
-      if (cell->second.empty()) {
-        row->second.erase(cell);
-        if (row->second.empty()) ix.rows.erase(row);
-      }
+      if (const std::optional<RunEntry> e = run_entry(lo, lp, from, to)) unindex_run(ix, lp, *e);
+    });
+  }
+  static void index_run(RunIndex& ix, const LivePool* lp, const RunEntry& e) {
+    RunCell& cell = ix.rows[run_slot(Seconds(e.start))][run_slot(Seconds(e.end))];
+    const std::size_t t = tier_index(lp->p.spec.tier);
+    RunSet& set = cell.by_tier[t];
+    const std::size_t n = set.size();
+    set.insert(e);
+    if (set.size() != n + 1) throw std::logic_error("free run index: entry already in");
+    cell.cheapest[t] = std::min(cell.cheapest[t], e.effective.value);
+    ++ix.size;
+  }
+  static void unindex_run(RunIndex& ix, const LivePool* lp, const RunEntry& e) {
+    auto row = ix.rows.find(run_slot(Seconds(e.start)));
+    if (row == ix.rows.end()) throw std::logic_error("free run index: no row");
+    auto cell = row->second.find(run_slot(Seconds(e.end)));
+    if (cell == row->second.end()) throw std::logic_error("free run index: no cell");
+    const std::size_t t = tier_index(lp->p.spec.tier);
+    RunSet& set = cell->second.by_tier[t];
+    const std::size_t n = set.size();
+    set.erase(e);
+    if (set.size() + 1 != n) throw std::logic_error("free run index: no entry");
+    cell->second.refresh(t);
+    --ix.size;
+    if (cell->second.empty()) {
+      row->second.erase(cell);
+      if (row->second.empty()) ix.rows.erase(row);
+    }
+  }
+
+  // A fill's maker ask stays in the RunIndex while the fill changes it (unhook(lo, true)): its runs as indexed
+  // are remembered here (one ask at a time), and settle_kept_runs() then takes out and puts in only the runs
+  // the fill changed (a run changes only where fewer than a lot stay free; the ask's other runs stay put).
+  std::vector<RunEntry> kept_runs;
+  std::vector<RunEntry> fresh_runs;  // settle_kept_runs()'s scratch
+  const LiveOrder* kept_ask{nullptr};
+
+  void keep_runs(const LiveOrder& lo) {
+    if (kept_ask) throw std::logic_error("free run index: two asks kept at once");
+    kept_ask = &lo;
+    run_entries(lo, kept_runs);
+  }
+
+  // The RunIndex brought up to date for a kept ask (hook() after the fill): the open ask's runs as they are now,
+  // a closed one's none.
+  void settle_kept_runs(const LiveOrder& lo) {
+    if (kept_ask != &lo) throw std::logic_error("free run index: not the kept ask");
+    kept_ask = nullptr;
+    RunIndex& ix = lo.o.book->free_runs;
+    if (!ix.enabled) return;
+    fresh_runs.clear();
+    if (lo.o.is_open()) run_entries(lo, fresh_runs);
+    const auto in = [](const std::vector<RunEntry>& v, const RunEntry& e) {
+      return std::find(v.begin(), v.end(), e) != v.end();
+    };
+    for (const RunEntry& e : kept_runs) {  // out first: a new run may sort equal to an old one (same start)
+      if (!in(fresh_runs, e)) unindex_run(ix, lo.pool, e);
+    }
+    for (const RunEntry& e : fresh_runs) {
+      if (!in(kept_runs, e)) index_run(ix, lo.pool, e);
+    }
+  }
+
+  // A resting ask's index entries (none while its book has no RunIndex).
+  static void run_entries(const LiveOrder& lo, std::vector<RunEntry>& out) {
+    out.clear();
+    if (!lo.o.book->free_runs.enabled) return;
+    for_each_run(lo.o, [&](Seconds from, Seconds to) {
+      if (const std::optional<RunEntry> e = run_entry(lo, lo.pool, from, to)) out.push_back(*e);
     });
   }
 
@@ -2244,7 +2288,10 @@ struct Engine::Impl {
       schedule_order(lo);
       return;
     }
-    if (lo.kept) unbook(lo, false);  // its runs are out already
+    if (lo.kept) {
+      if (o.is_sell()) settle_kept_runs(lo);  // its runs out
+      unbook(lo, false);
+    }
     refresh_view(lo);
     if (lo.closed) return;
     lo.closed = true;
