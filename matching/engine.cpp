@@ -284,7 +284,9 @@ struct LiveOrder {
   Shown shown;
   Seconds timer{-1};
   std::unique_ptr<std::vector<LeaseId>> sold;  // sell: leases it created (some may have ended); null: none
-  LivePool* hooked_pool{nullptr};  // sell in a book: the pool whose AskPool holds it
+  // Sell: its pool, from its placement on (a sell's pool never changes, and Impl::pools, a std::map, never
+  // erases a pool), so a sell's pool is never looked up by id; in its AskPool while in_book.
+  LivePool* pool{nullptr};
   std::uint32_t account_slot{0};   // its place in its Account's orders
   std::uint32_t pool_slot{0};      // sell: its place in its LivePool's asks
   std::uint32_t book_slot{0};      // sell in a book: its index in its AskPool's asks
@@ -715,7 +717,7 @@ struct Book {
   std::unordered_map<const BidConstraints*, std::pair<ConsRef, int>> group_by_cons;
   BidIndex fixed_bids;                            // resting fixed-window bids without regions
   std::map<std::string, BidIndex> fixed_by_region;  // ... with regions: in the index of each region named
-  std::set<PoolId> spot_pools;
+  std::map<PoolId, const LivePool*> spot_pools;  // its spot pools not retired (Impl::pools never erases one)
   // Pools with resting asks (order irrelevant: walks merge by key), each with the lowest effective price
   // among them, so that a walk skips a pool priced out without touching it.
   std::vector<AskPool> ask_pools;
@@ -1945,14 +1947,14 @@ struct Engine::Impl {
   // Takes an order out of the book and the account sums before it changes. Returns whether it rested.
   //
   // `keep`: a fill's maker, whose key keeps its order (price, priority, id) through the fill, stays in its book
-  // sets where it is; only what the fill changes is taken out (the account sums; an ask's runs from the
-  // RunIndex, computed from its free capacity). The next hook() puts those back and refreshes the ask's key in
-  // place, or, if the fill ended the order, takes the rest out: the same book as an erase and a re-insert,
-  // without them.
+  // sets where it is; only what the fill changes is taken out (the account sums); an ask's runs stay in the
+  // RunIndex, remembered (keep_runs). The next hook() puts the sums back, refreshes the ask's key in place and
+  // re-indexes the runs the fill changed, or, if the fill ended the order, takes the rest out: the same book
+  // as an erase and a re-insert, without them.
   bool unhook(LiveOrder& lo, bool keep = false) {
     const bool was = lo.in_book;
     if (lo.in_book && keep) {
-      if (lo.o.is_sell()) unindex_runs(*lo.o.book, lo, lo.hooked_pool);
+      if (lo.o.is_sell()) keep_runs(lo);
       lo.kept = true;
     } else if (lo.in_book) {
       unbook(lo, true);
@@ -2007,7 +2009,7 @@ struct Engine::Impl {
       }
     } else {
       const AskKey k{lo.o.effective_price, lo.o.priority, lo.o.id};
-      LivePool* lp = lo.hooked_pool;
+      LivePool* lp = lo.pool;
       if (runs) unindex_runs(b, lo, lp);
       AskPool& ap = b.ask_pools[lp->ask_pool_slot];
       const std::uint32_t at = lo.book_slot;
@@ -2025,7 +2027,6 @@ struct Engine::Impl {
         }
         b.ask_pools.pop_back();
       }
-      lo.hooked_pool = nullptr;
       lo.in_spot = false;
     }
     lo.in_book = false;
@@ -2033,14 +2034,14 @@ struct Engine::Impl {
   }
 
   // hook() of a kept order (unhook(lo, true)) still open: an ask's key refreshed in its set (its run summary,
-  // whether a duration bid could use it now) and its runs back in the RunIndex, as an erase and a re-insert
-  // would leave them; a bid's key did not change.
+  // whether a duration bid could use it now) and its runs in the RunIndex brought up to date, as an erase and a
+  // re-insert would leave them; a bid's key did not change.
   void rebook_kept(LiveOrder& lo) {
     lo.kept = false;
     RestOrder& o = lo.o;
     if (o.is_buy()) return;
     Book& b = (*o.book);
-    LivePool& lp = *lo.hooked_pool;
+    LivePool& lp = *lo.pool;
     const AskKey k = ask_key(lo, lp);
     const bool spot = spot_now(o);
     AskPool& ap = b.ask_pools[lp.ask_pool_slot];
@@ -2054,7 +2055,7 @@ struct Engine::Impl {
     }
     if (spot) count_spot(ap, k);
     lo.in_spot = spot;
-    index_runs(b, lo, &lp);
+    settle_kept_runs(lo);
   }
 
   // Calls f(from, to) for each run of an ask's free capacity: a maximal stretch of adjacent pieces with at
@@ -2105,39 +2106,83 @@ struct Engine::Impl {
       ix.marks.emplace_back();
     }
     for_each_run(lo.o, [&](Seconds from, Seconds to) {
-      const std::optional<RunEntry> e = run_entry(lo, lp, from, to);
-      if (!e) return;
-      RunCell& cell = ix.rows[run_slot(Seconds(e->start))][run_slot(Seconds(e->end))];
-      const std::size_t t = tier_index(lp->p.spec.tier);
-      RunSet& set = cell.by_tier[t];
-      const std::size_t n = set.size();
-      set.insert(*e);
-      if (set.size() != n + 1) throw std::logic_error("free run index: entry already in");
-      cell.cheapest[t] = std::min(cell.cheapest[t], e->effective.value);
-      ++ix.size;
+      if (const std::optional<RunEntry> e = run_entry(lo, lp, from, to)) index_run(ix, lp, *e);
     });
   }
   static void unindex_runs(Book& b, LiveOrder& lo, const LivePool* lp) {
     RunIndex& ix = b.free_runs;
     if (!ix.enabled) return;
     for_each_run(lo.o, [&](Seconds from, Seconds to) {
-      const std::optional<RunEntry> e = run_entry(lo, lp, from, to);
-      if (!e) return;
-      auto row = ix.rows.find(run_slot(Seconds(e->start)));
-      if (row == ix.rows.end()) throw std::logic_error("free run index: no row");
-      auto cell = row->second.find(run_slot(Seconds(e->end)));
-      if (cell == row->second.end()) throw std::logic_error("free run index: no cell");
-      const std::size_t t = tier_index(lp->p.spec.tier);
-      RunSet& set = cell->second.by_tier[t];
-      const std::size_t n = set.size();
-      set.erase(*e);
-      if (set.size() + 1 != n) throw std::logic_error("free run index: no entry");
-      cell->second.refresh(t);
-      --ix.size;
-      if (cell->second.empty()) {
-        row->second.erase(cell);
-        if (row->second.empty()) ix.rows.erase(row);
-      }
+      if (const std::optional<RunEntry> e = run_entry(lo, lp, from, to)) unindex_run(ix, lp, *e);
+    });
+  }
+  static void index_run(RunIndex& ix, const LivePool* lp, const RunEntry& e) {
+    RunCell& cell = ix.rows[run_slot(Seconds(e.start))][run_slot(Seconds(e.end))];
+    const std::size_t t = tier_index(lp->p.spec.tier);
+    RunSet& set = cell.by_tier[t];
+    const std::size_t n = set.size();
+    set.insert(e);
+    if (set.size() != n + 1) throw std::logic_error("free run index: entry already in");
+    cell.cheapest[t] = std::min(cell.cheapest[t], e.effective.value);
+    ++ix.size;
+  }
+  static void unindex_run(RunIndex& ix, const LivePool* lp, const RunEntry& e) {
+    auto row = ix.rows.find(run_slot(Seconds(e.start)));
+    if (row == ix.rows.end()) throw std::logic_error("free run index: no row");
+    auto cell = row->second.find(run_slot(Seconds(e.end)));
+    if (cell == row->second.end()) throw std::logic_error("free run index: no cell");
+    const std::size_t t = tier_index(lp->p.spec.tier);
+    RunSet& set = cell->second.by_tier[t];
+    const std::size_t n = set.size();
+    set.erase(e);
+    if (set.size() + 1 != n) throw std::logic_error("free run index: no entry");
+    cell->second.refresh(t);
+    --ix.size;
+    if (cell->second.empty()) {
+      row->second.erase(cell);
+      if (row->second.empty()) ix.rows.erase(row);
+    }
+  }
+
+  // A fill's maker ask stays in the RunIndex while the fill changes it (unhook(lo, true)): its runs as indexed
+  // are remembered here (one ask at a time), and settle_kept_runs() then takes out and puts in only the runs
+  // the fill changed (a run changes only where fewer than a lot stay free; the ask's other runs stay put).
+  std::vector<RunEntry> kept_runs;
+  std::vector<RunEntry> fresh_runs;  // settle_kept_runs()'s scratch
+  const LiveOrder* kept_ask{nullptr};
+
+  void keep_runs(const LiveOrder& lo) {
+    if (kept_ask) throw std::logic_error("free run index: two asks kept at once");
+    kept_ask = &lo;
+    run_entries(lo, kept_runs);
+  }
+
+  // The RunIndex brought up to date for a kept ask (hook() after the fill): the open ask's runs as they are now,
+  // a closed one's none.
+  void settle_kept_runs(const LiveOrder& lo) {
+    if (kept_ask != &lo) throw std::logic_error("free run index: not the kept ask");
+    kept_ask = nullptr;
+    RunIndex& ix = lo.o.book->free_runs;
+    if (!ix.enabled) return;
+    fresh_runs.clear();
+    if (lo.o.is_open()) run_entries(lo, fresh_runs);
+    const auto in = [](const std::vector<RunEntry>& v, const RunEntry& e) {
+      return std::find(v.begin(), v.end(), e) != v.end();
+    };
+    for (const RunEntry& e : kept_runs) {  // out first: a new run may sort equal to an old one (same start)
+      if (!in(fresh_runs, e)) unindex_run(ix, lo.pool, e);
+    }
+    for (const RunEntry& e : fresh_runs) {
+      if (!in(kept_runs, e)) index_run(ix, lo.pool, e);
+    }
+  }
+
+  // A resting ask's index entries (none while its book has no RunIndex).
+  static void run_entries(const LiveOrder& lo, std::vector<RunEntry>& out) {
+    out.clear();
+    if (!lo.o.book->free_runs.enabled) return;
+    for_each_run(lo.o, [&](Seconds from, Seconds to) {
+      if (const std::optional<RunEntry> e = run_entry(lo, lo.pool, from, to)) out.push_back(*e);
     });
   }
 
@@ -2220,7 +2265,7 @@ struct Engine::Impl {
             for (const std::string& r : regions) g.by_region[r].duration.insert(k);
           }
         } else {
-          LivePool& lp = pools.at(o.request.pool);
+          LivePool& lp = *lo.pool;
           const AskKey k = ask_key(lo, lp);
           lo.in_spot = spot_now(o);
           if (lp.book_count++ == 0) {
@@ -2235,7 +2280,6 @@ struct Engine::Impl {
             count_spot(ap, k);
           }
           index_runs(b, lo, &lp);
-          lo.hooked_pool = &lp;
         }
         lo.in_book = true;
       }
@@ -2244,7 +2288,10 @@ struct Engine::Impl {
       schedule_order(lo);
       return;
     }
-    if (lo.kept) unbook(lo, false);  // its runs are out already
+    if (lo.kept) {
+      if (o.is_sell()) settle_kept_runs(lo);  // its runs out
+      unbook(lo, false);
+    }
     refresh_view(lo);
     if (lo.closed) return;
     lo.closed = true;
@@ -2261,7 +2308,7 @@ struct Engine::Impl {
   // An ask ended: its free capacity ahead leaves the pool and is reported as cancelled GPU-seconds.
   void close_ask(LiveOrder& lo) {
     RestOrder& a = lo.o;
-    LivePool& lp = pools.at(a.request.pool);
+    LivePool& lp = *lo.pool;
     const Seconds from = std::max(now, a.window_start);
     const std::int64_t past = a.free.integral(a.window_start, std::min(from, a.window_end));
     const std::int64_t rest = a.free.integral(from, a.window_end);
@@ -2303,7 +2350,7 @@ struct Engine::Impl {
 
   // ---------------------------------------------------------------- leases
 
-  Lease& new_lease(const LivePool& lp, const RestOrder& bid, OrderId sell_order, const RestOrder* ask, Qty qty,
+  Lease& new_lease(LivePool& lp, const RestOrder& bid, OrderId sell_order, const RestOrder* ask, Qty qty,
                    Seconds start, Seconds end, Price price, Price list_price, TradeId trade) {
     Lease l;
     l.id = LeaseId(next_lease++);
@@ -2333,7 +2380,7 @@ struct Engine::Impl {
     }
     Lease& ref = leases.emplace(l.id, std::move(l)).first->second;  // ids only grow: the last one
     set_owed(ref, cost(price, qty, end - start));
-    pools.at(lp.p.id).leases.insert(LeaseRef{ref.price, ref.id, &ref});
+    lp.leases.insert(LeaseRef{ref.price, ref.id, &ref});
     schedule_lease(ref);
     return ref;
   }
@@ -2389,7 +2436,7 @@ struct Engine::Impl {
     ask.o.filled_gpu_seconds += q.value * (we - ws).value;
     bid.o.filled += q;
     bid.o.remaining -= q;
-    const LivePool& lp = pools.at(ask.o.request.pool);
+    LivePool& lp = *ask.pool;
     Trade t = base_trade(lp, bid.o, q, ws, we, price, taker);
     t.sell_order = ask.o.id;
     t.list_price = ask.o.request.price;
@@ -2422,8 +2469,8 @@ struct Engine::Impl {
     }
     const Book& book = (*bid.book);
     const Price tk = book.spec.tick;
-    for (PoolId pid : book.spot_pools) {
-      const LivePool& lp = pools.at(pid);
+    for (const auto& [pid, pp] : book.spot_pools) {
+      const LivePool& lp = *pp;
       if (!pool_satisfies(lp.p, c)) continue;
       if (lp.p.provider == bid.account) continue;  // never trade with oneself, even through a lease
       for (const LeaseRef& ref : lp.leases) {
@@ -2683,7 +2730,7 @@ struct Engine::Impl {
 
   void match_ask(LiveOrder& ask, bool at_placement) {
     Book& book = (*ask.o.book);
-    const LivePool& lpool = pools.at(ask.o.request.pool);
+    const LivePool& lpool = *ask.pool;
     const Pool& pool = lpool.p;
     const Seconds a_start = ask.o.window_start;
     const Seconds a_end = ask.o.window_end;
@@ -2896,6 +2943,7 @@ struct Engine::Impl {
     Seconds window_start;
     Seconds window_end;
     Qty remaining;
+    LivePool* pool{nullptr};  // sell: its pool
   };
 
   // The market a bid named last, interned (books are never erased): most placements name the same one.
@@ -2934,6 +2982,7 @@ struct Engine::Impl {
       LivePool& lp = p->second;
       if (!lp.book) std::tie(lp.market, lp.book) = market_key(lp.p.spec.market);
       market = {lp.market, lp.book};
+      o.pool = &lp;
     }
     const Book& book = *market.second;
     if (book.halted) return Reason::market_halted;
@@ -2959,7 +3008,7 @@ struct Engine::Impl {
       const Int128 n = a.notional_x3600 + cost_x3600(r.price, r.quantity, secs);
       if (n > static_cast<Int128>(a.limits.max_open_notional) * 3600) return Reason::exposure_limit;
     } else {
-      const LivePool& lp = pools.at(r.pool);
+      const LivePool& lp = *o.pool;
       // The pool's peak anywhere bounds its peak over the window: the exact query only near capacity.
       if (lp.used.max_all() + r.quantity.value > lp.p.gpus().value &&
           lp.used.max(o.window_start, o.window_end) + r.quantity.value > lp.p.gpus().value) {
@@ -3034,7 +3083,8 @@ struct Engine::Impl {
     o.window_end = g.window_end;
     o.remaining = g.remaining;
     if (r.side == Side::sell) {
-      LivePool& lp = pools.at(r.pool);
+      LivePool& lp = *g.pool;
+      lo.pool = &lp;
       o.green_discount_bps = lp.p.green_discount_bps;
       // No discount: the list price itself (validate() checked that it is on the tick).
       o.effective_price = lp.p.green_discount_bps == 0 ? r.price
@@ -3162,7 +3212,7 @@ struct Engine::Impl {
     if (o.is_buy()) {
       o.remaining -= cut;
     } else if (cut.value > 0) {
-      LivePool& lp = pools.at(o.request.pool);
+      LivePool& lp = *lo.pool;
       o.free.add(from, o.window_end, -cut.value);
       lp.used.add(from, o.window_end, -cut.value);
       o.cancelled_gpu_seconds += cut.value * std::max<std::int64_t>(0, (o.window_end - from).value);
@@ -3208,7 +3258,7 @@ struct Engine::Impl {
     lp.p.created_at = now;
     lp.p.updated_at = now;
     classify(lp);
-    if (s.tier == Tier::spot) book->second.spot_pools.insert(lp.p.id);
+    if (s.tier == Tier::spot) book->second.spot_pools.emplace(lp.p.id, &lp);
     emit(PoolChanged{lp.p});
   }
 
@@ -3473,14 +3523,14 @@ struct Engine::Impl {
       }
       const AskKey ak{o.effective_price, o.priority, o.id};
       if (in && o.is_sell()) {
-        in = lo.hooked_pool == &pools.at(o.request.pool) && lo.hooked_pool->book_count > 0;
+        in = lo.pool == &pools.at(o.request.pool) && lo.pool->book_count > 0;
         if (in) {
-          const std::vector<LiveOrder*>& asks = o.book->ask_pools[lo.hooked_pool->ask_pool_slot].asks;
+          const std::vector<LiveOrder*>& asks = o.book->ask_pools[lo.pool->ask_pool_slot].asks;
           in = lo.book_slot < asks.size() && asks[lo.book_slot] == &lo;
         }
       }
       if (!in) fail("open order not in book: " + to_string(to_order(o)));
-      if (in && o.is_sell() && (lo.hooked_pool->book_spot_asks.count(ak) == 1) != spot_now(o)) {
+      if (in && o.is_sell() && (lo.pool->book_spot_asks.count(ak) == 1) != spot_now(o)) {
         fail("spot index stale: " + to_string(to_order(o)));
       }
     }
@@ -3519,7 +3569,7 @@ struct Engine::Impl {
         const AskPool& ap = b.ask_pools[i];
         for (std::size_t j = 0; j < ap.asks.size(); ++j) {
           const LiveOrder& lo = *ap.asks[j];
-          if (lo.book_slot != j || lo.hooked_pool != ap.lp || !lo.in_book || lo.o.book != &b || !lo.o.is_sell()) {
+          if (lo.book_slot != j || lo.pool != ap.lp || !lo.in_book || lo.o.book != &b || !lo.o.is_sell()) {
             fail("ask slot stale: " + std::to_string(lo.o.id.value));
           }
         }
@@ -3716,7 +3766,7 @@ struct Engine::Impl {
     for (const Pool& p : s.pools) {
       LivePool& lp = pools[p.id];
       lp.p = p;
-      if (p.spec.tier == Tier::spot && !p.retired) books.at(p.spec.market).spot_pools.insert(p.id);
+      if (p.spec.tier == Tier::spot && !p.retired) books.at(p.spec.market).spot_pools.emplace(p.id, &lp);
       schedule_pool(lp);
     }
     for (const Lease& l : s.leases) {
@@ -3735,6 +3785,7 @@ struct Engine::Impl {
       if (!o.request.client_order_id.empty()) open_cids[CidKey{o.account, o.request.client_order_id}] = o.id;
       if (o.is_sell()) {
         LivePool& lp = pools.at(o.request.pool);
+        lo.pool = &lp;
         lp.asks.add(lo, &LiveOrder::pool_slot);
         for (const Step& p : o.free.pieces()) lp.used.add(p.from, p.to, p.gpus);
       }
