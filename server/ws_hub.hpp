@@ -182,7 +182,7 @@ class Hub {
   alignas(64) std::atomic<std::int64_t> queued_bytes_{0};  // changed by every queue and write: a line of its own
   alignas(64) std::atomic<std::int64_t> connections_{0};
   // When wake_all() last ran (see there): batches closer together than kQuiet are "under load".
-  static constexpr auto kQuiet = std::chrono::milliseconds(5);
+  static constexpr auto kQuiet = std::chrono::milliseconds(10);
   std::chrono::steady_clock::time_point last_wake_{};
 };
 
