@@ -234,11 +234,12 @@ int serve(const ServerConfig& config) {
   });
   writer.set_answer_timeout(config.store_timeout);
   writer.add_transaction_part(rollups);
-  writer.set_completion_scope([](const std::function<void()>& complete) {
+  ws::Hub hub(views, [&runner_ptr] { return runner_ptr ? runner_ptr->server_time_ms() : 0; });
+  writer.set_completion_scope([&hub](const std::function<void()>& complete) {
+    ws::Hub::DeferredWakes wakes(hub);  // ended last: the fan-out's writes start behind the HTTP answers
     http::DeferredAnswers answers;
     complete();
   });
-  ws::Hub hub(views, [&runner_ptr] { return runner_ptr ? runner_ptr->server_time_ms() : 0; });
   writer.add_listener([&hub](const store::Batch& batch) { hub.publish(batch); });
   ws::CandlePublisher candles(config.dsn, hub);  // the candles channels, read back after commit
   hub.set_candle_feed([&candles](ws::CandleRequest r) { candles.request(std::move(r)); });
