@@ -1,6 +1,7 @@
 // See app.hpp.
 #include "server/app.hpp"
 
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/ssl/context.hpp>
@@ -234,11 +235,12 @@ int serve(const ServerConfig& config) {
   });
   writer.set_answer_timeout(config.store_timeout);
   writer.add_transaction_part(rollups);
-  writer.set_completion_scope([](const std::function<void()>& complete) {
+  ws::Hub hub(views, [&runner_ptr] { return runner_ptr ? runner_ptr->server_time_ms() : 0; });
+  writer.set_completion_scope([&hub](const std::function<void()>& complete) {
+    ws::Hub::DeferredWakes wakes(hub);  // ended last: the fan-out's writes start behind the HTTP answers
     http::DeferredAnswers answers;
     complete();
   });
-  ws::Hub hub(views, [&runner_ptr] { return runner_ptr ? runner_ptr->server_time_ms() : 0; });
   writer.add_listener([&hub](const store::Batch& batch) { hub.publish(batch); });
   ws::CandlePublisher candles(config.dsn, hub);  // the candles channels, read back after commit
   hub.set_candle_feed([&candles](ws::CandleRequest r) { candles.request(std::move(r)); });
@@ -280,6 +282,12 @@ int serve(const ServerConfig& config) {
 
   HttpServer server(ioc, config, router, metrics, tls ? &*tls : nullptr);
   ws::Context websocket{hub, keys, switches, per_ip, key_lookups, services.markets, config};
+  // Upgraded plain-TCP WebSocket connections run on threads of their own (as many as the HTTP ones):
+  // HTTP requests and answers no longer wait behind the fan-out handlers of every change before them.
+  // (Declared after what the connections use, so that handlers still queued here end first.)
+  net::io_context ws_io(static_cast<int>(config.io_threads));
+  auto ws_work = net::make_work_guard(ws_io);
+  websocket.io = &ws_io;
   server.set_websocket(&websocket);
   server.set_ip_limiter(&per_ip);
   auto bound = server.start();
@@ -336,8 +344,11 @@ int serve(const ServerConfig& config) {
   make_partitions();
 
   std::vector<std::thread> threads;
+  for (unsigned i = 0; i < config.io_threads; ++i) threads.emplace_back([&ws_io] { ws_io.run(); });
   for (unsigned i = 1; i < config.io_threads; ++i) threads.emplace_back([&ioc] { ioc.run(); });
   ioc.run();
+  ws_work.reset();
+  ws_io.stop();
   for (auto& t : threads) t.join();
 
   switches.stop();

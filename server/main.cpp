@@ -42,7 +42,8 @@ int main(int argc, char** argv) {
       ->envname("GPUEX_TLS_CERT");
   serve->add_option("--tls-key", config.tls_key, "PEM private key for --tls-cert")->envname("GPUEX_TLS_KEY");
   serve->add_flag("--migrate", config.migrate, "Apply pending migrations instead of refusing to start");
-  serve->add_option("--io-threads", config.io_threads, "Threads serving connections")
+  serve->add_option("--io-threads", config.io_threads,
+                    "Threads serving HTTP connections, and as many for upgraded plain (not TLS) WebSocket ones")
       ->check(CLI::Range(1u, 64u))
       ->capture_default_str();
   serve->add_option("--query-pool", config.query_pool_size, "PostgreSQL connections for queries outside the engine")

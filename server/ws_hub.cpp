@@ -179,11 +179,35 @@ void Hub::deliver(const std::shared_ptr<Subscriber>& s, const Listeners& l, cons
   ++stats_.deliveries;
 }
 
+namespace {
+thread_local Hub::DeferredWakes* current_deferred = nullptr;
+}  // namespace
+
+Hub::DeferredWakes::DeferredWakes(Hub& hub) : hub_(hub), outer_(current_deferred) { current_deferred = this; }
+
+Hub::DeferredWakes::~DeferredWakes() {
+  current_deferred = outer_;
+  if (wake_.empty()) return;
+  std::unique_lock lock(hub_.mutex_);
+  hub_.wake(std::move(wake_), lock);
+}
+
 void Hub::wake_all(std::unique_lock<std::mutex>& lock) {
   if (to_wake_.empty()) return lock.unlock();
-  auto wake = std::move(to_wake_);
+  if (DeferredWakes* deferred = current_deferred; deferred && &deferred->hub_ == this) {
+    // (a session is listed once until its write starts: deliver() asks for one wake-up)
+    deferred->wake_.insert(deferred->wake_.end(), std::make_move_iterator(to_wake_.begin()),
+                           std::make_move_iterator(to_wake_.end()));
+    to_wake_.clear();
+    return lock.unlock();
+  }
+  auto wake_now = std::move(to_wake_);
   to_wake_.clear();
-  to_wake_.reserve(wake.size());
+  to_wake_.reserve(wake_now.size());
+  wake(std::move(wake_now), lock);
+}
+
+void Hub::wake(std::vector<std::shared_ptr<Subscriber>> sessions, std::unique_lock<std::mutex>& lock) {
   // At a quiet moment (the last wake-up at least kQuiet ago, and no fan-out work waiting for the I/O
   // threads), sessions with nothing in flight queue their writes on io_uring right here: no post and
   // strand handler per session. Under load their strands are woken instead: a strand's turn comes
@@ -194,7 +218,7 @@ void Hub::wake_all(std::unique_lock<std::mutex>& lock) {
   lock.unlock();
   std::optional<UringHandoff> handoff;
   if (quiet) handoff.emplace();
-  for (const auto& s : wake) s->wake();
+  for (const auto& s : sessions) s->wake();
 }
 
 void Hub::unsubscribe(const Channel& channel, const Subscriber* subscriber) {

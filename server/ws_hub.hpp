@@ -121,6 +121,24 @@ class Hub {
   void publish_candle(const matching::MarketId& market, const matching::Bucket& bucket, std::int64_t interval,
                       boost::json::value candle, bool snapshot);
 
+  // While one lives on a thread, the wake-ups of what the hub publishes on that thread wait for its end
+  // (the messages are queued at once, in order; only the sessions' writes start later). The store
+  // writer's completion scope holds them until the HTTP answers of the committed transaction went to
+  // the I/O threads (app.cpp), so an order's answer is not queued behind the fan-out of its own change.
+  class DeferredWakes {
+   public:
+    explicit DeferredWakes(Hub& hub);
+    ~DeferredWakes();
+    DeferredWakes(const DeferredWakes&) = delete;
+    DeferredWakes& operator=(const DeferredWakes&) = delete;
+
+   private:
+    friend class Hub;
+    Hub& hub_;
+    DeferredWakes* outer_;
+    std::vector<std::shared_ptr<Subscriber>> wake_;
+  };
+
   // A connection was closed because it did not read fast enough.
   void count_slow_consumer() {
     std::lock_guard lock(mutex_);
@@ -168,8 +186,9 @@ class Hub {
   // Delivers under the lock; remembers who must be woken.
   void deliver(const std::shared_ptr<Subscriber>& s, const Listeners& l, const std::string& key,
                const Message& message);
-  // Wakes them, after the lock was released.
+  // Wakes them, after the lock was released (or hands them to this thread's DeferredWakes).
   void wake_all(std::unique_lock<std::mutex>& lock);
+  void wake(std::vector<std::shared_ptr<Subscriber>> sessions, std::unique_lock<std::mutex>& lock);
 
   BookViews& views_;
   std::function<std::int64_t()> clock_ms_;
@@ -181,8 +200,8 @@ class Hub {
   std::atomic<std::uint64_t> writes_{0};
   alignas(64) std::atomic<std::int64_t> queued_bytes_{0};  // changed by every queue and write: a line of its own
   alignas(64) std::atomic<std::int64_t> connections_{0};
-  // When wake_all() last ran (see there): batches closer together than kQuiet are "under load".
-  static constexpr auto kQuiet = std::chrono::milliseconds(5);
+  // When wake() last ran (see there): batches closer together than kQuiet are "under load".
+  static constexpr auto kQuiet = std::chrono::milliseconds(10);
   std::chrono::steady_clock::time_point last_wake_{};
 };
 

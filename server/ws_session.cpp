@@ -5,6 +5,7 @@
 
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/buffers_to_string.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -14,6 +15,8 @@
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <spdlog/spdlog.h>
+
+#include <unistd.h>
 
 #include <set>
 #include <utility>
@@ -796,7 +799,20 @@ std::optional<http::Response> Context::refuse(const http::Request& request, cons
 
 std::shared_ptr<http::Session> start_session(beast::tcp_stream stream, http::Request upgrade, std::string ip,
                                              HttpServer& server, Context& context) {
-  return start(std::move(stream), std::move(upgrade), std::move(ip), server, context);
+  boost::system::error_code ec;
+  auto& socket = stream.socket();
+  const auto protocol = socket.local_endpoint(ec).protocol();
+  if (!context.io || ec) return start(std::move(stream), std::move(upgrade), std::move(ip), server, context);
+  // The socket moves to Context::io (nothing is pending on it: the upgrade request was read, the answer
+  // is the session's). If it cannot be taken over there, the session finds it closed and ends.
+  const auto fd = socket.release(ec);
+  beast::tcp_stream moved(net::make_strand(*context.io));
+  if (!ec) {
+    moved.socket().assign(protocol, fd, ec);
+    if (ec) ::close(fd);
+  }
+  if (ec) spdlog::warn("ws: could not move a connection from {} to the WebSocket threads: {}", ip, ec.message());
+  return start(std::move(moved), std::move(upgrade), std::move(ip), server, context);
 }
 
 std::shared_ptr<http::Session> start_session(beast::ssl_stream<beast::tcp_stream> stream, http::Request upgrade,

@@ -4,6 +4,7 @@
 // idle channels, closes connections that fall silent, and runs the dead man's switch.
 #pragma once
 
+#include <boost/asio/io_context.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/ssl/ssl_stream.hpp>
 
@@ -35,6 +36,10 @@ struct Context {
   RateLimiter& key_lookups;  // store lookups of keys not cached, per IP (as for HTTP: gate.hpp)
   const std::map<std::string, matching::MarketSpec>& markets;
   const ServerConfig& config;
+  // Where plain-TCP connections run once upgraded (null: on the HTTP connections' io_context). A fan-out
+  // is a handler per subscriber; on the threads that also read HTTP requests and write their answers,
+  // those waited behind the fan-out of every change committed before them.
+  boost::asio::io_context* io = nullptr;
 
   // The answer to a request for /v1/ws that will not be upgraded (426 without an upgrade, 429 over
   // the per-IP rate), or nullopt to go ahead.

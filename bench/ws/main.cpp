@@ -403,6 +403,9 @@ int main(int argc, char** argv) {
   std::atomic<std::uint64_t> changes{0}, errors{0};
   std::vector<std::thread> drivers;
   const int driver_threads = 4;
+  // Each driver call's round trip while measuring (ms), per driver thread: what paces the committed
+  // changes once it exceeds the period (each connection waits for its answer before the next call).
+  std::vector<std::vector<double>> round_trips(driver_threads);
   auto now_s = [] { return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count(); };
   for (int d = 0; d < driver_threads; ++d) {
     drivers.emplace_back([&, d] {
@@ -416,6 +419,7 @@ int main(int argc, char** argv) {
       while (!stop) {
         next += std::chrono::duration_cast<Clock::duration>(period);
         std::this_thread::sleep_until(next);
+        const auto sent = Clock::now();
         std::pair<unsigned, std::string> r;
         if (resting.size() < 50 || (n % 2 == 1 && !resting.empty())) {
           char price[16];
@@ -429,6 +433,7 @@ int main(int argc, char** argv) {
           resting.erase(resting.begin());
         }
         ++n;
+        if (tally.measuring) round_trips[d].push_back(std::chrono::duration<double, std::milli>(Clock::now() - sent).count());
         if (r.first >= 300) ++errors;
         else ++changes;
       }
@@ -464,6 +469,9 @@ int main(int argc, char** argv) {
   client.join();
   server.stop();
 
+  std::vector<double> round_trip_ms;
+  for (const auto& v : round_trips) round_trip_ms.insert(round_trip_ms.end(), v.begin(), v.end());
+  const double rtt_p50 = percentile(round_trip_ms, 0.50), rtt_p99 = percentile(round_trip_ms, 0.99);
   double per_s = static_cast<double>(tally.messages) / elapsed;
   double changes_per_s = static_cast<double>(changes1 - changes0) / elapsed;
   double p50 = percentile(tally.delays_ms, 0.50), p99 = percentile(tally.delays_ms, 0.99),
@@ -481,6 +489,7 @@ int main(int argc, char** argv) {
   auto slow = metric(after, "gpuex_ws_slow_consumers_total") - metric(before, "gpuex_ws_slow_consumers_total");
   auto deliveries = metric(after, "gpuex_ws_deliveries_total") - metric(before, "gpuex_ws_deliveries_total");
   auto writes = metric(after, "gpuex_ws_writes_total") - metric(before, "gpuex_ws_writes_total");
+  auto transactions = metric(after, "gpuex_store_transactions_total") - metric(before, "gpuex_store_transactions_total");
   // CPU per delivered message over the measured window: gpuexd (all its threads), and this process
   // (the subscribers' thread and the driver's four).
   const double delivered = static_cast<double>(tally.messages);
@@ -512,7 +521,10 @@ int main(int argc, char** argv) {
                                               {"first_receipt_p50_ms", std::round(first_p50 * 100) / 100},
                                               {"first_receipt_p99_ms", std::round(first_p99 * 100) / 100},
                                               {"spread_p50_ms", std::round(spread_p50 * 100) / 100},
-                                              {"spread_p99_ms", std::round(spread_p99 * 100) / 100}})
+                                              {"spread_p99_ms", std::round(spread_p99 * 100) / 100},
+                                              {"driver_round_trip_p50_ms", std::round(rtt_p50 * 100) / 100},
+                                              {"driver_round_trip_p99_ms", std::round(rtt_p99 * 100) / 100},
+                                              {"transactions_per_s", std::round(static_cast<double>(transactions) / elapsed)}})
               << "\n";
   } else {
     std::printf("%s\n", workload);
@@ -524,6 +536,8 @@ int main(int argc, char** argv) {
                 delivered > 0 ? server_cs / delivered : 0, delivered > 0 ? client_cs / delivered : 0);
     std::printf("  per change: ts->first receipt p50 %.2f ms p99 %.2f ms; first->last receipt p50 %.2f ms p99 %.2f ms\n",
                 first_p50, first_p99, spread_p50, spread_p99);
+    std::printf("  driver round trip p50 %.2f ms p99 %.2f ms; store transactions/s %.0f\n", rtt_p50, rtt_p99,
+                static_cast<double>(transactions) / elapsed);
     std::printf("  frames per socket write %.2f (server: channel messages queued / gather writes)\n",
                 frames_per_write);
     std::printf("  CPU per delivered message: gpuexd %.2f us, this client (subscribers + driver) %.2f us\n",
