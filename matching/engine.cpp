@@ -211,10 +211,9 @@ struct RestRequest {
   ConsRef cons;
   ColdRef cold;
 
-  static const BidConstraints& no_constraints() {
-    static const BidConstraints none;
-    return none;
-  }
+  // A static member, not a function-local static: no guard to check on every call (the walks ask often).
+  static inline const BidConstraints kNone{};
+  static const BidConstraints& no_constraints() { return kNone; }
   const BidConstraints& constraints() const { return cons ? *cons : no_constraints(); }
   std::optional<Seconds> opt(std::uint8_t bit, Seconds v) const {
     return (has & bit) ? std::optional<Seconds>(v) : std::nullopt;
@@ -1520,10 +1519,12 @@ struct Engine::Impl {
       if (changed == 0 && v.constrained == t.constrained_before) continue;
       const auto first = t.before.begin();
       const auto last = first + static_cast<std::ptrdiff_t>(changed);
-      std::sort(first, last, [](const LevelBefore& a, const LevelBefore& b) {
-        if (a.side != b.side) return a.side == Side::buy;
-        return a.side == Side::buy ? a.price > b.price : a.price < b.price;
-      });
+      if (changed > 1) {  // most commands change one level
+        std::sort(first, last, [](const LevelBefore& a, const LevelBefore& b) {
+          if (a.side != b.side) return a.side == Side::buy;
+          return a.side == Side::buy ? a.price > b.price : a.price < b.price;
+        });
+      }
       ++v.sequence;
       std::vector<LevelChange> changes;
       changes.reserve(changed);
