@@ -211,10 +211,9 @@ struct RestRequest {
   ConsRef cons;
   ColdRef cold;
 
-  static const BidConstraints& no_constraints() {
-    static const BidConstraints none;
-    return none;
-  }
+  // A static member, not a function-local static: no guard to check on every call (the walks ask often).
+  static inline const BidConstraints kNone{};
+  static const BidConstraints& no_constraints() { return kNone; }
   const BidConstraints& constraints() const { return cons ? *cons : no_constraints(); }
   std::optional<Seconds> opt(std::uint8_t bit, Seconds v) const {
     return (has & bit) ? std::optional<Seconds>(v) : std::nullopt;
@@ -389,7 +388,7 @@ class SlabMap {
   // A default value under `id`, which must be new (order and lease ids only grow), built in
   // its slot: no temporary moved in.
   V& emplace_new(K id) {
-    if (find(id) != end()) throw std::logic_error("order id in use");
+    if (find(id) != end()) throw std::logic_error("id in use");
     const std::uint32_t s = take_slot();
     std::construct_at(slot(s), std::piecewise_construct, std::forward_as_tuple(id), std::forward_as_tuple());
     return insert_at(id, s)->second;
@@ -1522,10 +1521,12 @@ struct Engine::Impl {
       if (changed == 0 && v.constrained == t.constrained_before) continue;
       const auto first = t.before.begin();
       const auto last = first + static_cast<std::ptrdiff_t>(changed);
-      std::sort(first, last, [](const LevelBefore& a, const LevelBefore& b) {
-        if (a.side != b.side) return a.side == Side::buy;
-        return a.side == Side::buy ? a.price > b.price : a.price < b.price;
-      });
+      if (changed > 1) {  // most commands change one level
+        std::sort(first, last, [](const LevelBefore& a, const LevelBefore& b) {
+          if (a.side != b.side) return a.side == Side::buy;
+          return a.side == Side::buy ? a.price > b.price : a.price < b.price;
+        });
+      }
       ++v.sequence;
       std::vector<LevelChange> changes;
       changes.reserve(changed);
@@ -2352,8 +2353,9 @@ struct Engine::Impl {
 
   Lease& new_lease(LivePool& lp, const RestOrder& bid, OrderId sell_order, const RestOrder* ask, Qty qty,
                    Seconds start, Seconds end, Price price, Price list_price, TradeId trade) {
-    Lease l;
-    l.id = LeaseId(next_lease++);
+    const LeaseId id(next_lease++);
+    Lease& l = leases.emplace_new(id);  // built in its slot: no Lease moved in
+    l.id = id;
     l.trade = trade;
     l.buyer = bid.account;
     l.provider = lp.p.provider;
@@ -2378,11 +2380,10 @@ struct Engine::Impl {
       l.ask_min_chunk = ask->request.min_chunk;
       l.ask_min_duration = ask->request.min_duration;
     }
-    Lease& ref = leases.emplace(l.id, std::move(l)).first->second;  // ids only grow: the last one
-    set_owed(ref, cost(price, qty, end - start));
-    lp.leases.insert(LeaseRef{ref.price, ref.id, &ref});
-    schedule_lease(ref);
-    return ref;
+    set_owed(l, cost(price, qty, end - start));
+    lp.leases.insert(LeaseRef{l.price, l.id, &l});
+    schedule_lease(l);
+    return l;
   }
 
   void end_lease(Lease& l) {
@@ -2428,6 +2429,11 @@ struct Engine::Impl {
 
   // One fill between a bid and an ask; `taker` is the incoming side. Emits the trade, the lease and
   // the maker's new state.
+  //
+  // The taker (in no book) is hooked back only when the fill ended it: while it is still open, its caller
+  // hooks it once after its walk (a placement, an amend, a woken ask), so a taker filled k times pays for one
+  // account update, view check and timer, not k. Until then it is out of its account's sums (its first
+  // fill's unhook took it out; the later ones find nothing to take), which nothing reads during a walk.
   void execute_fill(LiveOrder& bid, LiveOrder& ask, Qty q, Seconds ws, Seconds we, Price price, Side taker) {
     const bool bid_in = unhook(bid, true);  // the maker stays in its place (the taker is in no book)
     const bool ask_in = unhook(ask, true);
@@ -2447,8 +2453,9 @@ struct Engine::Impl {
     set_fill_status(ask.o);
     emit_as<TradeEvent>(std::move(t));
     emit_as<LeaseChanged>(l);
-    hook(bid, bid_in);
-    hook(ask, ask_in);
+    const bool bid_takes = taker == Side::buy;
+    if (!bid_takes || !bid.o.is_open()) hook(bid, bid_in);  // the maker always, the taker if it ended
+    if (bid_takes || !ask.o.is_open()) hook(ask, ask_in);
     announce_state(taker == Side::buy ? ask : bid);
   }
 
@@ -3125,8 +3132,8 @@ struct Engine::Impl {
     if (o.is_open() && immediate) finish_order(lo, OrderStatus::cancelled, Reason::none, false);
     const bool filled_some = o.is_buy() ? o.filled.value > 0 : o.filled_gpu_seconds > 0;
     if (o.is_open()) {
-      // Out of the book while incoming, and its account sums current (every fill re-hooked it): it only
-      // enters the book.
+      // Out of the book while incoming; its account sums are current, or out after a fill (execute_fill):
+      // hook() puts them back and it enters the book.
       if (lo.in_book) unhook(lo);
       hook(lo, true);
       if (filled_some) emit_order<OrderUpdated>(o);

@@ -29,6 +29,10 @@ std::size_t first_ending_after(const std::vector<Step>& v, Seconds t) {
 void Steps::add(Seconds from, Seconds to, std::int64_t delta) {
   if (from >= to || delta == 0) return;
   std::vector<Step>& v = pieces_;
+  if (v.empty()) {  // a new ask's free capacity: one piece, nothing to splice
+    v.push_back(Step{from, to, delta});
+    return;
+  }
   const auto lo = static_cast<std::size_t>(
       std::partition_point(v.begin(), v.end(), [&](const Step& p) { return p.to < from; }) - v.begin());
   std::size_t hi = lo;
