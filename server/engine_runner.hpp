@@ -150,6 +150,8 @@ class EngineRunner {
   // Engine thread: takes a snapshot when options_.snapshot_every commands passed since the last one.
   void maybe_snapshot();
   void snapshot_loop();  // the snapshot thread
+  // A snapshot waits whose commands all committed, or were rebuilt away (hold committed_mutex_).
+  bool snapshot_ready() const;
 
   matching::EngineConfig config_;
   matching::Engine engine_;
