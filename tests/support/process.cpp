@@ -14,11 +14,7 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
-#include <iostream>
 #include <thread>
-
-#define CATCH_CONFIG_EXTERNAL_INTERFACES  // for the listener at the end
-#include <catch2/catch.hpp>
 
 extern char** environ;
 
@@ -118,7 +114,7 @@ std::string Process::log() const {
 
 namespace {
 
-// Set when the first scratch path is handed out; the listener below reads it at the end of the run.
+// Set when the first scratch path is handed out.
 std::optional<std::filesystem::path> scratch_dir;
 
 const std::filesystem::path& make_scratch_dir() {
@@ -133,24 +129,9 @@ const std::filesystem::path& make_scratch_dir() {
   return dir;
 }
 
-// ctest runs each case in a process of its own, so every run of the suite made hundreds of these folders:
-// they are removed when the process's tests all passed, and named on stderr when one failed.
-struct ScratchCleanup : Catch::TestEventListenerBase {
-  using TestEventListenerBase::TestEventListenerBase;
-  void testRunEnded(const Catch::TestRunStats& stats) override {
-    if (!scratch_dir) return;
-    if (stats.totals.assertions.failed == 0 && stats.totals.testCases.failed == 0) {
-      std::error_code ignored;
-      std::filesystem::remove_all(*scratch_dir, ignored);
-    } else {
-      std::cerr << "the logs of this run are kept in " << scratch_dir->string() << "\n";
-    }
-  }
-};
-
 }  // namespace
 
-CATCH_REGISTER_LISTENER(ScratchCleanup)
+std::optional<std::filesystem::path> scratch_folder() { return scratch_dir; }
 
 std::string scratch_path(const std::string& name) {
   static std::atomic<int> counter{0};

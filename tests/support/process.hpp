@@ -4,6 +4,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,8 +41,10 @@ struct RunResult {
 RunResult run_command(std::vector<std::string> argv, std::vector<std::string> env = {},
                       std::chrono::milliseconds timeout = std::chrono::seconds(120));
 
-// A fresh path under the test run's scratch folder (gpuex-test-<pid> in the temporary directory). The folder is
-// removed when the run ends with every test passed, and kept (its path printed) when one failed, for its logs.
+// A fresh path under the run's scratch folder (gpuex-test-<pid> in the temporary directory). In the test
+// binaries the folder is removed when the run ends with every test passed (scratch_cleanup.cpp).
 std::string scratch_path(const std::string& name);
+// The scratch folder, once scratch_path() made it.
+std::optional<std::filesystem::path> scratch_folder();
 
 }  // namespace gpuex::test
