@@ -1266,8 +1266,10 @@ struct Engine::Impl {
 
   // `known`: the order's account when the caller has it at hand (else it is looked up).
   void account_add(LiveOrder& lo, int sign, Account* known = nullptr) {
-    const RestOrder& o = lo.o;
-    Account& a = known ? *known : account(o.account);
+    add_to_sums(known ? *known : account(lo.o.account), lo.o, sign);
+  }
+  // What an open order adds to its account's sums (sign -1: takes it out).
+  static void add_to_sums(Account& a, const RestOrder& o, int sign) {
     a.open_orders += sign;
     if (o.is_buy()) {
       a.open_gpus += sign * o.remaining.value;
@@ -3539,6 +3541,20 @@ struct Engine::Impl {
       if (!in) fail("open order not in book: " + to_string(to_order(o)));
       if (in && o.is_sell() && (lo.pool->book_spot_asks.count(ak) == 1) != spot_now(o)) {
         fail("spot index stale: " + to_string(to_order(o)));
+      }
+    }
+    // Each account's sums are what its open orders (each counted once, none kept out by a command) and its
+    // live leases' owed amounts add up to: exposure limits are judged on them.
+    std::map<AccountId, Account> sums;
+    for (const auto& [id, lo] : orders) {
+      if (lo.counted != lo.o.is_open()) fail("account sums: order " + std::to_string(id.value) + " counted wrongly");
+      if (lo.counted) add_to_sums(sums[lo.o.account], lo.o, 1);
+    }
+    for (const auto& [id, l] : leases) sums[l.buyer].notional_x3600 += static_cast<Int128>(l.owed) * 3600;
+    for (const auto& [id, a] : accounts) {
+      const Account& e = sums[id];
+      if (a.open_orders != e.open_orders || a.open_gpus != e.open_gpus || a.notional_x3600 != e.notional_x3600) {
+        fail("account sums of " + std::to_string(id.value) + " differ from its open orders and leases");
       }
     }
     for (const auto& [id, l] : leases) {
