@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <regex>
 #include <stdexcept>
 #include <thread>
@@ -115,8 +116,13 @@ Server::~Server() { stop(); }
 void Server::stop() {
   if (!process_) return;
   process_->signal(SIGTERM);
-  if (!process_->wait(std::chrono::seconds(120))) {
+  const std::optional<int> code = process_->wait(std::chrono::seconds(120));
+  if (!code) {
     std::fprintf(stderr, "gpuexd did not stop within 120 s of SIGTERM: killed (see %s)\n", log_path_.c_str());
+  } else if (*code != 0) {
+    std::fprintf(stderr, "gpuexd exited with status %d (see %s)\n", *code, log_path_.c_str());
+  } else if (port_ != 0) {
+    std::remove(log_path_.c_str());  // a run that started and stopped cleanly: nothing in it to keep
   }
   process_.reset();  // kills it if still running
 }

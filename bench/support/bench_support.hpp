@@ -30,7 +30,8 @@ std::string fresh_database(const std::string& bench_dsn, const std::string& name
 boost::json::object create_account(const std::string& gpuexd, const std::string& dsn, const std::string& name,
                                    const std::string& scopes);
 
-// A gpuexd serving `dsn` on a free loopback port, its output in a log file under /tmp.
+// A gpuexd serving `dsn` on a free loopback port, its output in a log file under /tmp (removed after a clean
+// stop, kept and named on stderr otherwise).
 class Server {
  public:
   Server(const std::string& gpuexd, const std::string& dsn, const std::string& tag, std::vector<std::string> extra);
