@@ -1665,7 +1665,7 @@ struct Engine::Impl {
       if (!b.free_runs.enabled) {  // the market's first fixed-window bid: index every resting ask's runs
         b.free_runs.enabled = true;
         for (const AskPool& ap : b.ask_pools) {
-          for (LiveOrder* lo : ap.asks) index_runs(b, *lo, ap.lp);
+          for (LiveOrder* lo : ap.asks) index_runs(b, *lo);
         }
       }
       if (ws.value < 0 || we.value > kRunMax) {  // outside the index's 32-bit times: every resting ask
@@ -2013,7 +2013,7 @@ struct Engine::Impl {
     } else {
       const AskKey k{lo.o.effective_price, lo.o.priority, lo.o.id};
       LivePool* lp = lo.pool;
-      if (runs) unindex_runs(b, lo, lp);
+      if (runs) unindex_runs(b, lo);
       AskPool& ap = b.ask_pools[lp->ask_pool_slot];
       const std::uint32_t at = lo.book_slot;
       if (at + 1 != ap.asks.size()) {
@@ -2088,35 +2088,36 @@ struct Engine::Impl {
 
   // The index's entry for one run of a resting ask (its pool numbered already); nullopt for a run that can
   // hold no window of the index's range (0 <= ws < we <= kRunMax), which is not indexed.
-  static std::optional<RunEntry> run_entry(const LiveOrder& lo, const LivePool* lp, Seconds from, Seconds to) {
+  static std::optional<RunEntry> run_entry(const LiveOrder& lo, Seconds from, Seconds to) {
     if (to.value <= 0 || from.value >= kRunMax) return std::nullopt;
     const auto u32 = [](std::int64_t v, std::int64_t hi) {
       return static_cast<std::uint32_t>(std::clamp<std::int64_t>(v, 0, hi));
     };
     return RunEntry{lo.o.effective_price, lo.o.priority, const_cast<LiveOrder*>(&lo), u32(from.value, kRunMax),
-                    u32(to.value, kRunMax), u32(lo.o.request.min_duration.value, kRunMax + 1), lp->run_number,
+                    u32(to.value, kRunMax), u32(lo.o.request.min_duration.value, kRunMax + 1), lo.pool->run_number,
                     lo.o.request.min_chunk.value == 1 ? 1U : 0U};
   }
 
   // Puts a resting ask's runs into its book's RunIndex (hook) or takes them out (unhook; its free capacity
   // is what it was when hooked).
-  static void index_runs(const Book& b, LiveOrder& lo, const LivePool* lp) {
+  static void index_runs(const Book& b, LiveOrder& lo) {
     RunIndex& ix = b.free_runs;
     if (!ix.enabled) return;
+    const LivePool* lp = lo.pool;
     if (lp->run_number == std::numeric_limits<std::uint32_t>::max()) {
       lp->run_number = static_cast<std::uint32_t>(ix.pools.size());
       ix.pools.push_back(lp);
       ix.marks.emplace_back();
     }
     for_each_run(lo.o, [&](Seconds from, Seconds to) {
-      if (const std::optional<RunEntry> e = run_entry(lo, lp, from, to)) index_run(ix, lp, *e);
+      if (const std::optional<RunEntry> e = run_entry(lo, from, to)) index_run(ix, lp, *e);
     });
   }
-  static void unindex_runs(Book& b, LiveOrder& lo, const LivePool* lp) {
+  static void unindex_runs(Book& b, LiveOrder& lo) {
     RunIndex& ix = b.free_runs;
     if (!ix.enabled) return;
     for_each_run(lo.o, [&](Seconds from, Seconds to) {
-      if (const std::optional<RunEntry> e = run_entry(lo, lp, from, to)) unindex_run(ix, lp, *e);
+      if (const std::optional<RunEntry> e = run_entry(lo, from, to)) unindex_run(ix, lo.pool, *e);
     });
   }
   static void index_run(RunIndex& ix, const LivePool* lp, const RunEntry& e) {
@@ -2185,7 +2186,7 @@ struct Engine::Impl {
     out.clear();
     if (!lo.o.book->free_runs.enabled) return;
     for_each_run(lo.o, [&](Seconds from, Seconds to) {
-      if (const std::optional<RunEntry> e = run_entry(lo, lo.pool, from, to)) out.push_back(*e);
+      if (const std::optional<RunEntry> e = run_entry(lo, from, to)) out.push_back(*e);
     });
   }
 
@@ -2282,7 +2283,7 @@ struct Engine::Impl {
             lp.book_spot_asks.insert(k);
             count_spot(ap, k);
           }
-          index_runs(b, lo, &lp);
+          index_runs(b, lo);
         }
         lo.in_book = true;
       }
@@ -3625,7 +3626,7 @@ struct Engine::Impl {
             break;
           }
           for_each_run(lo->o, [&](Seconds from, Seconds to) {
-            const std::optional<RunEntry> e = run_entry(*lo, ap.lp, from, to);
+            const std::optional<RunEntry> e = run_entry(*lo, from, to);
             if (!e) return;
             ++runs;
             bool found = false;

@@ -347,8 +347,7 @@ int serve(const ServerConfig& config) {
   for (unsigned i = 0; i < config.io_threads; ++i) threads.emplace_back([&ws_io] { ws_io.run(); });
   for (unsigned i = 1; i < config.io_threads; ++i) threads.emplace_back([&ioc] { ioc.run(); });
   ioc.run();
-  ws_work.reset();
-  ws_io.stop();
+  ws_io.stop();  // its connections closed before ioc stopped (stop_when_idle), or are cut at the grace's end
   for (auto& t : threads) t.join();
 
   switches.stop();
