@@ -5,9 +5,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/ssl/context.hpp>
-#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/strand.hpp>
 #include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
 
@@ -290,24 +288,6 @@ int serve(const ServerConfig& config) {
   net::io_context ws_io(static_cast<int>(config.io_threads));
   auto ws_work = net::make_work_guard(ws_io);
   websocket.io = &ws_io;
-  auto hold_strand = net::make_strand(ws_io);
-  net::steady_timer hold_timer(hold_strand);
-  {
-    const char* h = std::getenv("GPUEX_WS_HOLD_MS");
-    const int hold_ms = h ? std::atoi(h) : 0;
-    if (hold_ms > 0) {
-      hub.set_timer(
-          [&](std::chrono::steady_clock::time_point at, std::function<void()> fn) {
-            net::post(hold_strand, [&hold_timer, at, fn = std::move(fn)]() mutable {
-              hold_timer.expires_at(at);
-              hold_timer.async_wait([fn = std::move(fn)](boost::system::error_code ec) {
-                if (!ec) fn();
-              });
-            });
-          },
-          std::chrono::milliseconds(hold_ms));
-    }
-  }
   server.set_websocket(&websocket);
   server.set_ip_limiter(&per_ip);
   auto bound = server.start();

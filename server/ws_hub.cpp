@@ -215,34 +215,9 @@ void Hub::wake(std::vector<std::shared_ptr<Subscriber>> sessions, std::unique_lo
   const auto now = std::chrono::steady_clock::now();
   const bool quiet = now - last_wake_ >= kQuiet && UringHandoff::io_idle();
   last_wake_ = now;
-  if (!quiet && timer_ && now - last_sweep_ < hold_) {
-    // Under load and soon after the last sweep: held back until the next one.
-    held_.insert(held_.end(), std::make_move_iterator(sessions.begin()), std::make_move_iterator(sessions.end()));
-    if (std::exchange(timer_armed_, true)) return lock.unlock();
-    const auto at = last_sweep_ + hold_;
-    lock.unlock();
-    timer_(at, [this] { wake_held(); });
-    return;
-  }
-  last_sweep_ = now;
-  if (!held_.empty()) {
-    sessions.insert(sessions.end(), std::make_move_iterator(held_.begin()), std::make_move_iterator(held_.end()));
-    held_.clear();
-  }
   lock.unlock();
   std::optional<UringHandoff> handoff;
   if (quiet) handoff.emplace();
-  for (const auto& s : sessions) s->wake();
-}
-
-void Hub::wake_held() {
-  std::unique_lock lock(mutex_);
-  timer_armed_ = false;
-  if (held_.empty()) return;
-  last_sweep_ = std::chrono::steady_clock::now();
-  auto sessions = std::move(held_);
-  held_.clear();
-  lock.unlock();
   for (const auto& s : sessions) s->wake();
 }
 

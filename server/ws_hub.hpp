@@ -111,14 +111,6 @@ class Hub {
 
   std::int64_t now_ms() const { return clock_ms_(); }
 
-  // Runs `fn` once, at or soon after `at`, on some other thread (app.cpp: a timer of the WebSocket
-  // threads). Set once, before the server serves; without one, wake-ups are never held back.
-  using Timer = std::function<void(std::chrono::steady_clock::time_point at, std::function<void()> fn)>;
-  void set_timer(Timer timer, std::chrono::milliseconds hold) {
-    timer_ = std::move(timer);
-    hold_ = hold;
-  }
-
   // Where candle reads are asked for (set once, before the server serves; without one, candle
   // channels stay silent). Called outside the hub's lock; must only queue.
   void set_candle_feed(std::function<void(CandleRequest)> feed) { candle_feed_ = std::move(feed); }
@@ -197,8 +189,6 @@ class Hub {
   // Wakes them, after the lock was released (or hands them to this thread's DeferredWakes).
   void wake_all(std::unique_lock<std::mutex>& lock);
   void wake(std::vector<std::shared_ptr<Subscriber>> sessions, std::unique_lock<std::mutex>& lock);
-  // The timer's end: wakes the sessions held back since the last sweep.
-  void wake_held();
 
   BookViews& views_;
   std::function<std::int64_t()> clock_ms_;
@@ -213,13 +203,6 @@ class Hub {
   // When wake() last ran (see there): batches closer together than kQuiet are "under load".
   static constexpr auto kQuiet = std::chrono::milliseconds(10);
   std::chrono::steady_clock::time_point last_wake_{};
-  // Under load, the strands are woken at most once per hold_ (a sweep); sessions woken sooner wait in
-  // held_ for the timer, and their writes then carry more frames each (cheaper per frame).
-  Timer timer_;
-  std::chrono::milliseconds hold_{0};
-  std::chrono::steady_clock::time_point last_sweep_{};
-  std::vector<std::shared_ptr<Subscriber>> held_;
-  bool timer_armed_ = false;
 };
 
 }  // namespace gpuex::ws
