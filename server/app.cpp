@@ -14,12 +14,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
-#include <memory>
 #include <iostream>
 #include <fstream>
 #include <optional>
 #include <thread>
-#include <vector>
 
 #include <sys/resource.h>
 
@@ -206,20 +204,7 @@ int serve(const ServerConfig& config) {
     }
   }
 
-  // One io_context per HTTP I/O thread, each run by that thread alone: HttpServer shares the connections
-  // out among them, so the I/O threads share no scheduler lock. The first (the main thread's) also runs
-  // the acceptor, the signals and the timers below.
-  std::vector<std::unique_ptr<net::io_context>> io;
-  std::vector<net::io_context*> io_ptrs;
-  for (unsigned i = 0; i < config.io_threads; ++i) {
-    io_ptrs.push_back(io.emplace_back(std::make_unique<net::io_context>(1)).get());
-  }
-  net::io_context& ioc = *io.front();
-  std::vector<net::executor_work_guard<net::io_context::executor_type>> io_work;  // idle threads keep running
-  for (auto& context : io) io_work.push_back(net::make_work_guard(*context));
-  auto stop_io = [&io] {
-    for (auto& context : io) context->stop();
-  };
+  net::io_context ioc(static_cast<int>(config.io_threads));
   Metrics metrics;
   store::QueryPool queries(config.dsn, config.query_pool_size);
   KeyStore keys(queries);
@@ -295,7 +280,7 @@ int serve(const ServerConfig& config) {
   add_analytics_routes(router, services);
   add_web_routes(router, services, config.web_root, config.web_vendor);
 
-  HttpServer server(io_ptrs, config, router, metrics, tls ? &*tls : nullptr);
+  HttpServer server(ioc, config, router, metrics, tls ? &*tls : nullptr);
   ws::Context websocket{hub, keys, switches, per_ip, key_lookups, services.markets, config};
   // Upgraded plain-TCP WebSocket connections run on threads of their own (as many as the HTTP ones):
   // HTTP requests and answers no longer wait behind the fan-out handlers of every change before them.
@@ -318,7 +303,7 @@ int serve(const ServerConfig& config) {
   net::steady_timer partitions(ioc);
   // Stops early once every connection has closed and the dead man's switches they fired have committed.
   std::function<void()> stop_when_idle = [&] {
-    if (server.sessions() == 0 && switches.pending() == 0) return stop_io();
+    if (server.sessions() == 0 && switches.pending() == 0) return ioc.stop();
     poll.expires_after(std::chrono::milliseconds(20));
     poll.async_wait([&](boost::system::error_code e) {
       if (!e) stop_when_idle();
@@ -335,7 +320,7 @@ int serve(const ServerConfig& config) {
       if (switches.pending() > 0) {
         spdlog::warn("{} dead man's switch cancels not committed yet: the next start does them", switches.pending());
       }
-      stop_io();
+      ioc.stop();
     });
     partitions.cancel();
     stop_when_idle();
@@ -360,7 +345,7 @@ int serve(const ServerConfig& config) {
 
   std::vector<std::thread> threads;
   for (unsigned i = 0; i < config.io_threads; ++i) threads.emplace_back([&ws_io] { ws_io.run(); });
-  for (unsigned i = 1; i < config.io_threads; ++i) threads.emplace_back([context = io[i].get()] { context->run(); });
+  for (unsigned i = 1; i < config.io_threads; ++i) threads.emplace_back([&ioc] { ioc.run(); });
   ioc.run();
   ws_io.stop();  // its connections closed before ioc stopped (stop_when_idle), or are cut at the grace's end
   for (auto& t : threads) t.join();

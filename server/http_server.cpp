@@ -2,6 +2,7 @@
 #include "server/http_server.hpp"
 
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
 #include <spdlog/spdlog.h>
 
@@ -32,10 +33,10 @@ tcp::endpoint parse_listen_address(const std::string& listen) {
   return {address, static_cast<unsigned short>(port)};
 }
 
-HttpServer::HttpServer(std::vector<net::io_context*> io, const ServerConfig& config, const http::Router& router,
+HttpServer::HttpServer(net::io_context& ioc, const ServerConfig& config, const http::Router& router,
                        Metrics& metrics, net::ssl::context* tls)
-    : io_(std::move(io)), config_(config), router_(router), metrics_(metrics), tls_(tls),
-      acceptor_(*io_.front()) {}
+    : ioc_(ioc), config_(config), router_(router), metrics_(metrics), tls_(tls),
+      acceptor_(net::make_strand(ioc)) {}
 
 tcp::endpoint HttpServer::start() {
   auto endpoint = parse_listen_address(config_.listen);
@@ -48,15 +49,13 @@ tcp::endpoint HttpServer::start() {
 }
 
 void HttpServer::accept() {
-  auto& io = *io_[next_io_];
-  next_io_ = (next_io_ + 1) % io_.size();
-  acceptor_.async_accept(io, [this](boost::system::error_code ec, tcp::socket socket) {
+  acceptor_.async_accept(net::make_strand(ioc_), [this](boost::system::error_code ec, tcp::socket socket) {
     if (ec) {
       if (ec == net::error::operation_aborted || stopping_) return;
       // Out of file descriptors and the like: the pending connection stays queued, so accepting again
       // at once would fail again in a tight loop. Wait a little (and log at most that often).
       spdlog::warn("http: accept failed: {}; accepting again in 100 ms", ec.message());
-      auto pause = std::make_shared<net::steady_timer>(acceptor_.get_executor(), std::chrono::milliseconds(100));
+      auto pause = std::make_shared<net::steady_timer>(ioc_, std::chrono::milliseconds(100));
       pause->async_wait([this, pause](boost::system::error_code) {
         if (!stopping_) accept();
       });

@@ -11,7 +11,6 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
-#include <vector>
 
 #include "server/config.hpp"
 #include "server/http_session.hpp"
@@ -26,10 +25,7 @@ struct Context;
 
 class HttpServer {
  public:
-  // `io`: one io_context per I/O thread, each run by that thread alone. Connections are shared out among
-  // them as they are accepted (the acceptor runs on the first), so no lock of Asio's scheduler is shared
-  // between the I/O threads and a connection needs no strand.
-  HttpServer(std::vector<boost::asio::io_context*> io, const ServerConfig& config, const http::Router& router,
+  HttpServer(boost::asio::io_context& ioc, const ServerConfig& config, const http::Router& router,
              Metrics& metrics, boost::asio::ssl::context* tls);
 
   // Binds `config.listen` and starts accepting; returns the bound endpoint (port 0 picks one).
@@ -65,8 +61,7 @@ class HttpServer {
   void on_accept(boost::asio::ip::tcp::socket socket);
   void refuse(boost::asio::ip::tcp::socket socket, const std::string& ip, std::string_view why);
 
-  std::vector<boost::asio::io_context*> io_;
-  std::size_t next_io_ = 0;  // the io_context of the next connection accepted (the acceptor's thread only)
+  boost::asio::io_context& ioc_;
   const ServerConfig& config_;
   const http::Router& router_;
   Metrics& metrics_;

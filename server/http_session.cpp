@@ -1,11 +1,11 @@
-// See http_session.hpp. Modelled on Beast's advanced server: the session kept alive by shared_from_this()
-// in every handler, a timeout on every read and write. A connection's executor is the io_context of the
-// one I/O thread it was given at accept (HttpServer), so its handlers never run at the same time.
+// See http_session.hpp. Modelled on Beast's advanced server: one strand per connection, the session
+// kept alive by shared_from_this() in every handler, a timeout on every read and write.
 #include "server/http_session.hpp"
 
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
@@ -15,7 +15,6 @@
 #include <boost/url/parse.hpp>
 #include <spdlog/spdlog.h>
 
-#include <algorithm>
 #include <array>
 #include <optional>
 
@@ -161,7 +160,7 @@ class HttpSession : public Session, public std::enable_shared_from_this<HttpSess
 
     ctx_.emplace(req, std::move(match.params), ip_, std::nullopt);
     // The handler may answer later from another thread (a database read); the answer hops back
-    // onto this connection's I/O thread.
+    // onto this connection's strand.
     Respond respond = [self = this->shared_from_this()](Response res) {
       auto deliver = [self, res = std::move(res)]() mutable { self->send(std::move(res)); };
       if (auto* deferred = DeferredAnswers::current()) return deferred->add(self->stream_.get_executor(), std::move(deliver));
@@ -297,20 +296,18 @@ void DeferredAnswers::add(net::any_io_executor executor, std::function<void()> d
 
 DeferredAnswers::~DeferredAnswers() {
   current_deferred = outer_;
-  // Each connection runs on one I/O thread's io_context: one post to each io_context that has answers,
-  // which hands them to their connections there, in the order they were made.
-  while (!answers_.empty()) {
-    const auto executor = answers_.front().executor;
-    auto theirs = std::stable_partition(answers_.begin(), answers_.end(),
-                                        [&](const Answer& a) { return a.executor == executor; });
-    std::vector<std::function<void()>> delivers;
-    delivers.reserve(static_cast<std::size_t>(theirs - answers_.begin()));
-    for (auto it = answers_.begin(); it != theirs; ++it) delivers.push_back(std::move(it->deliver));
-    answers_.erase(answers_.begin(), theirs);
-    net::post(executor, [delivers = std::move(delivers)] {
-      for (const auto& deliver : delivers) deliver();
-    });
+  if (answers_.empty()) return;
+  // Every connection's strand is on the server's one io_context: one post there, and each answer goes
+  // to its strand from the I/O thread that runs it (a thread-local queue, no wake-up).
+  using Strand = net::strand<net::io_context::executor_type>;
+  const auto* strand = answers_.front().executor.target<Strand>();
+  if (!strand) {  // not the sessions' executor: each as it comes
+    for (auto& a : answers_) net::post(a.executor, std::move(a.deliver));
+    return;
   }
+  net::post(strand->get_inner_executor(), [answers = std::move(answers_)]() mutable {
+    for (auto& a : answers) net::post(a.executor, std::move(a.deliver));
+  });
 }
 
 void start_session(tcp::socket socket, net::ssl::context* tls, HttpServer& server, std::string ip) {

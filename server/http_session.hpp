@@ -24,10 +24,10 @@ class Session {
 };
 
 // While one lives on a thread, the answers that thread hands to connections (a handler's `Respond`) are
-// held and handed to the I/O threads together when it ends: one post to each I/O thread's io_context for
-// all of its connections' answers, not one per answer. The writer's completion thread answers a whole
-// transaction's commands in one such scope: each post from outside an I/O thread takes its scheduler's
-// lock and may wake it (a futex call and a context switch).
+// held and handed to the I/O threads together when it ends: one post to the io_context for all of
+// them, not one per answer. The writer's completion thread answers a whole transaction's commands in
+// one such scope: each post from outside the I/O threads takes the scheduler's lock and wakes an I/O
+// thread (a futex call and a context switch), and from inside them a post is a thread-local queue push.
 // Answers made on a thread without one are posted at once.
 class DeferredAnswers {
  public:
@@ -37,7 +37,7 @@ class DeferredAnswers {
   DeferredAnswers& operator=(const DeferredAnswers&) = delete;
   // The innermost scope of this thread, or null.
   static DeferredAnswers* current();
-  // `deliver` runs on `executor` (a connection's) once the scope ends.
+  // `deliver` runs on `executor` (a connection's strand) once the scope ends.
   void add(boost::asio::any_io_executor executor, std::function<void()> deliver);
 
  private:
