@@ -141,14 +141,20 @@ void KeyStore::authenticate(std::string_view key, std::function<void(Outcome, Pr
   auto id = key_id_of(key);
   if (!id) return done(Outcome::unknown, {});
   KeyHash hash = hash_key(key);
+  // A cached key is checked under a shared lock (the I/O threads do not wait for each other) and `done`
+  // runs after it is released: it handles the whole request.
+  std::optional<Principal> cached;
+  bool known = false;
   {
-    std::lock_guard lock(mutex_);
+    std::shared_lock lock(mutex_);
     auto it = cache_.find(*id);
     if (it != cache_.end()) {
-      if (matches(it->second, hash)) return done(Outcome::ok, it->second.principal);
-      return done(Outcome::unknown, {});
+      known = true;
+      if (matches(it->second, hash)) cached = it->second.principal;
     }
   }
+  if (cached) return done(Outcome::ok, std::move(*cached));
+  if (known) return done(Outcome::unknown, {});
   if (before_lookup && !before_lookup()) return done(Outcome::throttled, {});
   queries_.submit(
       [this, id = *id, hash, done](store::PgConnection& db) {
@@ -179,7 +185,7 @@ void KeyStore::revoke(const std::string& key_id) {
 void KeyStore::recheck(store::PgConnection& db) {
   std::string ids;  // a text[] literal; ids are k_ and hex digits
   {
-    std::lock_guard lock(mutex_);
+    std::shared_lock lock(mutex_);
     for (const auto& [id, entry] : cache_) {
       if (!entry.revoked) ids += (ids.empty() ? "" : ",") + id;
     }
@@ -190,7 +196,7 @@ void KeyStore::recheck(store::PgConnection& db) {
 }
 
 bool KeyStore::revoked(const std::string& key_id) {
-  std::lock_guard lock(mutex_);
+  std::shared_lock lock(mutex_);
   auto it = cache_.find(key_id);
   return it != cache_.end() && it->second.revoked;
 }

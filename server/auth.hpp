@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <shared_mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -77,7 +78,8 @@ class KeyStore {
   static bool matches(const Entry& entry, const KeyHash& hash);
 
   store::QueryPool& queries_;
-  std::mutex mutex_;
+  // Read-mostly: every request reads it (shared), a revocation or a key looked up in the store writes.
+  std::shared_mutex mutex_;
   std::unordered_map<std::string, Entry> cache_;
 };
 

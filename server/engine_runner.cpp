@@ -400,10 +400,14 @@ void EngineRunner::run() {
       std::unique_lock lock(mutex_);
       wake_.wait_until(lock, next_tick, [this] { return stopping_ || !jobs_.empty() || rebuild_needed_; });
       stopping = stopping_;
-      std::size_t n = stopping_ ? jobs_.size() : std::min(jobs_.size(), options_.max_batch);
-      for (std::size_t i = 0; i < n; ++i) {
-        jobs.push_back(std::move(jobs_.front()));
-        jobs_.pop_front();
+      // The whole queue in one swap, so I/O threads waiting to queue a command are let go at once;
+      // past max_batch (rare: a burst while a batch was applied) the oldest max_batch are moved out.
+      if (stopping_ || jobs_.size() <= options_.max_batch) {
+        jobs.swap(jobs_);
+      } else {
+        auto end = jobs_.begin() + static_cast<std::ptrdiff_t>(options_.max_batch);
+        jobs.assign(std::make_move_iterator(jobs_.begin()), std::make_move_iterator(end));
+        jobs_.erase(jobs_.begin(), end);
       }
     }
     if (rebuild_needed_ && !stopping) {
