@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
-#include <shared_mutex>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
