@@ -19,6 +19,7 @@
 
 #include "matching/chunked_set.hpp"
 #include "matching/digest.hpp"
+#include "matching/level_set.hpp"
 #include "matching/money.hpp"
 #include "matching/step_tree.hpp"
 
@@ -86,13 +87,20 @@ struct BidKey {
   bool operator==(const BidKey& o) const { return price == o.price && priority == o.priority && id == o.id; }
 };
 
-// Bids: price descending, then arrival.
+// Bids: price descending, then arrival. `level`: a BidSet's price levels (LevelSet), the highest price first.
 struct BidOrder {
   bool operator()(const BidKey& a, const BidKey& b) const {
     if (a.price != b.price) return a.price > b.price;
     if (a.priority != b.priority) return a.priority < b.priority;
     return a.id < b.id;
   }
+  static std::int64_t level(const BidKey& k) { return ~k.price.value; }  // ~: order-reversing, no overflow
+};
+
+// Asks: AskKey's own order; `level`: an AskSet's price levels (LevelSet), by effective price.
+struct AskOrder {
+  bool operator()(const AskKey& a, const AskKey& b) const { return a < b; }
+  static std::int64_t level(const AskKey& k) { return k.effective.value; }
 };
 
 struct ViewKey {
@@ -495,8 +503,8 @@ class SlabMap {
 
 using OrderMap = SlabMap<OrderId, LiveOrder>;
 
-// One end bucket of a pool's resting asks, with its cheapest effective price (no key touched to skip it).
-using AskSet = ChunkedSet<AskKey, std::less<AskKey>>;
+// A pool's resting spot asks, by price level (a new ask is appended to its level).
+using AskSet = LevelSet<AskKey, AskOrder>;
 
 // Summaries of a set of ask keys that let a walk skip the whole set without reading a key: the earliest
 // run_start(), latest run_end() and longest max_run among them. Exact after inserts; erases leave them
@@ -547,7 +555,7 @@ struct LivePool {
   mutable std::uint32_t book_number{std::numeric_limits<std::uint32_t>::max()};
 };
 
-using BidSet = ChunkedSet<BidKey, BidOrder>;
+using BidSet = LevelSet<BidKey, BidOrder>;  // by price level (a new bid is appended to its level)
 
 // Resting duration (spot) bids, in (price desc, priority) order (fixed-window bids rest in a BidIndex).
 struct BidSets {

@@ -1,0 +1,198 @@
+// A sorted set of keys kept by price level: the book sets of resting asks and duration bids.
+//
+// A book set's keys are ordered by price, then priority. A new order always has the latest priority, so it
+// goes at the end of its price level; a ChunkedSet found that place by two binary searches over whole keys
+// (~250 instructions of compares for a set of a few thousand) and moved half a chunk of keys up. Here each
+// level (the keys of one price, in order) is a vector of its own: an insert binary-searches the levels by
+// price alone and, in the usual case, appends; an erase searches its level only and moves the keys after
+// it in that level. Levels sit in sorted chunks of at most kMax (as ChunkedSet's keys), so that a book of
+// many prices with one order each (the realistic workload's) inserts and erases a level at the cost of a
+// chunk's moves, not the whole book's.
+//
+// `Less` orders keys; `Less::level(key)` is the key's level, a number that orders the levels as Less
+// orders their keys (keys of a lower level are less). Iteration is in key order; like ChunkedSet, insert
+// and erase invalidate every iterator of the set (walks re-seek by key when version() changed).
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace gpuex::matching {
+
+template <class Key, class Less>
+class LevelSet {
+  struct Level {
+    std::int64_t at;
+    std::vector<Key> keys;  // non-empty, sorted by Less
+  };
+  using Chunk = std::vector<Level>;
+
+ public:
+  static constexpr std::size_t kMax = 32;  // levels in a chunk above this split it in two
+
+  class const_iterator {
+   public:
+    const_iterator() = default;
+    const Key& operator*() const { return *p_; }
+    const Key* operator->() const { return p_; }
+    const_iterator& operator++() {
+      if (++p_ == e_) s_->next_level(*this);
+      return *this;
+    }
+    bool operator==(const const_iterator& o) const { return p_ == o.p_; }
+
+   private:
+    friend class LevelSet;
+    const LevelSet* s_{nullptr};
+    std::size_t c_{0};
+    std::size_t l_{0};
+    const Key* p_{nullptr};  // null: end()
+    const Key* e_{nullptr};  // the end of p_'s level
+  };
+
+  const_iterator begin() const { return chunks_.empty() ? end() : at(0, 0, 0); }
+  const_iterator end() const {
+    const_iterator it;
+    it.s_ = this;
+    return it;
+  }
+  bool empty() const { return size_ == 0; }
+  std::size_t size() const { return size_; }
+  // Changes with every insert, erase or replace: an iterator taken at an equal version is still valid.
+  std::uint64_t version() const { return version_; }
+
+  // The first key not less than k.
+  const_iterator lower_bound(const Key& k) const {
+    const std::int64_t a = Less::level(k);
+    const auto [c, l] = level_for(a);
+    if (c == chunks_.size()) return end();
+    const Level& lv = chunks_[c][l];
+    if (lv.at != a) return at(c, l, 0);
+    const auto it = std::lower_bound(lv.keys.begin(), lv.keys.end(), k, Less{});
+    return at(c, l, static_cast<std::size_t>(it - lv.keys.begin()));
+  }
+
+  std::size_t count(const Key& k) const { return find(k).first ? 1 : 0; }
+
+  // Inserts k unless an equivalent key is present.
+  void insert(const Key& k) {
+    ++version_;
+    const std::int64_t a = Less::level(k);
+    auto [c, l] = level_for(a);
+    if (c == chunks_.size()) {  // after every level: a new level at the end of the last chunk
+      if (chunks_.empty()) chunks_.emplace_back();
+      c = chunks_.size() - 1;
+      l = chunks_[c].size();
+    }
+    Chunk& ch = chunks_[c];
+    if (l < ch.size() && ch[l].at == a) {
+      std::vector<Key>& keys = ch[l].keys;
+      if (Less{}(keys.back(), k)) {
+        keys.push_back(k);  // the latest priority at its price
+      } else {
+        const auto it = std::lower_bound(keys.begin(), keys.end(), k, Less{});
+        if (!Less{}(k, *it)) return;
+        keys.insert(it, k);
+      }
+    } else {
+      if (ch.size() == ch.capacity()) ch.reserve(std::min(kMax + 1, std::max<std::size_t>(4, ch.size() * 2)));
+      ch.insert(ch.begin() + static_cast<std::ptrdiff_t>(l), Level{a, {}});
+      ch[l].keys.push_back(k);
+      if (ch.size() > kMax) {
+        const auto mid = ch.begin() + static_cast<std::ptrdiff_t>(ch.size() / 2);
+        Chunk upper(std::make_move_iterator(mid), std::make_move_iterator(ch.end()));
+        ch.erase(mid, ch.end());
+        chunks_.insert(chunks_.begin() + static_cast<std::ptrdiff_t>(c) + 1, std::move(upper));
+      }
+    }
+    ++size_;
+  }
+
+  // Overwrites the key equivalent to k with k (fields that do not take part in the order), if present.
+  void replace(const Key& k) {
+    if (Key* p = find(k).first) {
+      ++version_;
+      *p = k;
+    }
+  }
+
+  // Erases the key equivalent to k, if any.
+  void erase(const Key& k) {
+    const auto [p, cl] = find(k);
+    if (!p) return;
+    ++version_;
+    --size_;
+    const auto [c, l] = cl;
+    Chunk& ch = chunks_[c];
+    std::vector<Key>& keys = ch[l].keys;
+    keys.erase(keys.begin() + (p - keys.data()));
+    if (!keys.empty()) return;
+    ch.erase(ch.begin() + static_cast<std::ptrdiff_t>(l));
+    if (ch.empty()) {
+      chunks_.erase(chunks_.begin() + static_cast<std::ptrdiff_t>(c));
+    } else if (c + 1 < chunks_.size() && ch.size() + chunks_[c + 1].size() <= kMax / 2) {
+      // Keep chunks from thinning out: merge with the next one while both are small.
+      Chunk& next = chunks_[c + 1];
+      ch.insert(ch.end(), std::make_move_iterator(next.begin()), std::make_move_iterator(next.end()));
+      chunks_.erase(chunks_.begin() + static_cast<std::ptrdiff_t>(c) + 1);
+    }
+  }
+
+ private:
+  // The chunk and place of the first level not below a ({chunks_.size(), 0} if none).
+  std::pair<std::size_t, std::size_t> level_for(std::int64_t a) const {
+    const auto c = std::partition_point(chunks_.begin(), chunks_.end(), [&](const Chunk& ch) { return ch.back().at < a; });
+    if (c == chunks_.end()) return {chunks_.size(), 0};
+    const auto l = std::partition_point(c->begin(), c->end(), [&](const Level& lv) { return lv.at < a; });
+    return {static_cast<std::size_t>(c - chunks_.begin()), static_cast<std::size_t>(l - c->begin())};
+  }
+
+  // The key equivalent to k (null if none), with its level's chunk and place. Const for count(); the keys
+  // are the set's own (replace and erase write through the pointer).
+  std::pair<Key*, std::pair<std::size_t, std::size_t>> find(const Key& k) const {
+    const std::int64_t a = Less::level(k);
+    const auto cl = level_for(a);
+    if (cl.first == chunks_.size()) return {nullptr, cl};
+    const Level& lv = chunks_[cl.first][cl.second];
+    if (lv.at != a) return {nullptr, cl};
+    const auto it = std::lower_bound(lv.keys.begin(), lv.keys.end(), k, Less{});
+    if (it == lv.keys.end() || Less{}(k, *it)) return {nullptr, cl};
+    return {const_cast<Key*>(&*it), cl};
+  }
+
+  // The iterator at key i of level (c, l); past the level's last key, the next level's first.
+  const_iterator at(std::size_t c, std::size_t l, std::size_t i) const {
+    const_iterator it;
+    it.s_ = this;
+    it.c_ = c;
+    it.l_ = l;
+    const std::vector<Key>& keys = chunks_[c][l].keys;
+    it.p_ = keys.data() + i;
+    it.e_ = keys.data() + keys.size();
+    if (it.p_ == it.e_) next_level(it);
+    return it;
+  }
+
+  void next_level(const_iterator& it) const {
+    if (++it.l_ == chunks_[it.c_].size()) {
+      ++it.c_;
+      it.l_ = 0;
+    }
+    if (it.c_ == chunks_.size()) {
+      it.p_ = it.e_ = nullptr;
+      return;
+    }
+    const std::vector<Key>& keys = chunks_[it.c_][it.l_].keys;
+    it.p_ = keys.data();
+    it.e_ = keys.data() + keys.size();
+  }
+
+  std::vector<Chunk> chunks_;  // each non-empty; levels in increasing `at` across chunks
+  std::size_t size_{0};
+  std::uint64_t version_{0};
+};
+
+}  // namespace gpuex::matching
