@@ -2727,16 +2727,27 @@ struct Engine::Impl {
     return false;
   }
 
-  // False when `ask` has fewer GPUs than its lot (min_chunk) free throughout the window of the bid of key
+  // False when the ask has fewer GPUs than its lot (min_chunk) free throughout the window of the bid of key
   // `k`: eligible_qty then gives 0 whatever the bid (its lot is a multiple of the ask's). Judged from the key
-  // and the ask alone, before the bid's order is read: a crossing ask's walk meets many bids whose windows
-  // its earlier fills used up.
-  bool ask_serves(const RestOrder& ask, const BidKey& k) const {
+  // and the ask's runs alone (`runs`: for_each_run's, taken again after each fill), before the bid's order is
+  // read: a crossing ask's walk meets many bids whose windows its earlier fills used up (~24 for each fill in
+  // the realistic bench). The window has a lot free throughout exactly when it lies inside one run (runs are
+  // maximal), which is free.min(ws, we) >= the lot without the search of the ask's pieces for each bid.
+  static bool ask_serves(const std::vector<std::pair<Seconds, Seconds>>& runs, const BidKey& k, Seconds now) {
     const bool fixed = k.duration.value == 0;
     const Seconds ws = fixed ? k.start : now;
     const Seconds we = fixed ? k.end : now + k.duration;
-    return ask.free.min(ws, we) >= ask.request.min_chunk.value;
+    if (we <= ws) return false;
+    for (const auto& [from, to] : runs) {  // in time order: the first that ends after ws is the only one
+      if (ws < to) return from <= ws && we <= to;
+    }
+    return false;
   }
+  static void ask_runs(const RestOrder& ask, std::vector<std::pair<Seconds, Seconds>>& runs) {
+    runs.clear();
+    for_each_run(ask, [&](Seconds from, Seconds to) { runs.emplace_back(from, to); });
+  }
+  std::vector<std::pair<Seconds, Seconds>> serve_runs;  // match_ask's (not re-entered: fills match nothing)
 
   void match_ask(LiveOrder& ask, bool at_placement) {
     Book& book = (*ask.o.book);
@@ -2782,11 +2793,12 @@ struct Engine::Impl {
     BidList list(*this);
     BidWalk walk(a_start, a_end, a_min, now, list.get());
     bids_for(book, lpool, ask.o.effective_price, spot_now(ask.o), walk);
+    ask_runs(ask.o, serve_runs);
     while (ask.o.is_open()) {
       const auto k = walk.next();
       if (!k || k->price < ask.o.effective_price) break;
       if (!window_fits(*k, a_start, a_end, a_min)) continue;
-      if (!ask_serves(ask.o, *k)) continue;
+      if (!ask_serves(serve_runs, *k, now)) continue;
       LiveOrder& bid = *k->lo;
       const Seconds ws = bid_start(bid.o);
       const Seconds we = bid_end(bid.o);
@@ -2797,6 +2809,7 @@ struct Engine::Impl {
         continue;
       }
       execute_fill(bid, ask, q, ws, we, bid.o.request.price, Side::sell);
+      ask_runs(ask.o, serve_runs);
       if (!spot_now(ask.o)) walk.drop_duration();  // nothing free now: no duration bid can use it
     }
   }
