@@ -638,13 +638,22 @@ inline std::size_t tier_index(Tier t) { return static_cast<std::size_t>(t); }
 struct RunCell {
   std::array<RunSet, kTiers> by_tier;
   // Each tier's least effective price (the maximum when it has no run), beside the sets: a walk passes over
-  // a tier priced out without loading its chunks.
+  // a tier priced out without loading its chunks; and the least of them, with which it passes over a cell
+  // priced out in every tier with one comparison (most cells, for a bid that does not cross).
   std::array<std::int64_t, kTiers> cheapest{kNoRun, kNoRun, kNoRun};
+  std::int64_t least{kNoRun};
   static constexpr std::int64_t kNoRun = std::numeric_limits<std::int64_t>::max();
   bool empty() const {
     return std::all_of(by_tier.begin(), by_tier.end(), [](const RunSet& r) { return r.empty(); });
   }
-  void refresh(std::size_t t) { cheapest[t] = by_tier[t].empty() ? kNoRun : by_tier[t].begin()->effective.value; }
+  void lower(std::size_t t, std::int64_t price) {
+    cheapest[t] = std::min(cheapest[t], price);
+    least = std::min(least, price);
+  }
+  void refresh(std::size_t t) {
+    cheapest[t] = by_tier[t].empty() ? kNoRun : by_tier[t].begin()->effective.value;
+    least = *std::min_element(cheapest.begin(), cheapest.end());
+  }
 };
 using RunRow = std::map<std::int64_t, RunCell>;  // by end week
 
@@ -1704,6 +1713,7 @@ struct Engine::Impl {
         std::pair<std::int64_t, Seq> cut{limit.value, std::numeric_limits<Seq>::max()};
         for (auto row = ix.rows.begin(); row != ix.rows.end() && row->first <= ws_slot; ++row) {
           for (auto cell = row->second.lower_bound(we_slot); cell != row->second.end(); ++cell) {
+            if (cell->second.least > cut.first) continue;
             for (std::size_t t = 0; t < kTiers; ++t) {
               if (!tier_ok[t] || cell->second.cheapest[t] > cut.first) continue;
               for (const std::vector<RunEntry>& chunk : cell->second.by_tier[t].chunks()) {
@@ -2127,7 +2137,7 @@ struct Engine::Impl {
     const std::size_t n = set.size();
     set.insert(e);
     if (set.size() != n + 1) throw std::logic_error("free run index: entry already in");
-    cell.cheapest[t] = std::min(cell.cheapest[t], e.effective.value);
+    cell.lower(t, e.effective.value);
     ++ix.size;
   }
   static void unindex_run(RunIndex& ix, const LivePool* lp, const RunEntry& e) {
@@ -3661,9 +3671,13 @@ struct Engine::Impl {
         if (row.empty()) fail("free run index: empty row");
         for (const auto& [end_week, cell] : row) {
           if (cell.empty()) fail("free run index: empty cell");
+          if (cell.least != *std::min_element(cell.cheapest.begin(), cell.cheapest.end())) {
+            fail("free run index: a cell's least out of step");
+          }
           for (std::size_t t = 0; t < kTiers; ++t) {
             const std::int64_t least = cell.by_tier[t].empty() ? RunCell::kNoRun : cell.by_tier[t].begin()->effective.value;
             if (cell.cheapest[t] != least) fail("free run index: a cell's cheapest out of step");
+            if (cell.least > least) fail("free run index: a cell's least above a tier's");
             const RunEntry* prev = nullptr;
             for (const RunEntry& e : cell.by_tier[t]) {
               if (prev && !RunEntryLess{}(*prev, e)) fail("free run index: cell out of order");
