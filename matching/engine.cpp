@@ -610,16 +610,25 @@ struct RunEntry {
   bool operator==(const RunEntry&) const = default;
 };
 
-// The free runs of a market's resting asks, in cells by the week (kRunSlot) of their start and of their end,
-// so that a window [ws, we) reads only cells whose runs may hold it (start week <= ws's, end week >= we's)
-// instead of every ask of every pool its price admits. A cell's entries are sorted by (effective, priority,
-// lo, start) in chunks (ChunkedSet: an insert or erase moves at most a chunk): a walk stops at its limit
-// price, and an ask leaving the book finds its entries by binary search (its runs are recomputed from its
-// free capacity, which does not change while it rests). Empty cells and rows are erased. A market's index is
-// built by its first fixed-window bid's walk and kept from then on (`enabled`): a market of duration bids
-// only, like the plain workload's, never pays for it. check_invariants compares the whole index with a
-// recomputation.
+// The free runs of a market's resting asks, in a table of cells by the week (kRunSlot) of their start and of
+// their end, so that a window [ws, we) reads only cells whose runs may hold it (start week <= ws's, end week
+// >= we's) instead of every ask of every pool its price admits. A cell's entries are sorted by (effective,
+// priority, lo, start) in chunks (ChunkedSet: an insert or erase moves at most a chunk): a walk stops at its
+// limit price, and an ask leaving the book finds its entries by binary search (its runs are recomputed from
+// its free capacity, which does not change while it rests). A market's index is built by its first
+// fixed-window bid's walk and kept from then on (`enabled`): a market of duration bids only, like the plain
+// workload's, never pays for it. check_invariants compares the whole index with a recomputation.
+//
+// The table (RunIndex::rows): row r holds the runs that start in week first_week + r, row 0 also those that
+// start before (first_week: the week the index was built in); cell c of a row those that end c weeks after
+// the row's week, cell 0 also those that end before and the last cell (kRunCells - 1) those that end later.
+// A run's cell is found by arithmetic (an update is the cell's set insert or erase alone), and a walk reads
+// rows 0 to ws's and in each the cells from we's on: the edges only put more runs in the cells it reads
+// (each run's times are checked), never a run that holds the window in a cell it does not read. Rows and
+// cells are added as runs need them and kept when they empty (an empty cell's least is the maximum: a walk
+// passes over it with one comparison).
 constexpr std::int64_t kRunSlot = 7 * 86'400;
+constexpr std::size_t kRunCells = 64;  // weeks: a run that ends later than that after its start week is in its row's last cell
 
 inline std::int64_t run_slot(Seconds t) {
   const std::int64_t v = t.value;
@@ -646,15 +655,23 @@ inline std::size_t tier_index(Tier t) { return static_cast<std::size_t>(t); }
 struct RunCell {
   std::array<RunSet, kTiers> by_tier;
   // Each tier's least effective price (the maximum when it has no run), beside the sets: a walk passes over
-  // a tier priced out without loading its chunks.
+  // a tier priced out without loading its chunks; and the least of them, with which it passes over a cell
+  // priced out in every tier with one comparison (most cells, for a bid that does not cross).
   std::array<std::int64_t, kTiers> cheapest{kNoRun, kNoRun, kNoRun};
+  std::int64_t least{kNoRun};
   static constexpr std::int64_t kNoRun = std::numeric_limits<std::int64_t>::max();
   bool empty() const {
     return std::all_of(by_tier.begin(), by_tier.end(), [](const RunSet& r) { return r.empty(); });
   }
-  void refresh(std::size_t t) { cheapest[t] = by_tier[t].empty() ? kNoRun : by_tier[t].begin()->effective.value; }
+  void lower(std::size_t t, std::int64_t price) {
+    cheapest[t] = std::min(cheapest[t], price);
+    least = std::min(least, price);
+  }
+  void refresh(std::size_t t) {
+    cheapest[t] = by_tier[t].empty() ? kNoRun : by_tier[t].begin()->effective.value;
+    least = *std::min_element(cheapest.begin(), cheapest.end());
+  }
 };
-using RunRow = std::map<std::int64_t, RunCell>;  // by end week
 
 // A pool's verdict for the current walk (`mark` = the walk's number), by the pool's number in the index.
 struct RunPoolMark {
@@ -664,11 +681,38 @@ struct RunPoolMark {
 };
 
 struct RunIndex {
-  std::map<std::int64_t, RunRow> rows;  // by start week
-  std::vector<const LivePool*> pools;   // by number (LivePool::run_number), never shrunk
-  std::vector<RunPoolMark> marks;       // parallel to pools
+  std::int64_t first_week{0};
+  std::vector<std::vector<RunCell>> rows;  // rows[r][c]: see above
+  std::vector<const LivePool*> pools;      // by number (LivePool::run_number), never shrunk
+  std::vector<RunPoolMark> marks;          // parallel to pools
   std::size_t size{0};
   bool enabled{false};
+
+  // The row of a run that starts at `start` (or of a window that starts then), and the cell in row r of one
+  // that ends at `end`.
+  std::size_t row_of(std::uint32_t start) const {
+    return static_cast<std::size_t>(std::max<std::int64_t>(run_slot(Seconds(start)) - first_week, 0));
+  }
+  std::size_t cell_of(std::size_t r, std::uint32_t end) const {
+    const std::int64_t c = run_slot(Seconds(end)) - first_week - static_cast<std::int64_t>(r);
+    return static_cast<std::size_t>(std::clamp<std::int64_t>(c, 0, static_cast<std::int64_t>(kRunCells) - 1));
+  }
+  // An entry's cell, added if need be (index_run); find: null if it has none (unindex_run, check_invariants).
+  RunCell& cell_for(const RunEntry& e) {
+    const std::size_t r = row_of(e.start);
+    if (r >= rows.size()) rows.resize(r + 1);
+    std::vector<RunCell>& row = rows[r];
+    const std::size_t c = cell_of(r, e.end);
+    if (c >= row.size()) row.resize(c + 1);
+    return row[c];
+  }
+  const RunCell* find(const RunEntry& e) const {
+    const std::size_t r = row_of(e.start);
+    if (r >= rows.size()) return nullptr;
+    const std::size_t c = cell_of(r, e.end);
+    return c < rows[r].size() ? &rows[r][c] : nullptr;
+  }
+  RunCell* find(const RunEntry& e) { return const_cast<RunCell*>(std::as_const(*this).find(e)); }
 };
 
 // A resting fixed-window bid as an ask's walk reads it (48 bytes: the window and the constraint group are
@@ -1672,6 +1716,7 @@ struct Engine::Impl {
       cands.clear();
       if (!b.free_runs.enabled) {  // the market's first fixed-window bid: index every resting ask's runs
         b.free_runs.enabled = true;
+        b.free_runs.first_week = std::max<std::int64_t>(run_slot(now), 0);
         for (const AskPool& ap : b.ask_pools) {
           for (LiveOrder* lo : ap.asks) index_runs(b, *lo);
         }
@@ -1691,8 +1736,6 @@ struct Engine::Impl {
         // The runs that hold [ws, we): in cells whose start week is at most ws's and end week at least we's.
         RunIndex& ix = b.free_runs;
         const std::uint64_t mark = ++walk_count;
-        const std::int64_t ws_slot = run_slot(ws);
-        const std::int64_t we_slot = run_slot(we);
         const auto ws32 = static_cast<std::uint32_t>(ws.value);
         const auto we32 = static_cast<std::uint32_t>(we.value);
         const auto len32 = static_cast<std::uint32_t>((we - ws).value);
@@ -1710,11 +1753,15 @@ struct Engine::Impl {
         std::array<std::pair<std::int64_t, Seq>, kMaxStop> best;
         std::size_t n_best = 0;
         std::pair<std::int64_t, Seq> cut{limit.value, std::numeric_limits<Seq>::max()};
-        for (auto row = ix.rows.begin(); row != ix.rows.end() && row->first <= ws_slot; ++row) {
-          for (auto cell = row->second.lower_bound(we_slot); cell != row->second.end(); ++cell) {
+        const std::size_t rows = std::min(ix.row_of(ws32) + 1, ix.rows.size());
+        for (std::size_t r = 0; r < rows; ++r) {
+          const std::vector<RunCell>& row = ix.rows[r];
+          for (std::size_t i = ix.cell_of(r, we32); i < row.size(); ++i) {
+            const RunCell& cell = row[i];
+            if (cell.least > cut.first) continue;
             for (std::size_t t = 0; t < kTiers; ++t) {
-              if (!tier_ok[t] || cell->second.cheapest[t] > cut.first) continue;
-              for (const std::vector<RunEntry>& chunk : cell->second.by_tier[t].chunks()) {
+              if (!tier_ok[t] || cell.cheapest[t] > cut.first) continue;
+              for (const std::vector<RunEntry>& chunk : cell.by_tier[t].chunks()) {
                 if (chunk.front().effective.value > cut.first) break;
                 for (const RunEntry& e : chunk) {
                   if (e.effective.value >= cut.first &&
@@ -2129,31 +2176,25 @@ struct Engine::Impl {
     });
   }
   static void index_run(RunIndex& ix, const LivePool* lp, const RunEntry& e) {
-    RunCell& cell = ix.rows[run_slot(Seconds(e.start))][run_slot(Seconds(e.end))];
+    RunCell& cell = ix.cell_for(e);
     const std::size_t t = tier_index(lp->p.spec.tier);
     RunSet& set = cell.by_tier[t];
     const std::size_t n = set.size();
     set.insert(e);
     if (set.size() != n + 1) throw std::logic_error("free run index: entry already in");
-    cell.cheapest[t] = std::min(cell.cheapest[t], e.effective.value);
+    cell.lower(t, e.effective.value);
     ++ix.size;
   }
   static void unindex_run(RunIndex& ix, const LivePool* lp, const RunEntry& e) {
-    auto row = ix.rows.find(run_slot(Seconds(e.start)));
-    if (row == ix.rows.end()) throw std::logic_error("free run index: no row");
-    auto cell = row->second.find(run_slot(Seconds(e.end)));
-    if (cell == row->second.end()) throw std::logic_error("free run index: no cell");
+    RunCell* cell = ix.find(e);
+    if (!cell) throw std::logic_error("free run index: no cell");
     const std::size_t t = tier_index(lp->p.spec.tier);
-    RunSet& set = cell->second.by_tier[t];
+    RunSet& set = cell->by_tier[t];
     const std::size_t n = set.size();
     set.erase(e);
     if (set.size() + 1 != n) throw std::logic_error("free run index: no entry");
-    cell->second.refresh(t);
+    cell->refresh(t);
     --ix.size;
-    if (cell->second.empty()) {
-      row->second.erase(cell);
-      if (row->second.empty()) ix.rows.erase(row);
-    }
   }
 
   // A fill's maker ask stays in the RunIndex while the fill changes it (unhook(lo, true)): its runs as indexed
@@ -2735,16 +2776,27 @@ struct Engine::Impl {
     return false;
   }
 
-  // False when `ask` has fewer GPUs than its lot (min_chunk) free throughout the window of the bid of key
+  // False when the ask has fewer GPUs than its lot (min_chunk) free throughout the window of the bid of key
   // `k`: eligible_qty then gives 0 whatever the bid (its lot is a multiple of the ask's). Judged from the key
-  // and the ask alone, before the bid's order is read: a crossing ask's walk meets many bids whose windows
-  // its earlier fills used up.
-  bool ask_serves(const RestOrder& ask, const BidKey& k) const {
+  // and the ask's runs alone (`runs`: for_each_run's, taken again after each fill), before the bid's order is
+  // read: a crossing ask's walk meets many bids whose windows its earlier fills used up (~24 for each fill in
+  // the realistic bench). The window has a lot free throughout exactly when it lies inside one run (runs are
+  // maximal), which is free.min(ws, we) >= the lot without the search of the ask's pieces for each bid.
+  static bool ask_serves(const std::vector<std::pair<Seconds, Seconds>>& runs, const BidKey& k, Seconds now) {
     const bool fixed = k.duration.value == 0;
     const Seconds ws = fixed ? k.start : now;
     const Seconds we = fixed ? k.end : now + k.duration;
-    return ask.free.min(ws, we) >= ask.request.min_chunk.value;
+    if (we <= ws) return false;
+    for (const auto& [from, to] : runs) {  // in time order: the first that ends after ws is the only one
+      if (ws < to) return from <= ws && we <= to;
+    }
+    return false;
   }
+  static void ask_runs(const RestOrder& ask, std::vector<std::pair<Seconds, Seconds>>& runs) {
+    runs.clear();
+    for_each_run(ask, [&](Seconds from, Seconds to) { runs.emplace_back(from, to); });
+  }
+  std::vector<std::pair<Seconds, Seconds>> serve_runs;  // match_ask's (not re-entered: fills match nothing)
 
   void match_ask(LiveOrder& ask, bool at_placement) {
     Book& book = (*ask.o.book);
@@ -2790,11 +2842,12 @@ struct Engine::Impl {
     BidList list(*this);
     BidWalk walk(a_start, a_end, a_min, now, list.get());
     bids_for(book, lpool, ask.o.effective_price, spot_now(ask.o), walk);
+    ask_runs(ask.o, serve_runs);
     while (ask.o.is_open()) {
       const auto k = walk.next();
       if (!k || k->price < ask.o.effective_price) break;
       if (!window_fits(*k, a_start, a_end, a_min)) continue;
-      if (!ask_serves(ask.o, *k)) continue;
+      if (!ask_serves(serve_runs, *k, now)) continue;
       LiveOrder& bid = *k->lo;
       const Seconds ws = bid_start(bid.o);
       const Seconds we = bid_end(bid.o);
@@ -2805,6 +2858,7 @@ struct Engine::Impl {
         continue;
       }
       execute_fill(bid, ask, q, ws, we, bid.o.request.price, Side::sell);
+      ask_runs(ask.o, serve_runs);
       if (!spot_now(ask.o)) walk.drop_duration();  // nothing free now: no duration bid can use it
     }
   }
@@ -3638,24 +3692,22 @@ struct Engine::Impl {
             if (!e) return;
             ++runs;
             bool found = false;
-            auto row = b.free_runs.rows.find(run_slot(Seconds(e->start)));
-            if (row != b.free_runs.rows.end()) {
-              auto cell = row->second.find(run_slot(Seconds(e->end)));
-              if (cell != row->second.end()) {
-                const RunSet& set = cell->second.by_tier[tier_index(ap.lp->p.spec.tier)];
-                auto it = set.lower_bound(*e);
-                found = it != set.end() && *it == *e;
-              }
+            if (const RunCell* cell = std::as_const(b.free_runs).find(*e)) {
+              const RunSet& set = cell->by_tier[tier_index(ap.lp->p.spec.tier)];
+              auto it = set.lower_bound(*e);
+              found = it != set.end() && *it == *e;
             }
             if (!found) fail("free run of ask " + std::to_string(lo->o.id.value) + " not indexed");
           });
         }
       }
       std::size_t indexed = 0;
-      for (const auto& [start_week, row] : b.free_runs.rows) {
-        if (row.empty()) fail("free run index: empty row");
-        for (const auto& [end_week, cell] : row) {
-          if (cell.empty()) fail("free run index: empty cell");
+      for (std::size_t r = 0; r < b.free_runs.rows.size(); ++r) {
+        for (std::size_t c = 0; c < b.free_runs.rows[r].size(); ++c) {
+          const RunCell& cell = b.free_runs.rows[r][c];
+          if (cell.least != *std::min_element(cell.cheapest.begin(), cell.cheapest.end())) {
+            fail("free run index: a cell's least out of step");
+          }
           for (std::size_t t = 0; t < kTiers; ++t) {
             const std::int64_t least = cell.by_tier[t].empty() ? RunCell::kNoRun : cell.by_tier[t].begin()->effective.value;
             if (cell.cheapest[t] != least) fail("free run index: a cell's cheapest out of step");
@@ -3663,6 +3715,7 @@ struct Engine::Impl {
             for (const RunEntry& e : cell.by_tier[t]) {
               if (prev && !RunEntryLess{}(*prev, e)) fail("free run index: cell out of order");
               if (tier_index(b.free_runs.pools[e.pool]->p.spec.tier) != t) fail("free run index: run in another tier");
+              if (b.free_runs.row_of(e.start) != r || b.free_runs.cell_of(r, e.end) != c) fail("free run index: run in another cell");
               prev = &e;
               ++indexed;
             }

@@ -177,3 +177,30 @@ TEST_CASE("time alone: capacity that frees up later is matched when it arrives",
   CHECK(trades[0].start == Seconds(T0 + H));
   CHECK(trades[0].end == Seconds(T0 + 2 * H));
 }
+
+// The free-run index (built by a market's first fixed-window bid) files a run by its start and end week in a
+// table that starts at the week it was built in and spans 64 weeks of ends: runs that started before that week,
+// that end later than 64 weeks after their start, or that start years ahead sit at its edges, and
+// fixed-window bids must still find them (check_invariants also checks every run's cell after each command).
+TEST_CASE("fixed-window bids find asks at the edges of the free-run index", "[windows]") {
+  Fixture f;
+  const PoolId pool = f.add_pool(kProvider);
+  const OrderId long_ask = f.place(kProvider, sell(pool, usd4(20000), 1, T0, T0 + 800 * D));
+  const OrderId early_ask = f.place(kProvider, sell(pool, usd4(19000), 1, T0, T0 + 60 * D));
+  const OrderId far_ask = f.place(kProvider, sell(pool, usd4(21000), 1, T0 + 1100 * D, T0 + 1200 * D));
+  f.advance(21 * D);  // the index is built three weeks after the asks started
+  const auto sold_by = [&](std::int64_t start) {
+    f.place(kBuyer, buy_window(usd4(25000), 1, start, start + D));
+    const auto trades = trades_of(f.events());
+    REQUIRE(trades.size() == 1);
+    CHECK(trades[0].start == Seconds(start));
+    return trades[0].sell_order;
+  };
+  CHECK(sold_by(T0 + 700 * D) == long_ask);   // 100 weeks after its start: the row's last cell
+  CHECK(sold_by(T0 + 30 * D) == early_ask);   // started before the index's first week: row 0
+  CHECK(sold_by(T0 + 1150 * D) == far_ask);   // a row ~160 weeks ahead
+  CHECK(sold_by(T0 + 30 * D) == long_ask);    // the early ask's one GPU is taken there
+  CHECK(sold_by(T0 + 2 * 365 * D) == long_ask);
+  f.advance(60 * D);
+  CHECK(sold_by(T0 + 90 * D) == long_ask);    // a window that starts after the early ask's end
+}
