@@ -477,7 +477,7 @@ class WsSession : public http::Session,
     if (out_.size() + in_flight_ >= config().ws_queue_limit || mine > config().ws_queue_bytes || over_share(mine)) {
       // A reader this far behind is closed, not buffered without bound.
       closing_ = true;
-      out_.clear();
+      drop_queue_locked();
       net::post(ws_.get_executor(), [self = this->shared_from_this()] { self->close_slow_consumer(); });
       return false;
     }
@@ -499,6 +499,15 @@ class WsSession : public http::Session,
     const auto connections = static_cast<std::size_t>(std::max<std::int64_t>(1, context_.hub.connections()));
     if (mine <= cap / connections) return false;
     return static_cast<std::size_t>(std::max<std::int64_t>(0, context_.hub.queued_bytes())) + mine > cap;
+  }
+
+  // A closing connection's frames not yet written are dropped, and their bytes leave the total of all
+  // queues at once (not at the session's end, up to kCloseDeadline later: until then they would count
+  // against the other connections' share). mutex_ held.
+  void drop_queue_locked() {
+    out_.clear();
+    context_.hub.queued(-static_cast<std::int64_t>(queued_bytes_));
+    queued_bytes_ = 0;
   }
 
   // The queued frames become the write in flight; the bytes of the last write are gone. mutex_ held.
@@ -645,7 +654,7 @@ class WsSession : public http::Session,
       std::lock_guard lock(mutex_);
       if (close_code_) return;
       closing_ = true;
-      out_.clear();
+      drop_queue_locked();
       close_code_ = websocket::close_reason(code, reason);
       writing = writing_;
     }
@@ -686,7 +695,7 @@ class WsSession : public http::Session,
     {
       std::lock_guard lock(mutex_);
       closing_ = true;
-      out_.clear();
+      drop_queue_locked();
     }
     leave_hub();
     timer_.cancel();
