@@ -625,8 +625,8 @@ struct RunEntry {
 // A run's cell is found by arithmetic (an update is the cell's set insert or erase alone), and a walk reads
 // rows 0 to ws's and in each the cells from we's on: the edges only put more runs in the cells it reads
 // (each run's times are checked), never a run that holds the window in a cell it does not read. Rows and
-// cells are added as runs need them and kept when they empty (an empty cell's least is the maximum: a walk
-// passes over it with one comparison).
+// cells are added as runs need them and kept when they empty (an empty cell's least is the maximum, an empty
+// row's count is 0: a walk passes over either with one comparison, e.g. the rows of weeks gone by).
 constexpr std::int64_t kRunSlot = 7 * 86'400;
 constexpr std::size_t kRunCells = 64;  // weeks: a run that ends later than that after its start week is in its row's last cell
 
@@ -660,9 +660,6 @@ struct RunCell {
   std::array<std::int64_t, kTiers> cheapest{kNoRun, kNoRun, kNoRun};
   std::int64_t least{kNoRun};
   static constexpr std::int64_t kNoRun = std::numeric_limits<std::int64_t>::max();
-  bool empty() const {
-    return std::all_of(by_tier.begin(), by_tier.end(), [](const RunSet& r) { return r.empty(); });
-  }
   void lower(std::size_t t, std::int64_t price) {
     cheapest[t] = std::min(cheapest[t], price);
     least = std::min(least, price);
@@ -671,6 +668,11 @@ struct RunCell {
     cheapest[t] = by_tier[t].empty() ? kNoRun : by_tier[t].begin()->effective.value;
     least = *std::min_element(cheapest.begin(), cheapest.end());
   }
+};
+
+struct RunRow {
+  std::vector<RunCell> cells;  // by end week: see RunIndex
+  std::size_t size{0};         // the entries in its cells
 };
 
 // A pool's verdict for the current walk (`mark` = the walk's number), by the pool's number in the index.
@@ -682,7 +684,7 @@ struct RunPoolMark {
 
 struct RunIndex {
   std::int64_t first_week{0};
-  std::vector<std::vector<RunCell>> rows;  // rows[r][c]: see above
+  std::vector<RunRow> rows;  // rows[r].cells[c]: see above
   std::vector<const LivePool*> pools;      // by number (LivePool::run_number), never shrunk
   std::vector<RunPoolMark> marks;          // parallel to pools
   std::size_t size{0};
@@ -697,22 +699,27 @@ struct RunIndex {
     const std::int64_t c = run_slot(Seconds(end)) - first_week - static_cast<std::int64_t>(r);
     return static_cast<std::size_t>(std::clamp<std::int64_t>(c, 0, static_cast<std::int64_t>(kRunCells) - 1));
   }
-  // An entry's cell, added if need be (index_run); find: null if it has none (unindex_run, check_invariants).
-  RunCell& cell_for(const RunEntry& e) {
+  // An entry's row and cell, added if need be (index_run); find: nulls if it has none (unindex_run,
+  // check_invariants).
+  std::pair<RunRow*, RunCell*> cell_for(const RunEntry& e) {
     const std::size_t r = row_of(e.start);
     if (r >= rows.size()) rows.resize(r + 1);
-    std::vector<RunCell>& row = rows[r];
+    RunRow& row = rows[r];
     const std::size_t c = cell_of(r, e.end);
-    if (c >= row.size()) row.resize(c + 1);
-    return row[c];
+    if (c >= row.cells.size()) row.cells.resize(c + 1);
+    return {&row, &row.cells[c]};
   }
-  const RunCell* find(const RunEntry& e) const {
+  std::pair<const RunRow*, const RunCell*> find(const RunEntry& e) const {
     const std::size_t r = row_of(e.start);
-    if (r >= rows.size()) return nullptr;
+    if (r >= rows.size()) return {nullptr, nullptr};
+    const RunRow& row = rows[r];
     const std::size_t c = cell_of(r, e.end);
-    return c < rows[r].size() ? &rows[r][c] : nullptr;
+    return {&row, c < row.cells.size() ? &row.cells[c] : nullptr};
   }
-  RunCell* find(const RunEntry& e) { return const_cast<RunCell*>(std::as_const(*this).find(e)); }
+  std::pair<RunRow*, RunCell*> find(const RunEntry& e) {
+    const auto [row, cell] = std::as_const(*this).find(e);
+    return {const_cast<RunRow*>(row), const_cast<RunCell*>(cell)};
+  }
 };
 
 // A resting fixed-window bid as an ask's walk reads it (48 bytes: the window and the constraint group are
@@ -1755,9 +1762,10 @@ struct Engine::Impl {
         std::pair<std::int64_t, Seq> cut{limit.value, std::numeric_limits<Seq>::max()};
         const std::size_t rows = std::min(ix.row_of(ws32) + 1, ix.rows.size());
         for (std::size_t r = 0; r < rows; ++r) {
-          const std::vector<RunCell>& row = ix.rows[r];
-          for (std::size_t i = ix.cell_of(r, we32); i < row.size(); ++i) {
-            const RunCell& cell = row[i];
+          const RunRow& row = ix.rows[r];
+          if (row.size == 0) continue;
+          for (std::size_t i = ix.cell_of(r, we32); i < row.cells.size(); ++i) {
+            const RunCell& cell = row.cells[i];
             if (cell.least > cut.first) continue;
             for (std::size_t t = 0; t < kTiers; ++t) {
               if (!tier_ok[t] || cell.cheapest[t] > cut.first) continue;
@@ -2176,17 +2184,18 @@ struct Engine::Impl {
     });
   }
   static void index_run(RunIndex& ix, const LivePool* lp, const RunEntry& e) {
-    RunCell& cell = ix.cell_for(e);
+    const auto [row, cell] = ix.cell_for(e);
     const std::size_t t = tier_index(lp->p.spec.tier);
-    RunSet& set = cell.by_tier[t];
+    RunSet& set = cell->by_tier[t];
     const std::size_t n = set.size();
     set.insert(e);
     if (set.size() != n + 1) throw std::logic_error("free run index: entry already in");
-    cell.lower(t, e.effective.value);
+    cell->lower(t, e.effective.value);
+    ++row->size;
     ++ix.size;
   }
   static void unindex_run(RunIndex& ix, const LivePool* lp, const RunEntry& e) {
-    RunCell* cell = ix.find(e);
+    const auto [row, cell] = ix.find(e);
     if (!cell) throw std::logic_error("free run index: no cell");
     const std::size_t t = tier_index(lp->p.spec.tier);
     RunSet& set = cell->by_tier[t];
@@ -2194,6 +2203,7 @@ struct Engine::Impl {
     set.erase(e);
     if (set.size() + 1 != n) throw std::logic_error("free run index: no entry");
     cell->refresh(t);
+    --row->size;
     --ix.size;
   }
 
@@ -3692,7 +3702,7 @@ struct Engine::Impl {
             if (!e) return;
             ++runs;
             bool found = false;
-            if (const RunCell* cell = std::as_const(b.free_runs).find(*e)) {
+            if (const RunCell* cell = std::as_const(b.free_runs).find(*e).second) {
               const RunSet& set = cell->by_tier[tier_index(ap.lp->p.spec.tier)];
               auto it = set.lower_bound(*e);
               found = it != set.end() && *it == *e;
@@ -3703,8 +3713,10 @@ struct Engine::Impl {
       }
       std::size_t indexed = 0;
       for (std::size_t r = 0; r < b.free_runs.rows.size(); ++r) {
-        for (std::size_t c = 0; c < b.free_runs.rows[r].size(); ++c) {
-          const RunCell& cell = b.free_runs.rows[r][c];
+        const RunRow& row = b.free_runs.rows[r];
+        const std::size_t before = indexed;
+        for (std::size_t c = 0; c < row.cells.size(); ++c) {
+          const RunCell& cell = row.cells[c];
           if (cell.least != *std::min_element(cell.cheapest.begin(), cell.cheapest.end())) {
             fail("free run index: a cell's least out of step");
           }
@@ -3721,6 +3733,7 @@ struct Engine::Impl {
             }
           }
         }
+        if (row.size != indexed - before) fail("free run index: a row's count out of step");
       }
       if (indexed != runs || indexed != b.free_runs.size) {
         fail("free run index holds " + std::to_string(indexed) + " runs, the asks have " + std::to_string(runs));
