@@ -925,10 +925,18 @@ class BidWalk {
   std::size_t fpos_{0};
 };
 
+struct PriceHash {
+  std::size_t operator()(Price p) const { return std::hash<std::int64_t>{}(p.value); }
+};
+
+// A view's levels by price, unordered: the engine only changes one level at a time and reports its new total
+// (a hash probe, not a tree descent); depth() sorts them when asked.
+using Levels = std::unordered_map<Price, Qty, PriceHash>;
+
 struct View {
   std::uint64_t sequence{0};
-  std::map<Price, Qty> bids;
-  std::map<Price, Qty> asks;
+  Levels bids;
+  Levels asks;
   ConstrainedBids constrained;
 };
 
@@ -3947,12 +3955,16 @@ Depth Engine::depth(const MarketId& market, Bucket bucket, int levels) const {
   const View& v = it->second;
   d.sequence = v.sequence;
   d.constrained_bids = v.constrained;
-  for (auto b = v.bids.rbegin(); b != v.bids.rend() && static_cast<int>(d.bids.size()) < levels; ++b) {
-    d.bids.push_back(Level{b->first, b->second});
-  }
-  for (auto a = v.asks.begin(); a != v.asks.end() && static_cast<int>(d.asks.size()) < levels; ++a) {
-    d.asks.push_back(Level{a->first, a->second});
-  }
+  // The best `levels` of a side: bids by price descending, asks ascending.
+  const auto best = [levels](const Levels& side, std::vector<Level>& out, auto better) {
+    for (const auto& [price, qty] : side) out.push_back(Level{price, qty});
+    const auto n = std::min<std::size_t>(out.size(), static_cast<std::size_t>(std::max(levels, 0)));
+    const auto by = [&](const Level& a, const Level& b) { return better(a.price, b.price); };
+    std::partial_sort(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(n), out.end(), by);
+    out.resize(n);
+  };
+  best(v.bids, d.bids, std::greater<>{});
+  best(v.asks, d.asks, std::less<>{});
   return d;
 }
 
