@@ -1410,7 +1410,8 @@ struct Engine::Impl {
     const Seconds ref = std::max(now, a.window_start);
     const Seconds md = min_piece(a);
     if (ref + md > a.window_end) return Qty(0);
-    const std::int64_t f = a.free.min(ref, ref + md);
+    // Over one second (min_duration 0 or 1) the least is the value at its start: pieces start and end on whole seconds.
+    const std::int64_t f = md == Seconds(1) ? a.free.at(ref) : a.free.min(ref, ref + md);
     const std::int64_t lot = a.request.min_chunk.value;
     return Qty(f / lot * lot);
   }
