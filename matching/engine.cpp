@@ -1036,6 +1036,9 @@ struct Engine::Impl {
   std::map<AccountId, Account> accounts;
   std::map<ViewKey, View> views;
   std::map<std::pair<const MarketId*, Bucket>, View*> view_of;  // views by interned market (no string compared)
+  // view_of's entry touch() found last (views are never erased): most commands touch the view the one before did.
+  std::pair<const MarketId*, Bucket> last_view_key{nullptr, Bucket{}};
+  View* last_view{nullptr};
   std::vector<Touched> touched;  // the first n_touched are this command's (the rest kept for their buffers)
   std::size_t n_touched{0};
   Touched* last_touched{nullptr};  // touch()'s memory of the last view it returned
@@ -1514,9 +1517,13 @@ struct Engine::Impl {
     t.market = m;
     t.bucket = bucket;
     t.before.clear();
-    auto [vit, fresh] = view_of.try_emplace(std::make_pair(m, bucket), nullptr);
-    if (fresh) vit->second = &views[ViewKey{*m, bucket}];  // std::map: the address is stable
-    t.view = vit->second;
+    if (!last_view || m != last_view_key.first || bucket != last_view_key.second) {
+      auto [vit, fresh] = view_of.try_emplace(std::make_pair(m, bucket), nullptr);
+      if (fresh) vit->second = &views[ViewKey{*m, bucket}];  // std::map: the address is stable
+      last_view_key = {m, bucket};
+      last_view = vit->second;
+    }
+    t.view = last_view;
     t.constrained_before = t.view->constrained;
     return *(last_touched = &t);
   }
