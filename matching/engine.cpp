@@ -1317,11 +1317,19 @@ struct Engine::Impl {
     ++account_indexed;
   }
 
+  // account()'s last answer: a command asks for the same account several times (a cancel takes the order out
+  // of its sums, then out of its list; a fill takes the bid out, bills the buyer, puts the bid back).
+  AccountSlot last_account;
+
   Account& account(AccountId id) {
+    if (last_account.a && last_account.id == id.value) return *last_account.a;
     if (!account_index.empty()) {
       const std::size_t mask = account_index.size() - 1;
       for (std::size_t h = account_home(id.value, mask); account_index[h].a; h = (h + 1) & mask) {
-        if (account_index[h].id == id.value) return *account_index[h].a;
+        if (account_index[h].id == id.value) {
+          last_account = account_index[h];
+          return *last_account.a;
+        }
       }
     }
     auto [it, inserted] = accounts.try_emplace(id);  // std::map: the address is stable
