@@ -389,21 +389,31 @@ class SlabMap {
   // Inserts `lo` under `id` unless present.
   std::pair<iterator, bool> emplace(K id, V lo) {
     if (iterator it = find(id); it != end()) return {it, false};
+    if ((count_ + 1) * 2 > table_.size()) grow();
     const std::uint32_t s = take_slot();
     std::construct_at(slot(s), id, std::move(lo));
     return {insert_at(id, s), true};
   }
   // A default value under `id`, which must be new (order and lease ids only grow), built in
   // its slot: no temporary moved in.
+  // One probe: the run from the id's home is searched for it and ends at the empty entry it goes into.
   V& emplace_new(K id) {
-    if (find(id) != end()) throw std::logic_error("id in use");
+    if ((count_ + 1) * 2 > table_.size()) grow();
+    const std::uint32_t t = tag(id.value);
+    std::size_t h = home(t);
+    for (; table_[h].slot != kEmpty; h = (h + 1) & mask_) {
+      if (table_[h].tag == t && slot(table_[h].slot)->first == id) throw std::logic_error("id in use");
+    }
     const std::uint32_t s = take_slot();
     std::construct_at(slot(s), std::piecewise_construct, std::forward_as_tuple(id), std::forward_as_tuple());
-    return insert_at(id, s)->second;
+    used_[s] = true;
+    table_[h] = Entry{t, s};
+    ++count_;
+    return slot(s)->second;
   }
  private:
+  // A free slot (the table has room: callers grow it first).
   std::uint32_t take_slot() {
-    if ((count_ + 1) * 2 > table_.size()) grow();
     std::uint32_t s;
     if (!free_.empty()) {
       s = free_.back();
