@@ -2491,9 +2491,10 @@ struct Engine::Impl {
 
   // ---------------------------------------------------------------- fills
 
-  Trade base_trade(const LivePool& lp, const RestOrder& bid, Qty qty, Seconds ws, Seconds we, Price price,
-                   Side taker) {
-    Trade t;
+  // The fields every fill's trade takes from the pool and the bid, written into a default Trade (execute_fill's
+  // is already in its event: no Trade moved in).
+  void base_trade(Trade& t, const LivePool& lp, const RestOrder& bid, Qty qty, Seconds ws, Seconds we, Price price,
+                  Side taker) {
     t.id = TradeId(next_trade++);
     t.market = lp.p.spec.market;
     t.bucket = trade_bucket(ws);
@@ -2511,7 +2512,6 @@ struct Engine::Impl {
     t.region = lp.p.spec.region;
     t.green_tier = lp.p.green_tier;
     t.taker = taker;
-    return t;
   }
 
   void set_fill_status(RestOrder& o) {
@@ -2539,7 +2539,9 @@ struct Engine::Impl {
     bid.o.filled += q;
     bid.o.remaining -= q;
     LivePool& lp = *ask.pool;
-    Trade t = base_trade(lp, bid.o, q, ws, we, price, taker);
+    // The trade is built in its event, the fill's first (`t` is used only until the next one is emitted).
+    Trade& t = std::get<TradeEvent>(sink_->emplace_back(std::in_place_type<TradeEvent>)).trade;
+    base_trade(t, lp, bid.o, q, ws, we, price, taker);
     t.sell_order = ask.o.id;
     t.list_price = ask.o.request.price;
     Lease& l = new_lease(lp, bid.o, ask.o.id, &ask.o, q, ws, we, price, ask.o.request.price, t.id);
@@ -2547,7 +2549,6 @@ struct Engine::Impl {
     t.lease = l.id;
     set_fill_status(bid.o);
     set_fill_status(ask.o);
-    emit_as<TradeEvent>(std::move(t));
     emit_as<LeaseChanged>(l);
     const bool bid_takes = taker == Side::buy;
     if (!bid_takes || !bid.o.is_open()) hook(bid, bid_in);  // the maker always, the taker if it ended
@@ -2609,7 +2610,8 @@ struct Engine::Impl {
     const Seconds ends_at = now + cfg.preempt_notice;
     bid.o.filled += q;
     bid.o.remaining -= q;
-    Trade t = base_trade(lp, bid.o, q, ws, we, price, Side::buy);
+    Trade t;
+    base_trade(t, lp, bid.o, q, ws, we, price, Side::buy);
     t.sell_order = old.sell_order;
     auto live = orders.find(old.sell_order);
     t.list_price = live != orders.end() && live->second.o.is_open() ? live->second.o.request.price
