@@ -389,21 +389,31 @@ class SlabMap {
   // Inserts `lo` under `id` unless present.
   std::pair<iterator, bool> emplace(K id, V lo) {
     if (iterator it = find(id); it != end()) return {it, false};
+    if ((count_ + 1) * 2 > table_.size()) grow();
     const std::uint32_t s = take_slot();
     std::construct_at(slot(s), id, std::move(lo));
     return {insert_at(id, s), true};
   }
   // A default value under `id`, which must be new (order and lease ids only grow), built in
   // its slot: no temporary moved in.
+  // One probe: the run from the id's home is searched for it and ends at the empty entry it goes into.
   V& emplace_new(K id) {
-    if (find(id) != end()) throw std::logic_error("id in use");
+    if ((count_ + 1) * 2 > table_.size()) grow();
+    const std::uint32_t t = tag(id.value);
+    std::size_t h = home(t);
+    for (; table_[h].slot != kEmpty; h = (h + 1) & mask_) {
+      if (table_[h].tag == t && slot(table_[h].slot)->first == id) throw std::logic_error("id in use");
+    }
     const std::uint32_t s = take_slot();
     std::construct_at(slot(s), std::piecewise_construct, std::forward_as_tuple(id), std::forward_as_tuple());
-    return insert_at(id, s)->second;
+    used_[s] = true;
+    table_[h] = Entry{t, s};
+    ++count_;
+    return slot(s)->second;
   }
  private:
+  // A free slot (the table has room: callers grow it first).
   std::uint32_t take_slot() {
-    if ((count_ + 1) * 2 > table_.size()) grow();
     std::uint32_t s;
     if (!free_.empty()) {
       s = free_.back();
@@ -925,10 +935,18 @@ class BidWalk {
   std::size_t fpos_{0};
 };
 
+struct PriceHash {
+  std::size_t operator()(Price p) const { return std::hash<std::int64_t>{}(p.value); }
+};
+
+// A view's levels by price, unordered: the engine only changes one level at a time and reports its new total
+// (a hash probe, not a tree descent); depth() sorts them when asked.
+using Levels = std::unordered_map<Price, Qty, PriceHash>;
+
 struct View {
   std::uint64_t sequence{0};
-  std::map<Price, Qty> bids;
-  std::map<Price, Qty> asks;
+  Levels bids;
+  Levels asks;
   ConstrainedBids constrained;
 };
 
@@ -1028,6 +1046,9 @@ struct Engine::Impl {
   std::map<AccountId, Account> accounts;
   std::map<ViewKey, View> views;
   std::map<std::pair<const MarketId*, Bucket>, View*> view_of;  // views by interned market (no string compared)
+  // view_of's entry touch() found last (views are never erased): most commands touch the view the one before did.
+  std::pair<const MarketId*, Bucket> last_view_key{nullptr, Bucket{}};
+  View* last_view{nullptr};
   std::vector<Touched> touched;  // the first n_touched are this command's (the rest kept for their buffers)
   std::size_t n_touched{0};
   Touched* last_touched{nullptr};  // touch()'s memory of the last view it returned
@@ -1306,11 +1327,19 @@ struct Engine::Impl {
     ++account_indexed;
   }
 
+  // account()'s last answer: a command asks for the same account several times (a cancel takes the order out
+  // of its sums, then out of its list; a fill takes the bid out, bills the buyer, puts the bid back).
+  AccountSlot last_account;
+
   Account& account(AccountId id) {
+    if (last_account.a && last_account.id == id.value) return *last_account.a;
     if (!account_index.empty()) {
       const std::size_t mask = account_index.size() - 1;
       for (std::size_t h = account_home(id.value, mask); account_index[h].a; h = (h + 1) & mask) {
-        if (account_index[h].id == id.value) return *account_index[h].a;
+        if (account_index[h].id == id.value) {
+          last_account = account_index[h];
+          return *last_account.a;
+        }
       }
     }
     auto [it, inserted] = accounts.try_emplace(id);  // std::map: the address is stable
@@ -1402,7 +1431,8 @@ struct Engine::Impl {
     const Seconds ref = std::max(now, a.window_start);
     const Seconds md = min_piece(a);
     if (ref + md > a.window_end) return Qty(0);
-    const std::int64_t f = a.free.min(ref, ref + md);
+    // Over one second (min_duration 0 or 1) the least is the value at its start: pieces start and end on whole seconds.
+    const std::int64_t f = md == Seconds(1) ? a.free.at(ref) : a.free.min(ref, ref + md);
     const std::int64_t lot = a.request.min_chunk.value;
     return Qty(f / lot * lot);
   }
@@ -1505,9 +1535,13 @@ struct Engine::Impl {
     t.market = m;
     t.bucket = bucket;
     t.before.clear();
-    auto [vit, fresh] = view_of.try_emplace(std::make_pair(m, bucket), nullptr);
-    if (fresh) vit->second = &views[ViewKey{*m, bucket}];  // std::map: the address is stable
-    t.view = vit->second;
+    if (!last_view || m != last_view_key.first || bucket != last_view_key.second) {
+      auto [vit, fresh] = view_of.try_emplace(std::make_pair(m, bucket), nullptr);
+      if (fresh) vit->second = &views[ViewKey{*m, bucket}];  // std::map: the address is stable
+      last_view_key = {m, bucket};
+      last_view = vit->second;
+    }
+    t.view = last_view;
     t.constrained_before = t.view->constrained;
     return *(last_touched = &t);
   }
@@ -2457,9 +2491,10 @@ struct Engine::Impl {
 
   // ---------------------------------------------------------------- fills
 
-  Trade base_trade(const LivePool& lp, const RestOrder& bid, Qty qty, Seconds ws, Seconds we, Price price,
-                   Side taker) {
-    Trade t;
+  // The fields every fill's trade takes from the pool and the bid, written into a default Trade (execute_fill's
+  // is already in its event: no Trade moved in).
+  void base_trade(Trade& t, const LivePool& lp, const RestOrder& bid, Qty qty, Seconds ws, Seconds we, Price price,
+                  Side taker) {
     t.id = TradeId(next_trade++);
     t.market = lp.p.spec.market;
     t.bucket = trade_bucket(ws);
@@ -2477,7 +2512,6 @@ struct Engine::Impl {
     t.region = lp.p.spec.region;
     t.green_tier = lp.p.green_tier;
     t.taker = taker;
-    return t;
   }
 
   void set_fill_status(RestOrder& o) {
@@ -2505,7 +2539,9 @@ struct Engine::Impl {
     bid.o.filled += q;
     bid.o.remaining -= q;
     LivePool& lp = *ask.pool;
-    Trade t = base_trade(lp, bid.o, q, ws, we, price, taker);
+    // The trade is built in its event, the fill's first (`t` is used only until the next one is emitted).
+    Trade& t = std::get<TradeEvent>(sink_->emplace_back(std::in_place_type<TradeEvent>)).trade;
+    base_trade(t, lp, bid.o, q, ws, we, price, taker);
     t.sell_order = ask.o.id;
     t.list_price = ask.o.request.price;
     Lease& l = new_lease(lp, bid.o, ask.o.id, &ask.o, q, ws, we, price, ask.o.request.price, t.id);
@@ -2513,7 +2549,6 @@ struct Engine::Impl {
     t.lease = l.id;
     set_fill_status(bid.o);
     set_fill_status(ask.o);
-    emit_as<TradeEvent>(std::move(t));
     emit_as<LeaseChanged>(l);
     const bool bid_takes = taker == Side::buy;
     if (!bid_takes || !bid.o.is_open()) hook(bid, bid_in);  // the maker always, the taker if it ended
@@ -2575,7 +2610,8 @@ struct Engine::Impl {
     const Seconds ends_at = now + cfg.preempt_notice;
     bid.o.filled += q;
     bid.o.remaining -= q;
-    Trade t = base_trade(lp, bid.o, q, ws, we, price, Side::buy);
+    Trade t;
+    base_trade(t, lp, bid.o, q, ws, we, price, Side::buy);
     t.sell_order = old.sell_order;
     auto live = orders.find(old.sell_order);
     t.list_price = live != orders.end() && live->second.o.is_open() ? live->second.o.request.price
@@ -3947,12 +3983,16 @@ Depth Engine::depth(const MarketId& market, Bucket bucket, int levels) const {
   const View& v = it->second;
   d.sequence = v.sequence;
   d.constrained_bids = v.constrained;
-  for (auto b = v.bids.rbegin(); b != v.bids.rend() && static_cast<int>(d.bids.size()) < levels; ++b) {
-    d.bids.push_back(Level{b->first, b->second});
-  }
-  for (auto a = v.asks.begin(); a != v.asks.end() && static_cast<int>(d.asks.size()) < levels; ++a) {
-    d.asks.push_back(Level{a->first, a->second});
-  }
+  // The best `levels` of a side: bids by price descending, asks ascending.
+  const auto best = [levels](const Levels& side, std::vector<Level>& out, auto better) {
+    for (const auto& [price, qty] : side) out.push_back(Level{price, qty});
+    const auto n = std::min<std::size_t>(out.size(), static_cast<std::size_t>(std::max(levels, 0)));
+    const auto by = [&](const Level& a, const Level& b) { return better(a.price, b.price); };
+    std::partial_sort(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(n), out.end(), by);
+    out.resize(n);
+  };
+  best(v.bids, d.bids, std::greater<>{});
+  best(v.asks, d.asks, std::less<>{});
   return d;
 }
 

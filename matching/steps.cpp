@@ -108,6 +108,7 @@ std::int64_t Steps::at(Seconds t) const {
 }
 
 std::int64_t Steps::integral(Seconds from, Seconds to) const {
+  if (from >= to) return 0;  // e.g. the lapsed part of an ask whose window starts now: no search
   std::int64_t sum = 0;
   for (std::size_t i = first_ending_after(pieces_, from); i < pieces_.size(); ++i) {
     const Step& p = pieces_[i];
