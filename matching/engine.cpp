@@ -553,6 +553,7 @@ struct LivePool {
   mutable std::uint32_t run_number{std::numeric_limits<std::uint32_t>::max()};
   // Its number in its Book for BidGroup::verdicts (the maximum until an ask of it first walks the bids).
   mutable std::uint32_t book_number{std::numeric_limits<std::uint32_t>::max()};
+  std::uint32_t region{0};  // its region's number (Impl::region_numbers; a pool's region never changes)
 };
 
 using BidSet = LevelSet<BidKey, BidOrder>;  // by price level (a new bid is appended to its level)
@@ -570,7 +571,7 @@ struct BidGroup {
   BidConstraints rep;
   std::int64_t resting{0};
   BidSets any;
-  std::map<std::string, BidSets> by_region;
+  std::vector<BidSets> by_region;  // by region number (Impl::region_numbers), as far as its bids' regions go
   // Without energy constraints, pool_satisfies(pool, rep) reads only attributes a pool keeps for life
   // (tier, region, fabric, NVLink, SLA): the verdicts are kept, by the pool's number in its Book
   // (LivePool::book_number; -1: not judged yet).
@@ -774,7 +775,7 @@ struct Book {
   // address is not reused for other constraints while it is here (cleared when it grows past 4,096).
   std::unordered_map<const BidConstraints*, std::pair<ConsRef, int>> group_by_cons;
   BidIndex fixed_bids;                            // resting fixed-window bids without regions
-  std::map<std::string, BidIndex> fixed_by_region;  // ... with regions: in the index of each region named
+  std::vector<BidIndex> fixed_by_region;  // ... with regions: in the index of each region named, by number
   std::map<PoolId, const LivePool*> spot_pools;  // its spot pools not retired (Impl::pools never erases one)
   // Pools with resting asks (order irrelevant: walks merge by key), each with the lowest effective price
   // among them, so that a walk skips a pool priced out without touching it.
@@ -1358,6 +1359,26 @@ struct Engine::Impl {
     return changed;
   }
 
+  // Regions by number, given as pools and resting bids name them (never removed): a walk compares a pool's
+  // region with a bid's, and finds the bid sets of a region, by number instead of by string.
+  std::map<std::string, std::uint32_t, std::less<>> region_numbers;
+  std::uint32_t region_number(const std::string& r) {
+    return region_numbers.try_emplace(r, static_cast<std::uint32_t>(region_numbers.size())).first->second;
+  }
+  // The entry of region number n in a by-region vector (added, with those before it, if need be).
+  template <class T>
+  static T& by_number(std::vector<T>& v, std::uint32_t n) {
+    if (n >= v.size()) v.resize(n + 1);
+    return v[n];
+  }
+  // The numbers of c's regions added to `out` (a region no pool or resting bid named: a number none has).
+  void region_numbers_of(const BidConstraints& c, std::vector<std::uint32_t>& out) const {
+    for (const std::string& r : c.regions) {
+      auto it = region_numbers.find(r);
+      out.push_back(it == region_numbers.end() ? std::numeric_limits<std::uint32_t>::max() : it->second);
+    }
+  }
+
   bool pool_satisfies(const Pool& p, const BidConstraints& c) const {
     const PoolSpec& s = p.spec;
     if (s.tier == Tier::spot && !c.interruptible) return false;
@@ -1687,6 +1708,7 @@ struct Engine::Impl {
   struct WalkScratch {
     std::vector<AskHead> heads;
     std::vector<AskCandidate> candidates;
+    std::vector<std::uint32_t> regions;  // the numbers of the bid's regions (pool_admits)
   };
   mutable std::deque<WalkScratch> head_stack;  // a deque: a nested walk's emplace_back keeps references
   mutable std::size_t head_depth{0};
@@ -1716,6 +1738,9 @@ struct Engine::Impl {
     const Seconds we = bid_end(bid);
     // The kept verdicts of the bid's group, when c is the bid's own constraints and their group is known.
     const BidGroup* group = &c == &bid.request.constraints() ? known_group(b, bid) : nullptr;
+    const std::vector<std::uint32_t>& regions = scratch.regions;
+    scratch.regions.clear();
+    if (group && !c.regions.empty()) region_numbers_of(c, scratch.regions);
     if (!bid.is_duration_bid()) {
       // window_fits needs ws >= now and we > ws whatever the ask.
       if (ws < now || we <= ws) return;
@@ -1781,7 +1806,7 @@ struct Engine::Impl {
                   if (pm.mark != mark) {
                     pm.mark = mark;
                     const LivePool& pp = *ix.pools[e.pool];
-                    pm.ok = pool_admits(b, pp, group, c);
+                    pm.ok = pool_admits(b, pp, group, c, regions);
                     pm.own = pp.p.provider == bid.account;
                   }
                   if (!pm.ok) continue;
@@ -1838,7 +1863,7 @@ struct Engine::Impl {
       if (ap.spot_cheapest > limit || !ap.spot_runs.may_fit(ws, we)) continue;
       const LivePool* lp = ap.lp;
       const AskSet& s = lp->book_spot_asks;
-      if (!pool_admits(b, *lp, group, c)) continue;
+      if (!pool_admits(b, *lp, group, c, regions)) continue;
       Head h{&s, s.begin(), {}, 0};
       if (settle(h)) heads.push_back(h);
     }
@@ -1895,15 +1920,17 @@ struct Engine::Impl {
     return g < 0 ? nullptr : &b.bid_groups[static_cast<std::size_t>(g)];
   }
 
-  // pool_satisfies(lp.p, c), from the kept verdicts of c's group `g` (regions apart) when g is given.
-  bool pool_admits(const Book& b, const LivePool& lp, const BidGroup* g, const BidConstraints& c) const {
+  // pool_satisfies(lp.p, c), from the kept verdicts of c's group `g` (regions apart) and the numbers of c's
+  // regions (region_numbers_of) when g is given.
+  bool pool_admits(const Book& b, const LivePool& lp, const BidGroup* g, const BidConstraints& c,
+                   const std::vector<std::uint32_t>& regions) const {
     if (!g) return pool_satisfies(lp.p, c);
     if (!group_admits(b, lp, *g)) return false;
-    return c.regions.empty() || std::find(c.regions.begin(), c.regions.end(), lp.p.spec.region) != c.regions.end();
+    return regions.empty() || std::find(regions.begin(), regions.end(), lp.region) != regions.end();
   }
 
   void bids_for(const Book& b, const LivePool& lp, Price floor, bool with_duration, BidWalk& walk) const {
-    const Pool& pool = lp.p;
+    const std::uint32_t region = lp.region;
     group_ok.assign(b.bid_groups.size(), 0);
     for (std::size_t i = 0; i < b.bid_groups.size(); ++i) {
       const BidGroup& g = b.bid_groups[i];
@@ -1911,12 +1938,10 @@ struct Engine::Impl {
       group_ok[i] = 1;
       if (!with_duration) continue;
       walk.add(g.any.duration, floor);
-      auto r = g.by_region.find(pool.spec.region);
-      if (r != g.by_region.end()) walk.add(r->second.duration, floor);
+      if (region < g.by_region.size()) walk.add(g.by_region[region].duration, floor);
     }
     gather_fixed(b.fixed_bids, floor, walk);
-    auto r = b.fixed_by_region.find(pool.spec.region);
-    if (r != b.fixed_by_region.end()) gather_fixed(r->second, floor, walk);
+    if (region < b.fixed_by_region.size()) gather_fixed(b.fixed_by_region[region], floor, walk);
     walk.start();
   }
   mutable std::vector<std::uint8_t> group_ok;  // bids_for's verdicts, by group
@@ -1951,15 +1976,15 @@ struct Engine::Impl {
                     lo.o.window_end, static_cast<std::uint32_t>(lo.bid_group)};
   }
   template <class F>
-  static void for_each_bid_index(Book& b, const LiveOrder& lo, F&& f) {
+  void for_each_bid_index(Book& b, const LiveOrder& lo, F&& f) {
     const std::vector<std::string>& regions = lo.o.request.constraints().regions;
     if (regions.empty()) {
       f(b.fixed_bids);
     } else {
-      for (const std::string& r : regions) f(b.fixed_by_region[r]);
+      for (const std::string& r : regions) f(by_number(b.fixed_by_region, region_number(r)));
     }
   }
-  static void index_bid(Book& b, const LiveOrder& lo) {
+  void index_bid(Book& b, const LiveOrder& lo) {
     const BidEntry e = bid_entry(lo);
     for_each_bid_index(b, lo, [&](BidIndex& ix) {
       BidCell& cell = ix.rows[run_slot(e.start)][run_slot(e.end)];
@@ -1970,7 +1995,7 @@ struct Engine::Impl {
       ++ix.size;
     });
   }
-  static void unindex_bid(Book& b, const LiveOrder& lo) {
+  void unindex_bid(Book& b, const LiveOrder& lo) {
     const BidEntry e = bid_entry(lo);
     for_each_bid_index(b, lo, [&](BidIndex& ix) {
       auto row = ix.rows.find(run_slot(e.start));
@@ -2071,7 +2096,7 @@ struct Engine::Impl {
       } else if (regions.empty()) {
         g.any.duration.erase(k);
       } else {
-        for (const std::string& r : regions) g.by_region.at(r).duration.erase(k);
+        for (const std::string& r : regions) by_number(g.by_region, region_number(r)).duration.erase(k);
       }
     } else {
       const AskKey k{lo.o.effective_price, lo.o.priority, lo.o.id};
@@ -2325,7 +2350,7 @@ struct Engine::Impl {
           } else if (regions.empty()) {
             g.any.duration.insert(k);
           } else {
-            for (const std::string& r : regions) g.by_region[r].duration.insert(k);
+            for (const std::string& r : regions) by_number(g.by_region, region_number(r)).duration.insert(k);
           }
         } else {
           LivePool& lp = *lo.pool;
@@ -3339,6 +3364,7 @@ struct Engine::Impl {
     lp.p.spec = s;
     lp.p.created_at = now;
     lp.p.updated_at = now;
+    lp.region = region_number(s.region);
     classify(lp);
     if (s.tier == Tier::spot) book->second.spot_pools.emplace(lp.p.id, &lp);
     emit(PoolChanged{lp.p});
@@ -3570,15 +3596,15 @@ struct Engine::Impl {
         const std::vector<std::string>& regions = o.request.constraints().regions;
         // Where the bid rests: `any` without regions, else each of its regions' entry in `by_region` (a
         // missing one: not in the book).
-        const auto homes = [&]<class T, class M>(const T& any, const M& by_region) {
+        const auto homes = [&]<class T>(const T& any, const std::vector<T>& by_region) {
           std::vector<const T*> out;
           if (regions.empty()) out.push_back(&any);
           for (const std::string& r : regions) {
-            auto it = by_region.find(r);
-            if (it == by_region.end()) {
+            auto it = region_numbers.find(r);
+            if (it == region_numbers.end() || it->second >= by_region.size()) {
               in = false;
             } else {
-              out.push_back(&it->second);
+              out.push_back(&by_region[it->second]);
             }
           }
           return out;
@@ -3635,6 +3661,10 @@ struct Engine::Impl {
       held[l.pool].add(std::max(l.start, now), std::max(end, now), l.quantity.value);
     }
     for (const auto& [id, lp] : pools) {
+      auto rn = region_numbers.find(lp.p.spec.region);
+      if (rn == region_numbers.end() || rn->second != lp.region) {
+        fail("region number of pool " + std::to_string(id.value) + " wrong");
+      }
       // Kept group verdicts equal a fresh judgement.
       if (lp.book_number != std::numeric_limits<std::uint32_t>::max()) {
         for (const BidGroup& g : books.at(lp.p.spec.market).bid_groups) {
@@ -3768,7 +3798,7 @@ struct Engine::Impl {
         bid_entries += n;
       };
       check_bids(b.fixed_bids);
-      for (const auto& [r, ix] : b.fixed_by_region) check_bids(ix);
+      for (const BidIndex& ix : b.fixed_by_region) check_bids(ix);
       const auto fe = fixed_entries.find(&b);
       if (bid_entries != (fe == fixed_entries.end() ? 0 : fe->second)) {
         fail("fixed bid index holds " + std::to_string(bid_entries) + " entries, more than the resting bids'");
@@ -3864,6 +3894,7 @@ struct Engine::Impl {
     for (const Pool& p : s.pools) {
       LivePool& lp = pools[p.id];
       lp.p = p;
+      lp.region = region_number(p.spec.region);
       if (p.spec.tier == Tier::spot && !p.retired) books.at(p.spec.market).spot_pools.emplace(p.id, &lp);
       schedule_pool(lp);
     }
