@@ -805,8 +805,19 @@ std::string constraint_key(const BidConstraints& c) {
   return k;
 }
 
-// The resting bids an ask's window can hold (Impl::window_fits on the key, given the ask's start, end and
-// min_duration and the time `now`) priced at `floor` or more, in one priority order (BidOrder): the
+// An ask's runs (for_each_run's: the maximal stretches of its window with at least a lot free), in time order.
+using Runs = std::vector<std::pair<Seconds, Seconds>>;
+
+// True when [ws, we) (ws < we) lies in one of `runs`.
+inline bool in_runs(const Runs& runs, Seconds ws, Seconds we) {
+  for (const auto& [from, to] : runs) {  // in time order: the first that ends after ws is the only one
+    if (ws < to) return from <= ws && we <= to;
+  }
+  return false;
+}
+
+// The resting bids an ask's window can hold (`fits`, given the ask's start, end and min_duration and the time
+// `now`: every key returned fits) priced at `floor` or more, in one priority order (BidOrder): the
 // fixed-window bids as a list of candidates gathered from the BidIndex and sorted (copies: the caller's
 // changes to the index cannot disturb them; their keys carry no id: callers read the order through `lo`),
 // merged with a k-way merge of duration bid sets, each head of which skips the bids out of window in its
@@ -822,6 +833,10 @@ class BidWalk {
   Seconds from() const { return from_; }
   Seconds to() const { return to_; }
   Seconds min_duration() const { return min_; }
+  // Given the ask's runs (the caller's, taken again after each fill; kept alive), next() passes over the
+  // fixed-window bids whose window lies in none of them: the ask cannot serve those (a window has a lot free
+  // throughout exactly when it lies in one run), and after a fill most of a walk's candidates are such bids.
+  void serve(const Runs* runs) { runs_ = runs; }
   // A fixed-window bid that fits, priced at the floor or more (the caller gathers them; start() sorts).
   void add_fixed(const BidEntry& e) {
     fixed_.push_back(BidKey{e.price, e.priority, OrderId(), e.lo, e.start, e.end, Seconds(0)});
@@ -843,6 +858,9 @@ class BidWalk {
     if (pending_ && !reseek(*pending_)) pending_.reset();
     if (pending_ && !heads_.empty() && later(*pending_, heads_.front())) restore_pending();
     const Head* d = pending_ ? &*pending_ : heads_.empty() ? nullptr : &heads_.front();
+    if (runs_) {
+      while (fpos_ < fixed_.size() && !in_runs(*runs_, fixed_[fpos_].start, fixed_[fpos_].end)) ++fpos_;
+    }
     if (fpos_ < fixed_.size() && (!d || before(fixed_[fpos_], d->key))) return fixed_[fpos_++];
     if (!d) return std::nullopt;
     if (pending_) {
@@ -873,7 +891,8 @@ class BidWalk {
     BidKey key;  // *it once settled, kept to re-seek after the set changed
     std::uint64_t version{0};
   };
-  // window_fits(b, a_start, a_end, a_min_duration) of Impl, with max(a_start, now) precomputed.
+  // Whether the ask's window holds the bid's: [ws, we) (a duration bid's from now) inside [max(a_start, now),
+  // a_end), non-empty and at least a_min_duration long.
   bool fits(const BidKey& b) const {
     const bool fixed = b.duration.value == 0;
     const Seconds ws = fixed ? b.start : now_;
@@ -923,6 +942,7 @@ class BidWalk {
   std::optional<Head> pending_;
   std::vector<BidKey>& fixed_;
   std::size_t fpos_{0};
+  const Runs* runs_{nullptr};
 };
 
 struct View {
@@ -1484,12 +1504,6 @@ struct Engine::Impl {
   bool window_fits(const AskKey& a, Seconds ws, Seconds we) const {
     return ws >= std::max(a.run_start(), now) && we <= a.run_end() && we > ws && we - ws >= a.min_duration &&
            (a.max_run == kAnyRun || (we - ws).value <= a.max_run);
-  }
-  bool window_fits(const BidKey& b, Seconds a_start, Seconds a_end, Seconds a_min_duration) const {
-    const bool fixed = b.duration.value == 0;
-    const Seconds ws = fixed ? b.start : now;
-    const Seconds we = fixed ? b.end : now + b.duration;
-    return ws >= std::max(a_start, now) && we <= a_end && we > ws && we - ws >= a_min_duration;
   }
 
   // ---------------------------------------------------------------- book views
@@ -2801,7 +2815,6 @@ struct Engine::Impl {
     bids_for(book, lpool, ask.effective_price, spot_now(ask), walk);
     while (const auto k = walk.next()) {
       if (k->price < ask.effective_price) break;
-      if (!window_fits(*k, ask.window_start, ask.window_end, ask.request.min_duration)) continue;
       const RestOrder& bid = k->lo->o;
       if (eligible_qty(bid, bid.remaining, ask, pool, bid_start(bid), bid_end(bid), false).value > 0) return true;
     }
@@ -2813,22 +2826,19 @@ struct Engine::Impl {
   // and the ask's runs alone (`runs`: for_each_run's, taken again after each fill), before the bid's order is
   // read: a crossing ask's walk meets many bids whose windows its earlier fills used up (~24 for each fill in
   // the realistic bench). The window has a lot free throughout exactly when it lies inside one run (runs are
-  // maximal), which is free.min(ws, we) >= the lot without the search of the ask's pieces for each bid.
-  static bool ask_serves(const std::vector<std::pair<Seconds, Seconds>>& runs, const BidKey& k, Seconds now) {
+  // maximal), which is free.min(ws, we) >= the lot without the search of the ask's pieces for each bid. (The
+  // walk itself passes over the fixed-window bids that fail it: BidWalk::serve.)
+  static bool ask_serves(const Runs& runs, const BidKey& k, Seconds now) {
     const bool fixed = k.duration.value == 0;
     const Seconds ws = fixed ? k.start : now;
     const Seconds we = fixed ? k.end : now + k.duration;
-    if (we <= ws) return false;
-    for (const auto& [from, to] : runs) {  // in time order: the first that ends after ws is the only one
-      if (ws < to) return from <= ws && we <= to;
-    }
-    return false;
+    return we > ws && in_runs(runs, ws, we);
   }
-  static void ask_runs(const RestOrder& ask, std::vector<std::pair<Seconds, Seconds>>& runs) {
+  static void ask_runs(const RestOrder& ask, Runs& runs) {
     runs.clear();
     for_each_run(ask, [&](Seconds from, Seconds to) { runs.emplace_back(from, to); });
   }
-  std::vector<std::pair<Seconds, Seconds>> serve_runs;  // match_ask's (not re-entered: fills match nothing)
+  Runs serve_runs;  // match_ask's (not re-entered: fills match nothing)
 
   void match_ask(LiveOrder& ask, bool at_placement) {
     Book& book = (*ask.o.book);
@@ -2847,7 +2857,6 @@ struct Engine::Impl {
       bids_for(book, lpool, ask.o.effective_price, spot_now(ask.o), walk);
       while (const auto k = walk.next()) {
         if (complete || k->price < ask.o.effective_price) break;
-        if (!window_fits(*k, a_start, a_end, a_min)) continue;
         const RestOrder& bid = k->lo->o;
         const Seconds ws = bid_start(bid);
         const Seconds we = bid_end(bid);
@@ -2875,10 +2884,10 @@ struct Engine::Impl {
     BidWalk walk(a_start, a_end, a_min, now, list.get());
     bids_for(book, lpool, ask.o.effective_price, spot_now(ask.o), walk);
     ask_runs(ask.o, serve_runs);
+    walk.serve(&serve_runs);
     while (ask.o.is_open()) {
       const auto k = walk.next();
       if (!k || k->price < ask.o.effective_price) break;
-      if (!window_fits(*k, a_start, a_end, a_min)) continue;
       if (!ask_serves(serve_runs, *k, now)) continue;
       LiveOrder& bid = *k->lo;
       const Seconds ws = bid_start(bid.o);
