@@ -563,24 +563,68 @@ struct LivePool {
   mutable std::uint32_t run_number{std::numeric_limits<std::uint32_t>::max()};
   // Its number in its Book for BidGroup::verdicts (the maximum until an ask of it first walks the bids).
   mutable std::uint32_t book_number{std::numeric_limits<std::uint32_t>::max()};
+  std::uint32_t region{0};  // its region's number (Impl::region_numbers; a pool's region never changes)
 };
 
 using BidSet = LevelSet<BidKey, BidOrder>;  // by price level (a new bid is appended to its level)
 
-// Resting duration (spot) bids, in (price desc, priority) order (fixed-window bids rest in a BidIndex).
+// A resting fixed-window bid as an ask's walk reads it (40 bytes: the window is copied so that the walk
+// judges a bid without reading its order; the id is read from the order only when it is returned, or when
+// two priorities tie).
+struct BidEntry {
+  Price price;
+  Seq priority{0};
+  LiveOrder* lo{nullptr};
+  Seconds start{};
+  Seconds end{};
+  bool operator==(const BidEntry&) const = default;
+};
+
+// A cell's order: price descending (a walk stops at its floor), then priority; the order's address only
+// to tell entries apart (a walk sorts its candidates in BidOrder itself).
+struct BidEntryLess {
+  bool operator()(const BidEntry& x, const BidEntry& y) const {
+    if (x.price.value != y.price.value) return x.price.value > y.price.value;
+    if (x.priority != y.priority) return x.priority < y.priority;
+    return std::less<const LiveOrder*>()(x.lo, y.lo);
+  }
+};
+
+// Resting fixed-window bids (of one BidSets) in cells by the week (kRunSlot) of their window's start and of
+// its end: the mirror of the RunIndex. An ask can serve a bid only if the bid's window lies inside the ask's
+// (from max(start, now) to its end), so a walk reads only the cells whose start week is at least from's and
+// whose end week is at most the end's, instead of every bid of every set its pool's constraints admit
+// (~9 in 10 of which it skipped). Empty cells and rows are erased. check_invariants compares the index with
+// the resting bids.
+struct BidCell {
+  ChunkedSet<BidEntry, BidEntryLess> bids;
+  // The highest price among them, beside the set: an ask's walk passes over a cell priced out without
+  // loading its chunks (a cell is erased when it empties).
+  std::int64_t best{std::numeric_limits<std::int64_t>::min()};
+};
+using BidRow = std::map<std::int64_t, BidCell>;  // by end week
+
+struct BidIndex {
+  std::map<std::int64_t, BidRow> rows;  // by start week
+  std::size_t size{0};
+};
+
+// Resting duration (spot) bids, in (price desc, priority) order, and fixed-window bids in their index.
 struct BidSets {
   BidSet duration;
+  BidIndex fixed;
 };
 
 // Resting bids whose constraints are equal once their regions are set aside (`rep`, regions empty). A
-// duration bid without regions rests in `any`; one with regions in the set of each region it names, so that
-// an ask walks only the bids its pool's region admits, and judges the other constraints once per group.
-// Fixed-window bids rest in the Book's BidIndex of their regions (`any` or each region named) instead.
+// bid without regions rests in `any`; one with regions in the sets of each region it names, so that an ask
+// walks only the bids its pool's region admits, and judges the other constraints once per group (fixed-window
+// bids too: an ask's walk reads no index entry of a group its pool does not satisfy, which were ~7 in 10 of
+// the entries it read when a region's fixed-window bids of every group shared one index).
 struct BidGroup {
   BidConstraints rep;
   std::int64_t resting{0};
   BidSets any;
-  std::map<std::string, BidSets> by_region;
+  std::vector<BidSets> by_region;  // by region number (Impl::region_numbers), as far as its bids' regions go
   // Without energy constraints, pool_satisfies(pool, rep) reads only attributes a pool keeps for life
   // (tier, region, fabric, NVLink, SLA): the verdicts are kept, by the pool's number in its Book
   // (LivePool::book_number; -1: not judged yet).
@@ -732,48 +776,6 @@ struct RunIndex {
   }
 };
 
-// A resting fixed-window bid as an ask's walk reads it (48 bytes: the window and the constraint group are
-// copied so that the walk judges a bid without reading its order; the id is read from the order only when
-// it is returned, or when two priorities tie).
-struct BidEntry {
-  Price price;
-  Seq priority{0};
-  LiveOrder* lo{nullptr};
-  Seconds start{};
-  Seconds end{};
-  std::uint32_t group{0};
-  bool operator==(const BidEntry&) const = default;
-};
-
-// A cell's order: price descending (a walk stops at its floor), then priority; the order's address only
-// to tell entries apart (a walk sorts its candidates in BidOrder itself).
-struct BidEntryLess {
-  bool operator()(const BidEntry& x, const BidEntry& y) const {
-    if (x.price.value != y.price.value) return x.price.value > y.price.value;
-    if (x.priority != y.priority) return x.priority < y.priority;
-    return std::less<const LiveOrder*>()(x.lo, y.lo);
-  }
-};
-
-// Resting fixed-window bids in cells by the week (kRunSlot) of their window's start and of its end: the
-// mirror of the RunIndex. An ask can serve a bid only if the bid's window lies inside the ask's (from
-// max(start, now) to its end), so a walk reads only the cells whose start week is at least from's and
-// whose end week is at most the end's, instead of every bid of every set its pool's constraints admit
-// (~9 in 10 of which it skipped). Empty cells and rows are erased. check_invariants compares the index with
-// the resting bids.
-struct BidCell {
-  ChunkedSet<BidEntry, BidEntryLess> bids;
-  // The highest price among them, beside the set: an ask's walk passes over a cell priced out without
-  // loading its chunks (a cell is erased when it empties).
-  std::int64_t best{std::numeric_limits<std::int64_t>::min()};
-};
-using BidRow = std::map<std::int64_t, BidCell>;  // by end week
-
-struct BidIndex {
-  std::map<std::int64_t, BidRow> rows;  // by start week
-  std::size_t size{0};
-};
-
 struct Book {
   MarketSpec spec;
   bool halted{false};
@@ -783,8 +785,6 @@ struct Book {
   // Interned constraint sets (RestRequest::cons) of bids that rested, with their group: held, so that an
   // address is not reused for other constraints while it is here (cleared when it grows past 4,096).
   std::unordered_map<const BidConstraints*, std::pair<ConsRef, int>> group_by_cons;
-  BidIndex fixed_bids;                            // resting fixed-window bids without regions
-  std::map<std::string, BidIndex> fixed_by_region;  // ... with regions: in the index of each region named
   std::map<PoolId, const LivePool*> spot_pools;  // its spot pools not retired (Impl::pools never erases one)
   // Pools with resting asks (order irrelevant: walks merge by key), each with the lowest effective price
   // among them, so that a walk skips a pool priced out without touching it.
@@ -815,8 +815,19 @@ std::string constraint_key(const BidConstraints& c) {
   return k;
 }
 
-// The resting bids an ask's window can hold (Impl::window_fits on the key, given the ask's start, end and
-// min_duration and the time `now`) priced at `floor` or more, in one priority order (BidOrder): the
+// An ask's runs (for_each_run's: the maximal stretches of its window with at least a lot free), in time order.
+using Runs = std::vector<std::pair<Seconds, Seconds>>;
+
+// True when [ws, we) (ws < we) lies in one of `runs`.
+inline bool in_runs(const Runs& runs, Seconds ws, Seconds we) {
+  for (const auto& [from, to] : runs) {  // in time order: the first that ends after ws is the only one
+    if (ws < to) return from <= ws && we <= to;
+  }
+  return false;
+}
+
+// The resting bids an ask's window can hold (`fits`, given the ask's start, end and min_duration and the time
+// `now`: every key returned fits) priced at `floor` or more, in one priority order (BidOrder): the
 // fixed-window bids as a list of candidates gathered from the BidIndex and sorted (copies: the caller's
 // changes to the index cannot disturb them; their keys carry no id: callers read the order through `lo`),
 // merged with a k-way merge of duration bid sets, each head of which skips the bids out of window in its
@@ -832,6 +843,12 @@ class BidWalk {
   Seconds from() const { return from_; }
   Seconds to() const { return to_; }
   Seconds min_duration() const { return min_; }
+  // Given the ask's runs (before start(); the caller's, taken again after each fill; kept alive), next()
+  // passes over the fixed-window bids whose window lies in none of them: the ask cannot serve those (a window
+  // has a lot free throughout exactly when it lies in one run), and after a fill most of a walk's candidates
+  // are such bids. It then sorts the candidates a batch at a time (sort_more), leaving out those the runs no
+  // longer hold.
+  void serve(const Runs* runs) { runs_ = runs; }
   // A fixed-window bid that fits, priced at the floor or more (the caller gathers them; start() sorts).
   void add_fixed(const BidEntry& e) {
     fixed_.push_back(BidKey{e.price, e.priority, OrderId(), e.lo, e.start, e.end, Seconds(0)});
@@ -844,7 +861,10 @@ class BidWalk {
     if (settle(h)) heads_.push_back(h);
   }
   void start() {
-    std::sort(fixed_.begin(), fixed_.end(), before);
+    if (!runs_) {
+      std::sort(fixed_.begin(), fixed_.end(), before);
+      sorted_ = fixed_.size();
+    }
     std::make_heap(heads_.begin(), heads_.end(), later);
   }
   std::optional<BidKey> next() {
@@ -853,7 +873,14 @@ class BidWalk {
     if (pending_ && !reseek(*pending_)) pending_.reset();
     if (pending_ && !heads_.empty() && later(*pending_, heads_.front())) restore_pending();
     const Head* d = pending_ ? &*pending_ : heads_.empty() ? nullptr : &heads_.front();
-    if (fpos_ < fixed_.size() && (!d || before(fixed_[fpos_], d->key))) return fixed_[fpos_++];
+    if (runs_) {
+      for (;;) {
+        while (fpos_ < sorted_ && !in_runs(*runs_, fixed_[fpos_].start, fixed_[fpos_].end)) ++fpos_;
+        if (fpos_ < sorted_ || sorted_ == fixed_.size()) break;
+        sort_more();
+      }
+    }
+    if (fpos_ < sorted_ && (!d || before(fixed_[fpos_], d->key))) return fixed_[fpos_++];
     if (!d) return std::nullopt;
     if (pending_) {
       Head& h = *pending_;
@@ -883,7 +910,8 @@ class BidWalk {
     BidKey key;  // *it once settled, kept to re-seek after the set changed
     std::uint64_t version{0};
   };
-  // window_fits(b, a_start, a_end, a_min_duration) of Impl, with max(a_start, now) precomputed.
+  // Whether the ask's window holds the bid's: [ws, we) (a duration bid's from now) inside [max(a_start, now),
+  // a_end), non-empty and at least a_min_duration long.
   bool fits(const BidKey& b) const {
     const bool fixed = b.duration.value == 0;
     const Seconds ws = fixed ? b.start : now_;
@@ -924,6 +952,23 @@ class BidWalk {
     return x.lo->o.id < y.lo->o.id;
   }
   static bool later(const Head& x, const Head& y) { return BidOrder{}(y.key, x.key); }  // min-heap
+  // Given runs: drops from the candidates not yet sorted those whose window no run holds any more, then
+  // sorts the least `batch_` of the others (partial_sort) after the sorted ones, every one of which is less.
+  // A walk usually takes a few candidates, fills, and finds the rest unserved (~96 % of those gathered in
+  // the realistic bench), which a full sort (~70 instructions a candidate) ordered for nothing; the batch
+  // doubles each time, so a walk that takes them all pays about a full sort's compares.
+  void sort_more() {
+    std::size_t kept = sorted_;
+    for (std::size_t i = sorted_; i < fixed_.size(); ++i) {
+      if (in_runs(*runs_, fixed_[i].start, fixed_[i].end)) fixed_[kept++] = fixed_[i];
+    }
+    fixed_.resize(kept);
+    const auto first = fixed_.begin() + static_cast<std::ptrdiff_t>(sorted_);
+    const std::size_t n = std::min(batch_, fixed_.size() - sorted_);
+    std::partial_sort(first, first + static_cast<std::ptrdiff_t>(n), fixed_.end(), before);
+    sorted_ += n;
+    batch_ *= 2;
+  }
   Seconds from_;
   Seconds to_;
   Seconds min_;
@@ -933,6 +978,9 @@ class BidWalk {
   std::optional<Head> pending_;
   std::vector<BidKey>& fixed_;
   std::size_t fpos_{0};
+  std::size_t sorted_{0};  // fixed_[0, sorted_) is sorted, and less than the rest
+  std::size_t batch_{8};
+  const Runs* runs_{nullptr};
 };
 
 struct PriceHash {
@@ -1387,6 +1435,26 @@ struct Engine::Impl {
     return changed;
   }
 
+  // Regions by number, given as pools and resting bids name them (never removed): a walk compares a pool's
+  // region with a bid's, and finds the bid sets of a region, by number instead of by string.
+  std::map<std::string, std::uint32_t, std::less<>> region_numbers;
+  std::uint32_t region_number(const std::string& r) {
+    return region_numbers.try_emplace(r, static_cast<std::uint32_t>(region_numbers.size())).first->second;
+  }
+  // The entry of region number n in a by-region vector (added, with those before it, if need be).
+  template <class T>
+  static T& by_number(std::vector<T>& v, std::uint32_t n) {
+    if (n >= v.size()) v.resize(n + 1);
+    return v[n];
+  }
+  // The numbers of c's regions added to `out` (a region no pool or resting bid named: a number none has).
+  void region_numbers_of(const BidConstraints& c, std::vector<std::uint32_t>& out) const {
+    for (const std::string& r : c.regions) {
+      auto it = region_numbers.find(r);
+      out.push_back(it == region_numbers.end() ? std::numeric_limits<std::uint32_t>::max() : it->second);
+    }
+  }
+
   bool pool_satisfies(const Pool& p, const BidConstraints& c) const {
     const PoolSpec& s = p.spec;
     if (s.tier == Tier::spot && !c.interruptible) return false;
@@ -1494,12 +1562,6 @@ struct Engine::Impl {
   bool window_fits(const AskKey& a, Seconds ws, Seconds we) const {
     return ws >= std::max(a.run_start(), now) && we <= a.run_end() && we > ws && we - ws >= a.min_duration &&
            (a.max_run == kAnyRun || (we - ws).value <= a.max_run);
-  }
-  bool window_fits(const BidKey& b, Seconds a_start, Seconds a_end, Seconds a_min_duration) const {
-    const bool fixed = b.duration.value == 0;
-    const Seconds ws = fixed ? b.start : now;
-    const Seconds we = fixed ? b.end : now + b.duration;
-    return ws >= std::max(a_start, now) && we <= a_end && we > ws && we - ws >= a_min_duration;
   }
 
   // ---------------------------------------------------------------- book views
@@ -1721,6 +1783,7 @@ struct Engine::Impl {
   struct WalkScratch {
     std::vector<AskHead> heads;
     std::vector<AskCandidate> candidates;
+    std::vector<std::uint32_t> regions;  // the numbers of the bid's regions (pool_admits)
   };
   mutable std::deque<WalkScratch> head_stack;  // a deque: a nested walk's emplace_back keeps references
   mutable std::size_t head_depth{0};
@@ -1750,6 +1813,9 @@ struct Engine::Impl {
     const Seconds we = bid_end(bid);
     // The kept verdicts of the bid's group, when c is the bid's own constraints and their group is known.
     const BidGroup* group = &c == &bid.request.constraints() ? known_group(b, bid) : nullptr;
+    const std::vector<std::uint32_t>& regions = scratch.regions;
+    scratch.regions.clear();
+    if (group && !c.regions.empty()) region_numbers_of(c, scratch.regions);
     if (!bid.is_duration_bid()) {
       // window_fits needs ws >= now and we > ws whatever the ask.
       if (ws < now || we <= ws) return;
@@ -1815,7 +1881,7 @@ struct Engine::Impl {
                   if (pm.mark != mark) {
                     pm.mark = mark;
                     const LivePool& pp = *ix.pools[e.pool];
-                    pm.ok = pool_admits(b, pp, group, c);
+                    pm.ok = pool_admits(b, pp, group, c, regions);
                     pm.own = pp.p.provider == bid.account;
                   }
                   if (!pm.ok) continue;
@@ -1872,7 +1938,7 @@ struct Engine::Impl {
       if (ap.spot_cheapest > limit || !ap.spot_runs.may_fit(ws, we)) continue;
       const LivePool* lp = ap.lp;
       const AskSet& s = lp->book_spot_asks;
-      if (!pool_admits(b, *lp, group, c)) continue;
+      if (!pool_admits(b, *lp, group, c, regions)) continue;
       Head h{&s, s.begin(), {}, 0};
       if (settle(h)) heads.push_back(h);
     }
@@ -1929,40 +1995,37 @@ struct Engine::Impl {
     return g < 0 ? nullptr : &b.bid_groups[static_cast<std::size_t>(g)];
   }
 
-  // pool_satisfies(lp.p, c), from the kept verdicts of c's group `g` (regions apart) when g is given.
-  bool pool_admits(const Book& b, const LivePool& lp, const BidGroup* g, const BidConstraints& c) const {
+  // pool_satisfies(lp.p, c), from the kept verdicts of c's group `g` (regions apart) and the numbers of c's
+  // regions (region_numbers_of) when g is given.
+  bool pool_admits(const Book& b, const LivePool& lp, const BidGroup* g, const BidConstraints& c,
+                   const std::vector<std::uint32_t>& regions) const {
     if (!g) return pool_satisfies(lp.p, c);
     if (!group_admits(b, lp, *g)) return false;
-    return c.regions.empty() || std::find(c.regions.begin(), c.regions.end(), lp.p.spec.region) != c.regions.end();
+    return regions.empty() || std::find(regions.begin(), regions.end(), lp.region) != regions.end();
   }
 
   void bids_for(const Book& b, const LivePool& lp, Price floor, bool with_duration, BidWalk& walk) const {
-    const Pool& pool = lp.p;
-    group_ok.assign(b.bid_groups.size(), 0);
-    for (std::size_t i = 0; i < b.bid_groups.size(); ++i) {
-      const BidGroup& g = b.bid_groups[i];
+    const std::uint32_t region = lp.region;
+    const auto add = [&](const BidSets& s) {
+      if (with_duration) walk.add(s.duration, floor);
+      gather_fixed(s.fixed, floor, walk);
+    };
+    for (const BidGroup& g : b.bid_groups) {
       if (g.resting == 0 || !group_admits(b, lp, g)) continue;
-      group_ok[i] = 1;
-      if (!with_duration) continue;
-      walk.add(g.any.duration, floor);
-      auto r = g.by_region.find(pool.spec.region);
-      if (r != g.by_region.end()) walk.add(r->second.duration, floor);
+      add(g.any);
+      if (region < g.by_region.size()) add(g.by_region[region]);
     }
-    gather_fixed(b.fixed_bids, floor, walk);
-    auto r = b.fixed_by_region.find(pool.spec.region);
-    if (r != b.fixed_by_region.end()) gather_fixed(r->second, floor, walk);
     walk.start();
   }
-  mutable std::vector<std::uint8_t> group_ok;  // bids_for's verdicts, by group
 
-  // Hands `walk` the fixed-window bids of `ix` whose window fits the walk's and whose group bids_for
-  // admitted, priced at `floor` or more: those in the cells whose start week is not before the window's
-  // start's and whose end week is not after its end's.
+  // Hands `walk` the fixed-window bids of `ix` whose window fits the walk's, priced at `floor` or more: those
+  // in the cells whose start week is not before the window's start's and whose end week is not after its
+  // end's.
   void gather_fixed(const BidIndex& ix, Price floor, BidWalk& walk) const {
     const Seconds from = walk.from();
     const Seconds to = walk.to();
     const Seconds min = walk.min_duration();
-    if (to <= from) return;
+    if (ix.size == 0 || to <= from) return;
     const std::int64_t last = run_slot(to);
     for (auto row = ix.rows.lower_bound(run_slot(from)); row != ix.rows.end() && row->first <= last; ++row) {
       for (auto cell = row->second.begin(); cell != row->second.end() && cell->first <= last; ++cell) {
@@ -1972,28 +2035,29 @@ struct Engine::Impl {
           for (const BidEntry& e : chunk) {
             if (e.price < floor) break;
             if (e.start < from || e.end > to || e.end <= e.start || e.end - e.start < min) continue;
-            if (group_ok[e.group]) walk.add_fixed(e);
+            walk.add_fixed(e);
           }
         }
       }
     }
   }
 
-  // A resting fixed-window bid's entry in its BidIndex (or indexes: one per region it names).
+  // A resting fixed-window bid's entry in its group's BidIndex (or indexes: one per region it names).
   static BidEntry bid_entry(const LiveOrder& lo) {
     return BidEntry{lo.o.request.price, lo.o.priority, const_cast<LiveOrder*>(&lo), lo.o.window_start,
-                    lo.o.window_end, static_cast<std::uint32_t>(lo.bid_group)};
+                    lo.o.window_end};
   }
   template <class F>
-  static void for_each_bid_index(Book& b, const LiveOrder& lo, F&& f) {
+  void for_each_bid_index(Book& b, const LiveOrder& lo, F&& f) {
+    BidGroup& g = b.bid_groups[static_cast<std::size_t>(lo.bid_group)];
     const std::vector<std::string>& regions = lo.o.request.constraints().regions;
     if (regions.empty()) {
-      f(b.fixed_bids);
+      f(g.any.fixed);
     } else {
-      for (const std::string& r : regions) f(b.fixed_by_region[r]);
+      for (const std::string& r : regions) f(by_number(g.by_region, region_number(r)).fixed);
     }
   }
-  static void index_bid(Book& b, const LiveOrder& lo) {
+  void index_bid(Book& b, const LiveOrder& lo) {
     const BidEntry e = bid_entry(lo);
     for_each_bid_index(b, lo, [&](BidIndex& ix) {
       BidCell& cell = ix.rows[run_slot(e.start)][run_slot(e.end)];
@@ -2004,7 +2068,7 @@ struct Engine::Impl {
       ++ix.size;
     });
   }
-  static void unindex_bid(Book& b, const LiveOrder& lo) {
+  void unindex_bid(Book& b, const LiveOrder& lo) {
     const BidEntry e = bid_entry(lo);
     for_each_bid_index(b, lo, [&](BidIndex& ix) {
       auto row = ix.rows.find(run_slot(e.start));
@@ -2105,7 +2169,7 @@ struct Engine::Impl {
       } else if (regions.empty()) {
         g.any.duration.erase(k);
       } else {
-        for (const std::string& r : regions) g.by_region.at(r).duration.erase(k);
+        for (const std::string& r : regions) by_number(g.by_region, region_number(r)).duration.erase(k);
       }
     } else {
       const AskKey k{lo.o.effective_price, lo.o.priority, lo.o.id};
@@ -2359,7 +2423,7 @@ struct Engine::Impl {
           } else if (regions.empty()) {
             g.any.duration.insert(k);
           } else {
-            for (const std::string& r : regions) g.by_region[r].duration.insert(k);
+            for (const std::string& r : regions) by_number(g.by_region, region_number(r)).duration.insert(k);
           }
         } else {
           LivePool& lp = *lo.pool;
@@ -2815,7 +2879,6 @@ struct Engine::Impl {
     bids_for(book, lpool, ask.effective_price, spot_now(ask), walk);
     while (const auto k = walk.next()) {
       if (k->price < ask.effective_price) break;
-      if (!window_fits(*k, ask.window_start, ask.window_end, ask.request.min_duration)) continue;
       const RestOrder& bid = k->lo->o;
       if (eligible_qty(bid, bid.remaining, ask, pool, bid_start(bid), bid_end(bid), false).value > 0) return true;
     }
@@ -2827,22 +2890,19 @@ struct Engine::Impl {
   // and the ask's runs alone (`runs`: for_each_run's, taken again after each fill), before the bid's order is
   // read: a crossing ask's walk meets many bids whose windows its earlier fills used up (~24 for each fill in
   // the realistic bench). The window has a lot free throughout exactly when it lies inside one run (runs are
-  // maximal), which is free.min(ws, we) >= the lot without the search of the ask's pieces for each bid.
-  static bool ask_serves(const std::vector<std::pair<Seconds, Seconds>>& runs, const BidKey& k, Seconds now) {
+  // maximal), which is free.min(ws, we) >= the lot without the search of the ask's pieces for each bid. (The
+  // walk itself passes over the fixed-window bids that fail it: BidWalk::serve.)
+  static bool ask_serves(const Runs& runs, const BidKey& k, Seconds now) {
     const bool fixed = k.duration.value == 0;
     const Seconds ws = fixed ? k.start : now;
     const Seconds we = fixed ? k.end : now + k.duration;
-    if (we <= ws) return false;
-    for (const auto& [from, to] : runs) {  // in time order: the first that ends after ws is the only one
-      if (ws < to) return from <= ws && we <= to;
-    }
-    return false;
+    return we > ws && in_runs(runs, ws, we);
   }
-  static void ask_runs(const RestOrder& ask, std::vector<std::pair<Seconds, Seconds>>& runs) {
+  static void ask_runs(const RestOrder& ask, Runs& runs) {
     runs.clear();
     for_each_run(ask, [&](Seconds from, Seconds to) { runs.emplace_back(from, to); });
   }
-  std::vector<std::pair<Seconds, Seconds>> serve_runs;  // match_ask's (not re-entered: fills match nothing)
+  Runs serve_runs;  // match_ask's (not re-entered: fills match nothing)
 
   void match_ask(LiveOrder& ask, bool at_placement) {
     Book& book = (*ask.o.book);
@@ -2861,7 +2921,6 @@ struct Engine::Impl {
       bids_for(book, lpool, ask.o.effective_price, spot_now(ask.o), walk);
       while (const auto k = walk.next()) {
         if (complete || k->price < ask.o.effective_price) break;
-        if (!window_fits(*k, a_start, a_end, a_min)) continue;
         const RestOrder& bid = k->lo->o;
         const Seconds ws = bid_start(bid);
         const Seconds we = bid_end(bid);
@@ -2887,12 +2946,12 @@ struct Engine::Impl {
     // Duration bids need GPUs free now; once the ask has none at this instant, none of them can use it.
     BidList list(*this);
     BidWalk walk(a_start, a_end, a_min, now, list.get());
-    bids_for(book, lpool, ask.o.effective_price, spot_now(ask.o), walk);
     ask_runs(ask.o, serve_runs);
+    walk.serve(&serve_runs);
+    bids_for(book, lpool, ask.o.effective_price, spot_now(ask.o), walk);
     while (ask.o.is_open()) {
       const auto k = walk.next();
       if (!k || k->price < ask.o.effective_price) break;
-      if (!window_fits(*k, a_start, a_end, a_min)) continue;
       if (!ask_serves(serve_runs, *k, now)) continue;
       LiveOrder& bid = *k->lo;
       const Seconds ws = bid_start(bid.o);
@@ -3375,6 +3434,7 @@ struct Engine::Impl {
     lp.p.spec = s;
     lp.p.created_at = now;
     lp.p.updated_at = now;
+    lp.region = region_number(s.region);
     classify(lp);
     if (s.tier == Tier::spot) book->second.spot_pools.emplace(lp.p.id, &lp);
     emit(PoolChanged{lp.p});
@@ -3606,15 +3666,15 @@ struct Engine::Impl {
         const std::vector<std::string>& regions = o.request.constraints().regions;
         // Where the bid rests: `any` without regions, else each of its regions' entry in `by_region` (a
         // missing one: not in the book).
-        const auto homes = [&]<class T, class M>(const T& any, const M& by_region) {
-          std::vector<const T*> out;
+        const auto homes = [&](const BidSets& any, const std::vector<BidSets>& by_region) {
+          std::vector<const BidSets*> out;
           if (regions.empty()) out.push_back(&any);
           for (const std::string& r : regions) {
-            auto it = by_region.find(r);
-            if (it == by_region.end()) {
+            auto it = region_numbers.find(r);
+            if (it == region_numbers.end() || it->second >= by_region.size()) {
               in = false;
             } else {
-              out.push_back(&it->second);
+              out.push_back(&by_region[it->second]);
             }
           }
           return out;
@@ -3624,7 +3684,8 @@ struct Engine::Impl {
         } else {
           // In the fixed bid index of each of its regions (or the one without), in the cell of its window.
           const BidEntry e = bid_entry(lo);
-          for (const BidIndex* ix : homes(b.fixed_bids, b.fixed_by_region)) {
+          for (const BidSets* h : homes(g.any, g.by_region)) {
+            const BidIndex* ix = &h->fixed;
             bool found = false;
             auto row = ix->rows.find(run_slot(e.start));
             if (row != ix->rows.end()) {
@@ -3671,6 +3732,10 @@ struct Engine::Impl {
       held[l.pool].add(std::max(l.start, now), std::max(end, now), l.quantity.value);
     }
     for (const auto& [id, lp] : pools) {
+      auto rn = region_numbers.find(lp.p.spec.region);
+      if (rn == region_numbers.end() || rn->second != lp.region) {
+        fail("region number of pool " + std::to_string(id.value) + " wrong");
+      }
       // Kept group verdicts equal a fresh judgement.
       if (lp.book_number != std::numeric_limits<std::uint32_t>::max()) {
         for (const BidGroup& g : books.at(lp.p.spec.market).bid_groups) {
@@ -3803,8 +3868,10 @@ struct Engine::Impl {
         if (n != ix.size) fail("fixed bid index: size out of step");
         bid_entries += n;
       };
-      check_bids(b.fixed_bids);
-      for (const auto& [r, ix] : b.fixed_by_region) check_bids(ix);
+      for (const BidGroup& g : b.bid_groups) {
+        check_bids(g.any.fixed);
+        for (const BidSets& s : g.by_region) check_bids(s.fixed);
+      }
       const auto fe = fixed_entries.find(&b);
       if (bid_entries != (fe == fixed_entries.end() ? 0 : fe->second)) {
         fail("fixed bid index holds " + std::to_string(bid_entries) + " entries, more than the resting bids'");
@@ -3900,6 +3967,7 @@ struct Engine::Impl {
     for (const Pool& p : s.pools) {
       LivePool& lp = pools[p.id];
       lp.p = p;
+      lp.region = region_number(p.spec.region);
       if (p.spec.tier == Tier::spot && !p.retired) books.at(p.spec.market).spot_pools.emplace(p.id, &lp);
       schedule_pool(lp);
     }
