@@ -25,13 +25,13 @@ namespace {
 // many rows it holds: PostgreSQL plans and executes one statement instead of one per row.
 constexpr Statement kInsertCommands{"insert_commands", R"sql(
 INSERT INTO engine_commands (seq, at, account_id, kind, body)
-SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[], $5::json[]))sql"};
+SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::text[], $5::text[]))sql"};
 // A transaction's new orders are inserted, the others updated: an order's first event says which, so
 // neither pays for INSERT ... ON CONFLICT's speculative insertion and row lock.
 constexpr Statement kInsertOrders{"insert_orders", R"sql(
 INSERT INTO orders (id, account_id, client_order_id, body_sha256, side, market, status, doc, created_at, updated_at)
 SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bytea[], $5::text[], $6::text[], $7::text[],
-                     $8::json[], $9::bigint[], $10::bigint[]))sql"};
+                     $8::text[], $9::bigint[], $10::bigint[]))sql"};
 // Prepared: its plan is one index lookup per row whatever the size of `orders` when it was planned, as
 // the writer's session plans without sequential scans, hash joins or merge joins (kPlanByKey). Left
 // to the planner, a generic plan made while `orders` was small (a fresh database) joined by a
@@ -43,7 +43,7 @@ SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::bytea[], $5::te
 constexpr Statement kUpdateOrders{"update_orders", R"sql(
 WITH changed AS (
   UPDATE orders o SET status = u.status, doc = u.doc, updated_at = u.updated_at
-  FROM unnest($1::bigint[], $2::text[], $3::json[], $4::bigint[]) AS u (id, status, doc, updated_at)
+  FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[]) AS u (id, status, doc, updated_at)
   WHERE o.id = u.id
   RETURNING o.id)
 SELECT gpuex_expect_rows(count(*), cardinality($1::bigint[]), 'the UPDATE of changed orders') FROM changed)sql"};
@@ -69,8 +69,8 @@ INSERT INTO trades (id, at, market, bucket, buy_order_id, sell_order_id, buyer_i
                     taker_side, print, buyer_fill, seller_fill, tier, region, green_tier)
 SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::bigint[],
                      $8::bigint[], $9::bigint[], $10::bigint[], $11::integer[], $12::bigint[], $13::bigint[],
-                     $14::bigint[], $15::bigint[], $16::integer[], $17::boolean[], $18::text[], $19::json[],
-                     $20::json[], $21::json[], $22::text[], $23::text[], $24::text[]))sql"};
+                     $14::bigint[], $15::bigint[], $16::integer[], $17::boolean[], $18::text[], $19::text[],
+                     $20::text[], $21::text[], $22::text[], $23::text[], $24::text[]))sql"};
 constexpr Statement kSetHalted{"set_halted", "UPDATE markets SET halted = $2 WHERE id = $1"};
 // A key already stored was checked before the command ran; DO NOTHING keeps a race from failing the batch.
 constexpr Statement kInsertIdempotency{"insert_idempotency", R"sql(
@@ -336,7 +336,7 @@ void Writer::prepare(PgConnection& conn, const std::vector<TransactionPart*>& pa
 std::size_t Writer::write(Pipeline& pipe, const std::vector<Batch>& batches, const std::vector<TransactionPart*>& parts) {
   using T = BinaryArray::Type;
   Rows rows;
-  BinaryArray c_seq(T::int8), c_at(T::int8), c_account(T::int8), c_kind(T::text), c_body(T::json);
+  BinaryArray c_seq(T::int8), c_at(T::int8), c_account(T::int8), c_kind(T::text), c_body(T::text);
   std::size_t written = 0;
   std::vector<const IdempotencyRecord*> keys;
   BinaryArray fired(T::int8);
@@ -364,8 +364,8 @@ std::size_t Writer::write(Pipeline& pipe, const std::vector<Batch>& batches, con
   }
   if (!rows.orders.empty()) {
     BinaryArray id(T::int8), account(T::int8), cid(T::text), hash(T::bytea), side(T::text), market(T::text),
-        status(T::text), doc(T::json), created(T::int8), updated(T::int8);
-    BinaryArray u_id(T::int8), u_status(T::text), u_doc(T::json), u_updated(T::int8);
+        status(T::text), doc(T::text), created(T::int8), updated(T::int8);
+    BinaryArray u_id(T::int8), u_status(T::text), u_doc(T::text), u_updated(T::int8);
     for (const auto& [oid, o] : rows.orders) {
       if (!rows.new_orders.count(oid)) {
         u_id.add(oid.value), u_status.add(to_string(o->status)), u_doc.add(json::serialize(wire::order_json(*o)));
@@ -394,7 +394,7 @@ std::size_t Writer::write(Pipeline& pipe, const std::vector<Batch>& batches, con
   if (!rows.trades.empty()) {
     std::vector<BinaryArray> c;
     for (T type : {T::int8, T::int8, T::text, T::text, T::int8, T::int8, T::int8, T::int8, T::int8, T::int8, T::int4,
-                   T::int8, T::int8, T::int8, T::int8, T::int4, T::boolean, T::text, T::json, T::json, T::json, T::text,
+                   T::int8, T::int8, T::int8, T::int8, T::int4, T::boolean, T::text, T::text, T::text, T::text, T::text,
                    T::text, T::text}) {
       c.emplace_back(type);
     }

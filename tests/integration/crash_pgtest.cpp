@@ -203,7 +203,7 @@ TEST_CASE("acknowledged orders survive kill -9 exactly once, with their fills") 
   // Nothing half-done: each buy's filled quantity is exactly what its trades add up to.
   CHECK(conn.exec(R"sql(
     SELECT count(*) FROM orders o
-    WHERE o.side = 'buy' AND (o.doc->>'filled_quantity')::int <>
+    WHERE o.side = 'buy' AND (o.doc::json->>'filled_quantity')::int <>
           coalesce((SELECT sum(quantity) FROM trades t WHERE t.buy_order_id = o.id), 0))sql").integer(0, 0) == 0);
   CHECK(conn.exec("SELECT count(*) FROM trades t WHERE NOT EXISTS (SELECT 1 FROM leases l WHERE l.id = t.lease_id)")
             .integer(0, 0) == 0);
