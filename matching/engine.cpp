@@ -576,12 +576,12 @@ struct LiveLease {
 };
 
 // A pool's live lease, in (price, id) order: the order preemption considers them in. A lease's price never
-// changes; `l` points into Impl::leases (a SlabMap: stable while the lease lives).
+// changes; `l` points into Impl::leases (a SlabMap: stable while the lease lives), and its id is read
+// through it (16 bytes, not 24: only keys of equal price compare ids).
 struct LeaseRef {
   Price price;
-  LeaseId id;
   LiveLease* l{nullptr};
-  bool operator<(const LeaseRef& o) const { return price != o.price ? price < o.price : id < o.id; }
+  bool operator<(const LeaseRef& o) const { return price != o.price ? price < o.price : l->id < o.l->id; }
 };
 
 struct LivePool {
@@ -2532,7 +2532,7 @@ struct Engine::Impl {
       l.ask_min_duration = ask->request.min_duration;
     }
     set_owed(l, cost(price, qty, end - start));
-    lp.leases.insert(LeaseRef{l.price, l.id, &l});
+    lp.leases.insert(LeaseRef{l.price, &l});
     schedule_lease(l);
     return l;
   }
@@ -2543,7 +2543,7 @@ struct Engine::Impl {
     set_owed(l, 0);
     l.amount = bill;
     l.ended = true;
-    l.lp->leases.erase(LeaseRef{l.price, l.id, nullptr});
+    l.lp->leases.erase(LeaseRef{l.price, &l});
   }
 
   // ---------------------------------------------------------------- fills
@@ -2698,7 +2698,7 @@ struct Engine::Impl {
       rest.amount = 0;
       LiveLease& r = leases.emplace(rest.id, rest).first->second;
       set_owed(r, cost(r.price, r.quantity, r.end - r.start));
-      lp.leases.insert(LeaseRef{r.price, r.id, &r});
+      lp.leases.insert(LeaseRef{r.price, &r});
       schedule_lease(r);
       if (auto seller = orders.find(r.sell_order); seller != orders.end()) add_sold(seller->second, r.id);
       pre.quantity = q;
@@ -3992,7 +3992,7 @@ struct Engine::Impl {
                       .ask_withdrawn = l.ask_withdrawn,
                       .has = static_cast<std::uint8_t>((l.preempted_at ? LiveLease::kPreemptedAt : 0) |
                                                        (l.ends_at ? LiveLease::kEndsAt : 0))};
-      lp.leases.insert(LeaseRef{ref.price, ref.id, &ref});
+      lp.leases.insert(LeaseRef{ref.price, &ref});
       const Seconds held_end = l.status == LeaseStatus::preempted ? std::min(*l.ends_at, l.end) : l.end;
       lp.used.add(l.start, held_end, l.quantity.value);
       account(l.buyer).notional_x3600 += static_cast<Int128>(ref.amount) * 3600;
