@@ -202,12 +202,6 @@ class ConsRef {
 struct RestRequest {
   enum : std::uint8_t { kStart = 1, kEnd = 2, kDuration = 4, kExpire = 8 };
   enum class MarketKind : std::uint8_t { empty, resolved, cold };
-  Side side{Side::buy};
-  TimeInForce time_in_force{TimeInForce::gtc};
-  StpMode stp{StpMode::cancel_newest};
-  bool post_only{false};
-  std::uint8_t has{0};
-  MarketKind market_kind{MarketKind::empty};
   PoolId pool;
   Price price;
   Qty quantity;
@@ -218,6 +212,13 @@ struct RestRequest {
   Seconds start_v, end_v;
   ConsRef cons;
   ColdRef cold;
+  // The one-byte fields last: RestOrder puts its status and reason in the two bytes of tail padding.
+  Side side{Side::buy};
+  TimeInForce time_in_force{TimeInForce::gtc};
+  StpMode stp{StpMode::cancel_newest};
+  bool post_only{false};
+  std::uint8_t has{0};
+  MarketKind market_kind{MarketKind::empty};
 
   // A static member, not a function-local static: no guard to check on every call (the walks ask often).
   static inline const BidConstraints kNone{};
@@ -245,7 +246,10 @@ struct Book;
 struct RestOrder {
   OrderId id;
   AccountId account;
-  RestRequest request;
+  // Its status and reason in the request's tail padding (8 bytes less per order).
+  [[no_unique_address]] RestRequest request;
+  OrderStatus status{OrderStatus::open};
+  Reason reason{Reason::none};
   const MarketId* market{nullptr};  // a key of Impl::books
   Book* book{nullptr};              // its value
   Seconds window_start;
@@ -253,8 +257,6 @@ struct RestOrder {
   Price effective_price;
   std::int32_t green_discount_bps{0};
   Bucket bucket;
-  OrderStatus status{OrderStatus::open};
-  Reason reason{Reason::none};
   Seq priority{0};
   Seconds created_at;
   Seconds updated_at;
@@ -285,6 +287,9 @@ struct RestOrder {
   bool is_duration_bid() const { return is_buy() && (request.has & RestRequest::kDuration); }
   bool is_open() const { return !is_terminal(status); }
 };
+
+static_assert(offsetof(RestOrder, status) < offsetof(RestOrder, request) + sizeof(RestRequest),
+              "status and reason sit in the request's tail padding");
 
 struct LiveOrder {
   RestOrder o;
