@@ -110,14 +110,14 @@ struct ViewKey {
 };
 
 // What one resting order contributes to one book view: the view of its market (which never changes) and
-// `bucket`.
+// `bucket`. The one-byte fields last: LiveOrder puts its in_book flag in the byte of tail padding.
 struct Shown {
+  Price price;
+  Qty qty;
+  Bucket bucket;
   bool shown{false};
   bool constrained{false};
   Side side{Side::buy};
-  Bucket bucket;
-  Price price;
-  Qty qty;
   bool operator==(const Shown&) const = default;
 };
 
@@ -293,7 +293,8 @@ static_assert(offsetof(RestOrder, status) < offsetof(RestOrder, request) + sizeo
 
 struct LiveOrder {
   RestOrder o;
-  Shown shown;
+  [[no_unique_address]] Shown shown;
+  bool in_book{false};  // in the tail padding of `shown`
   Seconds timer{-1};
   std::unique_ptr<std::vector<LeaseId>> sold;  // sell: leases it created (some may have ended); null: none
   // Sell: its pool, from its placement on (a sell's pool never changes, and Impl::pools, a std::map, never
@@ -301,14 +302,17 @@ struct LiveOrder {
   LivePool* pool{nullptr};
   std::uint32_t account_slot{0};   // its place in its Account's orders
   std::uint32_t pool_slot{0};      // sell: its place in its LivePool's asks
-  std::uint32_t book_slot{0};      // sell in a book: its index in its AskPool's asks
-  int bid_group{-1};    // buy: index of its constraint group in its Book (set when it first rests)
-  bool in_book{false};
+  union {  // one per side
+    std::uint32_t book_slot;  // sell in a book: its index in its AskPool's asks
+    int bid_group{-1};        // buy: index of its constraint group in its Book (set when it first rests)
+  };
   bool in_spot{false};  // sell: also in its pool's book_spot_asks
   bool counted{false};
   bool closed{false};
   bool kept{false};     // in its book sets while a fill changes it (unhook(lo, true) until the next hook)
 };
+static_assert(offsetof(LiveOrder, in_book) < offsetof(LiveOrder, shown) + sizeof(Shown),
+              "in_book sits in the tail padding of shown");
 
 // Open orders in no particular order, with O(1) insert and erase (each order keeps its slot). Callers
 // that need id order sort ids().
