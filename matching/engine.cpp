@@ -110,14 +110,14 @@ struct ViewKey {
 };
 
 // What one resting order contributes to one book view: the view of its market (which never changes) and
-// `bucket`.
+// `bucket`. The one-byte fields last: LiveOrder puts its in_book flag in the byte of tail padding.
 struct Shown {
+  Price price;
+  Qty qty;
+  Bucket bucket;
   bool shown{false};
   bool constrained{false};
   Side side{Side::buy};
-  Bucket bucket;
-  Price price;
-  Qty qty;
   bool operator==(const Shown&) const = default;
 };
 
@@ -202,12 +202,6 @@ class ConsRef {
 struct RestRequest {
   enum : std::uint8_t { kStart = 1, kEnd = 2, kDuration = 4, kExpire = 8 };
   enum class MarketKind : std::uint8_t { empty, resolved, cold };
-  Side side{Side::buy};
-  TimeInForce time_in_force{TimeInForce::gtc};
-  StpMode stp{StpMode::cancel_newest};
-  bool post_only{false};
-  std::uint8_t has{0};
-  MarketKind market_kind{MarketKind::empty};
   PoolId pool;
   Price price;
   Qty quantity;
@@ -218,6 +212,13 @@ struct RestRequest {
   Seconds start_v, end_v;
   ConsRef cons;
   ColdRef cold;
+  // The one-byte fields last: RestOrder puts its status and reason in the two bytes of tail padding.
+  Side side{Side::buy};
+  TimeInForce time_in_force{TimeInForce::gtc};
+  StpMode stp{StpMode::cancel_newest};
+  bool post_only{false};
+  std::uint8_t has{0};
+  MarketKind market_kind{MarketKind::empty};
 
   // A static member, not a function-local static: no guard to check on every call (the walks ask often).
   static inline const BidConstraints kNone{};
@@ -245,7 +246,10 @@ struct Book;
 struct RestOrder {
   OrderId id;
   AccountId account;
-  RestRequest request;
+  // Its status and reason in the request's tail padding (8 bytes less per order).
+  [[no_unique_address]] RestRequest request;
+  OrderStatus status{OrderStatus::open};
+  Reason reason{Reason::none};
   const MarketId* market{nullptr};  // a key of Impl::books
   Book* book{nullptr};              // its value
   Seconds window_start;
@@ -253,8 +257,6 @@ struct RestOrder {
   Price effective_price;
   std::int32_t green_discount_bps{0};
   Bucket bucket;
-  OrderStatus status{OrderStatus::open};
-  Reason reason{Reason::none};
   Seq priority{0};
   Seconds created_at;
   Seconds updated_at;
@@ -286,9 +288,13 @@ struct RestOrder {
   bool is_open() const { return !is_terminal(status); }
 };
 
+static_assert(offsetof(RestOrder, status) < offsetof(RestOrder, request) + sizeof(RestRequest),
+              "status and reason sit in the request's tail padding");
+
 struct LiveOrder {
   RestOrder o;
-  Shown shown;
+  [[no_unique_address]] Shown shown;
+  bool in_book{false};  // in the tail padding of `shown`
   Seconds timer{-1};
   std::unique_ptr<std::vector<LeaseId>> sold;  // sell: leases it created (some may have ended); null: none
   // Sell: its pool, from its placement on (a sell's pool never changes, and Impl::pools, a std::map, never
@@ -296,14 +302,17 @@ struct LiveOrder {
   LivePool* pool{nullptr};
   std::uint32_t account_slot{0};   // its place in its Account's orders
   std::uint32_t pool_slot{0};      // sell: its place in its LivePool's asks
-  std::uint32_t book_slot{0};      // sell in a book: its index in its AskPool's asks
-  int bid_group{-1};    // buy: index of its constraint group in its Book (set when it first rests)
-  bool in_book{false};
+  union {  // one per side
+    std::uint32_t book_slot;  // sell in a book: its index in its AskPool's asks
+    int bid_group{-1};        // buy: index of its constraint group in its Book (set when it first rests)
+  };
   bool in_spot{false};  // sell: also in its pool's book_spot_asks
   bool counted{false};
   bool closed{false};
   bool kept{false};     // in its book sets while a fill changes it (unhook(lo, true) until the next hook)
 };
+static_assert(offsetof(LiveOrder, in_book) < offsetof(LiveOrder, shown) + sizeof(Shown),
+              "in_book sits in the tail padding of shown");
 
 // Open orders in no particular order, with O(1) insert and erase (each order keeps its slot). Callers
 // that need id order sort ids().
@@ -537,13 +546,61 @@ struct RunBounds {
   }
 };
 
+// A live lease in the engine's compact form (176 bytes against the public Lease's 248): what a Lease holds
+// except what its pool gives (id, provider, market and tier are a pool's for life), `ends_at` and
+// `preempted_at` without their optionals' flags words (in `has`), and one amount for `owed` and `billed`
+// (a lease is billed when it ends, and owes nothing from then on). to_lease() builds the public Lease
+// (events, queries, snapshots), as to_order() builds an Order.
+struct LiveLease {
+  static constexpr std::uint8_t kPreemptedAt = 1;
+  static constexpr std::uint8_t kEndsAt = 2;
+  LeaseId id;
+  TradeId trade;
+  LeaseId split_from;
+  AccountId buyer;
+  LivePool* lp{nullptr};  // Impl::pools never erases a pool
+  OrderId buy_order;
+  OrderId sell_order;
+  Qty quantity;
+  Seconds start;
+  Seconds end;
+  Price price;
+  Price list_price;
+  Seconds preempted_at_;
+  Seconds ends_at_;
+  Micros amount{0};  // owed while not ended, then billed
+  Seconds ask_window_start;
+  Seconds ask_window_end;
+  Price ask_list_price;
+  Qty ask_min_chunk{1};
+  Seconds ask_min_duration{0};
+  std::int32_t green_discount_bps{0};
+  Bucket bucket;
+  LeaseStatus status{LeaseStatus::reserved};
+  bool interruptible{false};
+  bool ended{false};
+  bool ask_withdrawn{false};
+  std::uint8_t has{0};
+
+  Micros owed() const { return ended ? 0 : amount; }
+  Seconds ends_at() const { return ends_at_; }  // set in every live lease (new_lease, and restore's check)
+  void set_ends_at(Seconds t) {
+    ends_at_ = t;
+    has |= kEndsAt;
+  }
+  void set_preempted_at(Seconds t) {
+    preempted_at_ = t;
+    has |= kPreemptedAt;
+  }
+};
+
 // A pool's live lease, in (price, id) order: the order preemption considers them in. A lease's price never
-// changes; `l` points into Impl::leases (a SlabMap: stable while the lease lives).
+// changes; `l` points into Impl::leases (a SlabMap: stable while the lease lives), and its id is read
+// through it (16 bytes, not 24: only keys of equal price compare ids).
 struct LeaseRef {
   Price price;
-  LeaseId id;
-  Lease* l{nullptr};
-  bool operator<(const LeaseRef& o) const { return price != o.price ? price < o.price : id < o.id; }
+  LiveLease* l{nullptr};
+  bool operator<(const LeaseRef& o) const { return price != o.price ? price < o.price : l->id < o.l->id; }
 };
 
 struct LivePool {
@@ -1090,7 +1147,7 @@ struct Engine::Impl {
   std::map<MarketId, Book> books;
   OrderMap orders;  // open orders (terminal ones until the command ends)
   std::map<PoolId, LivePool> pools;
-  SlabMap<LeaseId, Lease> leases;  // not ended (iteration in no order: leases_by_id() sorts)
+  SlabMap<LeaseId, LiveLease> leases;  // not ended (iteration in no order: leases_by_id() sorts)
   std::map<AccountId, Account> accounts;
   std::map<ViewKey, View> views;
   std::map<std::pair<const MarketId*, Bucket>, View*> view_of;  // views by interned market (no string compared)
@@ -1106,6 +1163,9 @@ struct Engine::Impl {
   std::vector<OrderId> dead;
   EventSink* sink_{nullptr};
   mutable std::deque<Order> query_orders;  // Engine::order()'s answers, until the next apply()
+  // Engine::lease()'s answers, kept until a lease() after the next apply() (which does not look at them).
+  mutable std::deque<Lease> query_leases;
+  mutable Seq query_leases_seq{0};  // last_seq when they were built
 
   explicit Impl(EngineConfig c) : cfg(std::move(c)), policy(cfg.policy) {
     for (const MarketSpec& m : cfg.markets) books[m.id].spec = m;
@@ -1264,13 +1324,53 @@ struct Engine::Impl {
   static Order to_order(const RestOrder& r) { return make_order(r); }
 
   // The live leases in id order (`leases` iterates in slot order).
-  std::vector<const Lease*> leases_by_id() const {
-    std::vector<const Lease*> out;
+  std::vector<const LiveLease*> leases_by_id() const {
+    std::vector<const LiveLease*> out;
     out.reserve(leases.size());
     for (const auto& [id, l] : leases) out.push_back(&l);
-    std::sort(out.begin(), out.end(), [](const Lease* a, const Lease* b) { return a->id < b->id; });
+    std::sort(out.begin(), out.end(), [](const LiveLease* a, const LiveLease* b) { return a->id < b->id; });
     return out;
   }
+
+  static Lease to_lease(const LiveLease& l) {
+    const Pool& p = l.lp->p;
+    return Lease{.id = l.id,
+                 .trade = l.trade,
+                 .split_from = l.split_from,
+                 .buyer = l.buyer,
+                 .provider = p.provider,
+                 .pool = p.id,
+                 .market = p.spec.market,
+                 .buy_order = l.buy_order,
+                 .sell_order = l.sell_order,
+                 .quantity = l.quantity,
+                 .start = l.start,
+                 .end = l.end,
+                 .price = l.price,
+                 .list_price = l.list_price,
+                 .green_discount_bps = l.green_discount_bps,
+                 .interruptible = l.interruptible,
+                 .status = l.status,
+                 .preempted_at = (l.has & LiveLease::kPreemptedAt) ? std::optional(l.preempted_at_) : std::nullopt,
+                 .ends_at = (l.has & LiveLease::kEndsAt) ? std::optional(l.ends_at_) : std::nullopt,
+                 .billed = l.ended ? l.amount : 0,
+                 .owed = l.owed(),
+                 .bucket = l.bucket,
+                 .ended = l.ended,
+                 .ask_window_start = l.ask_window_start,
+                 .ask_window_end = l.ask_window_end,
+                 .ask_list_price = l.ask_list_price,
+                 .ask_min_chunk = l.ask_min_chunk,
+                 .ask_min_duration = l.ask_min_duration,
+                 .ask_withdrawn = l.ask_withdrawn};
+  }
+
+  // A LeaseChanged built in place, as emit_order's events (the Lease straight into the event).
+  struct LeaseOf {
+    const LiveLease& l;
+    operator Lease() const { return to_lease(l); }  // NOLINT(google-explicit-constructor): by design
+  };
+  void emit_lease(const LiveLease& l) { sink_->emplace_back(std::in_place_type<LeaseChanged>, LeaseOf{l}); }
 
   static void add_sold(LiveOrder& ask, LeaseId id) {
     if (!ask.sold) ask.sold = std::make_unique<std::vector<LeaseId>>();
@@ -1413,9 +1513,9 @@ struct Engine::Impl {
     }
   }
 
-  void set_owed(Lease& l, Micros owed) {
-    account(l.buyer).notional_x3600 += static_cast<Int128>(owed - l.owed) * 3600;
-    l.owed = owed;
+  void set_owed(LiveLease& l, Micros owed) {  // l has not ended
+    account(l.buyer).notional_x3600 += static_cast<Int128>(owed - l.amount) * 3600;
+    l.amount = owed;
   }
 
   // ---------------------------------------------------------------- pools and prices
@@ -1729,8 +1829,8 @@ struct Engine::Impl {
     if (t < kForever) add_timer(Timer{t, TimerKind::order, lo.o.id.value});
   }
 
-  static Seconds next_lease_time(const Lease& l) {
-    if (l.status == LeaseStatus::preempted) return *l.ends_at;
+  static Seconds next_lease_time(const LiveLease& l) {
+    if (l.status == LeaseStatus::preempted) return l.ends_at();
     if (l.status == LeaseStatus::reserved) return l.start;
     return l.end;
   }
@@ -1740,7 +1840,7 @@ struct Engine::Impl {
     std::push_heap(timers.begin(), timers.end(), std::greater<>{});
   }
 
-  void schedule_lease(const Lease& l) { add_timer(Timer{next_lease_time(l), TimerKind::lease, l.id.value}); }
+  void schedule_lease(const LiveLease& l) { add_timer(Timer{next_lease_time(l), TimerKind::lease, l.id.value}); }
 
   void schedule_pool(const LivePool& lp) {
     if (lp.p.verified && lp.p.verified_until > now) {
@@ -2511,16 +2611,14 @@ struct Engine::Impl {
 
   // ---------------------------------------------------------------- leases
 
-  Lease& new_lease(LivePool& lp, const RestOrder& bid, OrderId sell_order, const RestOrder* ask, Qty qty,
-                   Seconds start, Seconds end, Price price, Price list_price, TradeId trade) {
+  LiveLease& new_lease(LivePool& lp, const RestOrder& bid, OrderId sell_order, const RestOrder* ask, Qty qty,
+                       Seconds start, Seconds end, Price price, Price list_price, TradeId trade) {
     const LeaseId id(next_lease++);
-    Lease& l = leases.emplace_new(id);  // built in its slot: no Lease moved in
+    LiveLease& l = leases.emplace_new(id);  // built in its slot: no LiveLease moved in
     l.id = id;
     l.trade = trade;
     l.buyer = bid.account;
-    l.provider = lp.p.provider;
-    l.pool = lp.p.id;
-    l.market = lp.p.spec.market;
+    l.lp = &lp;
     l.buy_order = bid.id;
     l.sell_order = sell_order;
     l.quantity = qty;
@@ -2531,7 +2629,7 @@ struct Engine::Impl {
     l.green_discount_bps = lp.p.green_discount_bps;
     l.interruptible = lp.p.spec.tier == Tier::spot;
     l.status = start <= now ? LeaseStatus::active : LeaseStatus::reserved;
-    l.ends_at = end;
+    l.set_ends_at(end);
     l.bucket = trade_bucket(start);
     if (ask) {
       l.ask_window_start = ask->window_start;
@@ -2541,16 +2639,18 @@ struct Engine::Impl {
       l.ask_min_duration = ask->request.min_duration;
     }
     set_owed(l, cost(price, qty, end - start));
-    lp.leases.insert(LeaseRef{l.price, l.id, &l});
+    lp.leases.insert(LeaseRef{l.price, &l});
     schedule_lease(l);
     return l;
   }
 
-  void end_lease(Lease& l) {
+  // Bills what the lease owes and ends it.
+  void end_lease(LiveLease& l) {
+    const Micros bill = l.amount;
     set_owed(l, 0);
+    l.amount = bill;
     l.ended = true;
-    LivePool& lp = pools.at(l.pool);
-    lp.leases.erase(LeaseRef{l.price, l.id, nullptr});
+    l.lp->leases.erase(LeaseRef{l.price, &l});
   }
 
   // ---------------------------------------------------------------- fills
@@ -2608,12 +2708,12 @@ struct Engine::Impl {
     base_trade(t, lp, bid.o, q, ws, we, price, taker);
     t.sell_order = ask.o.id;
     t.list_price = ask.o.request.price;
-    Lease& l = new_lease(lp, bid.o, ask.o.id, &ask.o, q, ws, we, price, ask.o.request.price, t.id);
+    LiveLease& l = new_lease(lp, bid.o, ask.o.id, &ask.o, q, ws, we, price, ask.o.request.price, t.id);
     add_sold(ask, l.id);
     t.lease = l.id;
     set_fill_status(bid.o);
     set_fill_status(ask.o);
-    emit_as<LeaseChanged>(l);
+    emit_lease(l);
     const bool bid_takes = taker == Side::buy;
     if (!bid_takes || !bid.o.is_open()) hook(bid, bid_in);  // the maker always, the taker if it ended
     if (bid_takes || !ask.o.is_open()) hook(ask, ask_in);
@@ -2643,7 +2743,7 @@ struct Engine::Impl {
       if (lp.p.provider == bid.account) continue;  // never trade with oneself, even through a lease
       for (const LeaseRef& ref : lp.leases) {
         if (ref.price >= bid.request.price) break;  // the rest cost as much or more
-        const Lease& l = *ref.l;
+        const LiveLease& l = *ref.l;
         if (!l.interruptible || l.ended || l.buyer == bid.account) continue;  // not one's own lease
         if (l.status != LeaseStatus::reserved && l.status != LeaseStatus::active) continue;
         if (l.price >= bid.request.price || l.ask_withdrawn) continue;
@@ -2669,8 +2769,8 @@ struct Engine::Impl {
   // The bid takes `q` GPUs of lease `lid` from the end of the notice on.
   void execute_preempt(LiveOrder& bid, LeaseId lid, Qty q, Seconds ws, Seconds we, Price price) {
     const bool bid_in = unhook(bid);
-    Lease& old = leases.at(lid);
-    LivePool& lp = pools.at(old.pool);
+    LiveLease& old = leases.at(lid);
+    LivePool& lp = *old.lp;
     const Seconds ends_at = now + cfg.preempt_notice;
     bid.o.filled += q;
     bid.o.remaining -= q;
@@ -2685,8 +2785,8 @@ struct Engine::Impl {
     // The preempted GPUs leave the pool's commitments from the end of the notice; the new lease takes them.
     lp.used.add(std::max(ends_at, old.start), old.end, -q.value);
     lp.used.add(ws, we, q.value);
-    Lease fresh_copy = old;  // for the split-off rest
-    Lease& fresh = new_lease(lp, bid.o, old.sell_order, nullptr, q, ws, we, price, t.list_price, t.id);
+    LiveLease fresh_copy = old;  // for the split-off rest
+    LiveLease& fresh = new_lease(lp, bid.o, old.sell_order, nullptr, q, ws, we, price, t.list_price, t.id);
     fresh.ask_window_start = old.ask_window_start;
     fresh.ask_window_end = old.ask_window_end;
     fresh.ask_list_price = old.ask_list_price;
@@ -2697,29 +2797,29 @@ struct Engine::Impl {
     if (auto seller = orders.find(old.sell_order); seller != orders.end()) add_sold(seller->second, fresh.id);
     set_fill_status(bid.o);
     emit(TradeEvent{t});
-    emit(LeaseChanged{fresh});
-    Lease& pre = leases.at(lid);  // the same lease as `old` (slots are stable); re-fetched for clarity
+    emit_lease(fresh);
+    LiveLease& pre = leases.at(lid);  // the same lease as `old` (slots are stable); re-fetched for clarity
     if (q < pre.quantity) {
-      Lease rest = fresh_copy;
+      LiveLease rest = fresh_copy;
       rest.id = LeaseId(next_lease++);
       rest.split_from = pre.id;
       rest.quantity = pre.quantity - q;
-      rest.owed = 0;
-      Lease& r = leases.emplace(rest.id, rest).first->second;
+      rest.amount = 0;
+      LiveLease& r = leases.emplace(rest.id, rest).first->second;
       set_owed(r, cost(r.price, r.quantity, r.end - r.start));
-      lp.leases.insert(LeaseRef{r.price, r.id, &r});
+      lp.leases.insert(LeaseRef{r.price, &r});
       schedule_lease(r);
       if (auto seller = orders.find(r.sell_order); seller != orders.end()) add_sold(seller->second, r.id);
       pre.quantity = q;
-      emit(LeaseChanged{r});
+      emit_lease(r);
     }
     pre.status = LeaseStatus::preempted;
-    pre.preempted_at = now;
-    pre.ends_at = ends_at;
+    pre.set_preempted_at(now);
+    pre.set_ends_at(ends_at);
     const Seconds used = std::max(Seconds(0), std::min(ends_at, pre.end) - pre.start);
     set_owed(pre, cost(pre.price, pre.quantity, used));
     schedule_lease(pre);
-    emit(LeaseChanged{pre});
+    emit_lease(pre);
     emit(LeasePreempted{pre.id, pre.buyer, pre.quantity, now, ends_at, t.id});
     hook(bid, bid_in);
   }
@@ -3064,7 +3164,7 @@ struct Engine::Impl {
     }
     // b. Leases.
     for (LeaseId id : due_leases) {
-      Lease& l = leases.at(id);
+      LiveLease& l = leases.at(id);
       bool changed = false;
       if (l.status == LeaseStatus::reserved && l.start <= now) {
         l.status = LeaseStatus::active;
@@ -3072,16 +3172,14 @@ struct Engine::Impl {
       }
       if (l.status == LeaseStatus::active && l.end <= now) {
         l.status = LeaseStatus::completed;
-        l.billed = l.owed;
         end_lease(l);
         changed = true;
       }
-      if (l.status == LeaseStatus::preempted && *l.ends_at <= now) {
-        l.billed = l.owed;
+      if (l.status == LeaseStatus::preempted && l.ends_at() <= now) {
         end_lease(l);
         changed = true;
       }
-      if (changed) emit(LeaseChanged{l});
+      if (changed) emit_lease(l);
       if (l.ended) {
         leases.erase(id);
       } else {
@@ -3488,11 +3586,11 @@ struct Engine::Impl {
   void on(const Command& cmd, const ReleaseLease& c) {
     auto it = leases.find(c.lease);
     if (it == leases.end() || it->second.buyer != cmd.account) return reject_command(Reason::not_found, c.lease.value);
-    Lease& l = it->second;
+    LiveLease& l = it->second;
     if (l.status != LeaseStatus::reserved && l.status != LeaseStatus::active) {
       return reject_command(Reason::lease_not_open, c.lease.value);
     }
-    LivePool& lp = pools.at(l.pool);
+    LivePool& lp = *l.lp;
     const Seconds from = std::min(std::max(now, l.start), l.end);
     lp.used.add(from, l.end, -l.quantity.value);
     const Seconds window = l.end - l.start;
@@ -3502,11 +3600,10 @@ struct Engine::Impl {
       billed = std::max(used, std::min(cfg.min_bill, window));
     }
     l.status = LeaseStatus::released;
-    l.ends_at = from;
+    l.set_ends_at(from);
     set_owed(l, cost(l.price, l.quantity, billed));
-    l.billed = l.owed;
     end_lease(l);
-    emit(LeaseChanged{l});
+    emit_lease(l);
     leases.erase(it->first);
   }
 
@@ -3619,9 +3716,9 @@ struct Engine::Impl {
       const std::int64_t lot = pc.lot.value;
       const Qty q(std::min((r.quantity - total).value, pc.max_qty.value) / lot * lot);
       if (q.value == 0) continue;
-      const Lease& l = leases.at(pc.lease);
-      out.push_back(QuoteFill{l.pool, l.sell_order, q, pc.start, pc.end, pc.price, l.ask_list_price,
-                              pools.at(l.pool).p.green_discount_bps, true});
+      const LiveLease& l = leases.at(pc.lease);
+      out.push_back(QuoteFill{l.lp->p.id, l.sell_order, q, pc.start, pc.end, pc.price, l.ask_list_price,
+                              l.lp->p.green_discount_bps, true});
       total += q;
     }
     if (aon && total != r.quantity) return {};
@@ -3720,7 +3817,7 @@ struct Engine::Impl {
       if (lo.counted != lo.o.is_open()) fail("account sums: order " + std::to_string(id.value) + " counted wrongly");
       if (lo.counted) add_to_sums(sums[lo.o.account], lo.o, 1);
     }
-    for (const auto& [id, l] : leases) sums[l.buyer].notional_x3600 += static_cast<Int128>(l.owed) * 3600;
+    for (const auto& [id, l] : leases) sums[l.buyer].notional_x3600 += static_cast<Int128>(l.owed()) * 3600;
     for (const auto& [id, a] : accounts) {
       const Account& e = sums[id];
       if (a.open_orders != e.open_orders || a.open_gpus != e.open_gpus || a.notional_x3600 != e.notional_x3600) {
@@ -3728,8 +3825,8 @@ struct Engine::Impl {
       }
     }
     for (const auto& [id, l] : leases) {
-      const Seconds end = l.status == LeaseStatus::preempted ? std::min(*l.ends_at, l.end) : l.end;
-      held[l.pool].add(std::max(l.start, now), std::max(end, now), l.quantity.value);
+      const Seconds end = l.status == LeaseStatus::preempted ? std::min(l.ends_at(), l.end) : l.end;
+      held[l.lp->p.id].add(std::max(l.start, now), std::max(end, now), l.quantity.value);
     }
     for (const auto& [id, lp] : pools) {
       auto rn = region_numbers.find(lp.p.spec.region);
@@ -3937,7 +4034,8 @@ struct Engine::Impl {
       s.open_orders.push_back(to_order(*o));
       refresh_ask_accounting(s.open_orders.back());  // lapsed/free as of now
     }
-    for (const Lease* l : leases_by_id()) s.leases.push_back(*l);
+    s.leases.reserve(leases.size());
+    for (const LiveLease* l : leases_by_id()) s.leases.push_back(to_lease(*l));
     for (const auto& [id, a] : accounts) {
       if (a.custom) s.limits.emplace_back(id, a.limits);
     }
@@ -3972,12 +4070,45 @@ struct Engine::Impl {
       schedule_pool(lp);
     }
     for (const Lease& l : s.leases) {
-      Lease& ref = leases.emplace(l.id, l).first->second;
       LivePool& lp = pools.at(l.pool);
-      lp.leases.insert(LeaseRef{ref.price, ref.id, &ref});
+      // A snapshot holds live leases only, each of its pool's provider and market (what LiveLease keeps).
+      if (l.ended || l.billed != 0 || l.provider != lp.p.provider || l.market != lp.p.spec.market ||
+          (l.status == LeaseStatus::preempted && !l.ends_at)) {
+        throw std::invalid_argument("snapshot: lease " + std::to_string(l.id.value) + " is not a live lease of its pool");
+      }
+      LiveLease& ref = leases.emplace_new(l.id);
+      ref = LiveLease{.id = l.id,
+                      .trade = l.trade,
+                      .split_from = l.split_from,
+                      .buyer = l.buyer,
+                      .lp = &lp,
+                      .buy_order = l.buy_order,
+                      .sell_order = l.sell_order,
+                      .quantity = l.quantity,
+                      .start = l.start,
+                      .end = l.end,
+                      .price = l.price,
+                      .list_price = l.list_price,
+                      .preempted_at_ = l.preempted_at.value_or(Seconds(0)),
+                      .ends_at_ = l.ends_at.value_or(Seconds(0)),
+                      .amount = l.owed,
+                      .ask_window_start = l.ask_window_start,
+                      .ask_window_end = l.ask_window_end,
+                      .ask_list_price = l.ask_list_price,
+                      .ask_min_chunk = l.ask_min_chunk,
+                      .ask_min_duration = l.ask_min_duration,
+                      .green_discount_bps = l.green_discount_bps,
+                      .bucket = l.bucket,
+                      .status = l.status,
+                      .interruptible = l.interruptible,
+                      .ended = false,
+                      .ask_withdrawn = l.ask_withdrawn,
+                      .has = static_cast<std::uint8_t>((l.preempted_at ? LiveLease::kPreemptedAt : 0) |
+                                                       (l.ends_at ? LiveLease::kEndsAt : 0))};
+      lp.leases.insert(LeaseRef{ref.price, &ref});
       const Seconds held_end = l.status == LeaseStatus::preempted ? std::min(*l.ends_at, l.end) : l.end;
       lp.used.add(l.start, held_end, l.quantity.value);
-      account(l.buyer).notional_x3600 += static_cast<Int128>(ref.owed) * 3600;
+      account(l.buyer).notional_x3600 += static_cast<Int128>(ref.amount) * 3600;
       schedule_lease(ref);
     }
     for (const Order& o : s.open_orders) {
@@ -3993,7 +4124,7 @@ struct Engine::Impl {
       }
       hook(lo, true);
     }
-    for (const Lease* l : leases_by_id()) {
+    for (const LiveLease* l : leases_by_id()) {
       if (auto seller = orders.find(l->sell_order); seller != orders.end()) add_sold(seller->second, l->id);
     }
     for (const FinishedOrder& f : s.finished) {
@@ -4102,13 +4233,18 @@ std::vector<Order> Engine::open_orders(AccountId account, const std::optional<Ma
 
 const Lease* Engine::lease(LeaseId id) const {
   auto it = impl_->leases.find(id);
-  return it == impl_->leases.end() ? nullptr : &it->second;
+  if (it == impl_->leases.end()) return nullptr;
+  if (impl_->query_leases_seq != impl_->last_seq) {
+    impl_->query_leases.clear();
+    impl_->query_leases_seq = impl_->last_seq;
+  }
+  return &impl_->query_leases.emplace_back(Impl::to_lease(it->second));
 }
 
 std::vector<Lease> Engine::leases(AccountId account) const {
   std::vector<Lease> out;
-  for (const Lease* l : impl_->leases_by_id()) {
-    if (l->buyer == account || l->provider == account) out.push_back(*l);
+  for (const LiveLease* l : impl_->leases_by_id()) {
+    if (l->buyer == account || l->lp->p.provider == account) out.push_back(Impl::to_lease(*l));
   }
   return out;
 }
@@ -4125,8 +4261,8 @@ std::optional<PoolCapacity> Engine::pool_capacity(PoolId id, Seconds from, Secon
   PoolCapacity c;
   c.gpus = lp.p.gpus();
   for (const LeaseRef& ref : lp.leases) {
-    const Lease& l = *ref.l;
-    const Seconds held_end = l.status == LeaseStatus::preempted ? std::min(*l.ends_at, l.end) : l.end;
+    const LiveLease& l = *ref.l;
+    const Seconds held_end = l.status == LeaseStatus::preempted ? std::min(l.ends_at(), l.end) : l.end;
     c.leased.add(std::max(l.start, from), std::min(held_end, to), l.quantity.value);
   }
   for (const auto* ask : lp.asks.items) {

@@ -241,7 +241,9 @@ class Engine {
   std::optional<Order> order_now(OrderId id) const;
   std::size_t live_pools(AccountId provider) const;  // the provider's pools not retired
   std::vector<Order> open_orders(AccountId account, const std::optional<MarketId>& market = {}) const;
-  const Lease* lease(LeaseId id) const;  // leases that have not ended
+  // Leases that have not ended; like order(), the engine keeps them in a compact form and builds the Lease
+  // it points to in a cache (valid until the next apply(); not safe to call from two threads at once).
+  const Lease* lease(LeaseId id) const;
   std::vector<Lease> leases(AccountId account) const;  // as buyer or provider, id order
   const Pool* pool(PoolId id) const;
   std::optional<PoolCapacity> pool_capacity(PoolId id, Seconds from, Seconds to) const;
