@@ -1,4 +1,6 @@
 // Price-time priority on effective prices; trades at the resting order's price.
+#include <limits>
+
 #include "fixture.hpp"
 
 using namespace gpuex::matching;
@@ -88,6 +90,33 @@ TEST_CASE("cost rounds half to even once", "[price_time]") {
   CHECK(cost(Price(100), Qty(1), Seconds(54)) == 2);
   // 2.05 USD/h x 3 GPUs x 1 s = 1708.33 -> 1708
   CHECK(cost(Price(2'050'000), Qty(3), Seconds(1)) == 1708);
+}
+
+TEST_CASE("div_half_even rounds half to even in and beyond 64 bits", "[price_time]") {
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min();
+  CHECK(div_half_even(5, 2) == 2);
+  CHECK(div_half_even(7, 2) == 4);
+  CHECK(div_half_even(-5, 2) == -2);
+  CHECK(div_half_even(-7, 2) == -4);
+  CHECK(div_half_even(-1, 3) == 0);
+  CHECK(div_half_even(-2, 3) == -1);
+  CHECK(div_half_even(5399, 3600) == 1);
+  CHECK(div_half_even(5400, 3600) == 2);
+  CHECK(div_half_even(-5400, 3600) == -2);
+  CHECK(div_half_even(kMax, 1) == kMax);
+  CHECK(div_half_even(kMin, 1) == kMin);
+  CHECK(div_half_even(kMin, 2) == kMin / 2);
+  CHECK(div_half_even(kMax, kMax) == 1);
+  CHECK(div_half_even(kMax / 2, kMax) == 0);      // just under a half
+  CHECK(div_half_even(kMax / 2 + 1, kMax) == 1);  // just over
+  // Beyond 64 bits (the 128-bit path): 2^64 + 1 over 2 is a half above 2^63, rounded to the even 2^63.
+  const Int128 two64 = static_cast<Int128>(1) << 64;
+  CHECK(div_half_even(two64 + 1, 2) == static_cast<Int128>(1) << 63);
+  CHECK(div_half_even(two64 + 3, 2) == (static_cast<Int128>(1) << 63) + 2);
+  CHECK(div_half_even(-(two64 + 3), 2) == -(static_cast<Int128>(1) << 63) - 2);
+  CHECK(div_half_even(two64 * 5, two64 * 2) == 2);
+  CHECK(div_half_even(two64 * 7, two64 * 2) == 4);
 }
 
 TEST_CASE("a quote is a dry run of a buy order", "[price_time][quote]") {
