@@ -1163,9 +1163,7 @@ struct Engine::Impl {
   std::vector<OrderId> dead;
   EventSink* sink_{nullptr};
   mutable std::deque<Order> query_orders;  // Engine::order()'s answers, until the next apply()
-  // Engine::lease()'s answers, kept until a lease() after the next apply() (which does not look at them).
-  mutable std::deque<Lease> query_leases;
-  mutable Seq query_leases_seq{0};  // last_seq when they were built
+  mutable std::deque<Lease> query_leases;  // Engine::lease()'s answers, until the next apply()
 
   explicit Impl(EngineConfig c) : cfg(std::move(c)), policy(cfg.policy) {
     for (const MarketSpec& m : cfg.markets) books[m.id].spec = m;
@@ -3644,9 +3642,16 @@ struct Engine::Impl {
 
   void on(const Command&, const Tick&) {}
 
+  // Out of line: the deques' clear() inlined into apply() cost every command ~12 instructions (callgrind, plain).
+  [[gnu::noinline]] void drop_query_answers() {
+    query_orders.clear();
+    query_leases.clear();
+  }
+
   void apply(const Command& cmd, EventSink& sink) {
     sink_ = &sink;
-    if (!query_orders.empty()) query_orders.clear();
+    // The queries' answers live until the next apply(), an empty tick's included (it does not move last_seq).
+    if (!query_orders.empty() || !query_leases.empty()) [[unlikely]] drop_query_answers();
     seq = cmd.seq;
     advance(cmd.now);
     std::visit([&](const auto& body) { on(cmd, body); }, cmd.body);
@@ -4234,10 +4239,6 @@ std::vector<Order> Engine::open_orders(AccountId account, const std::optional<Ma
 const Lease* Engine::lease(LeaseId id) const {
   auto it = impl_->leases.find(id);
   if (it == impl_->leases.end()) return nullptr;
-  if (impl_->query_leases_seq != impl_->last_seq) {
-    impl_->query_leases.clear();
-    impl_->query_leases_seq = impl_->last_seq;
-  }
   return &impl_->query_leases.emplace_back(Impl::to_lease(it->second));
 }
 
