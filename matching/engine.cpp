@@ -681,7 +681,10 @@ struct BidGroup {
   BidConstraints rep;
   std::int64_t resting{0};
   BidSets any;
-  std::vector<BidSets> by_region;  // by region number (Impl::region_numbers), as far as its bids' regions go
+  // By region number (Impl::region_numbers), as far as its bids' regions go; null: a region none named. Behind
+  // pointers: a group is never removed, and a bid naming a late-numbered region (up to ~676 two-letter codes)
+  // must not cost the group a whole BidSets for every number before it.
+  std::vector<std::unique_ptr<BidSets>> by_region;
   // Without energy constraints, pool_satisfies(pool, rep) reads only attributes a pool keeps for life
   // (tier, region, fabric, NVLink, SLA): the verdicts are kept, by the pool's number in its Book
   // (LivePool::book_number; -1: not judged yet).
@@ -1539,11 +1542,11 @@ struct Engine::Impl {
   std::uint32_t region_number(const std::string& r) {
     return region_numbers.try_emplace(r, static_cast<std::uint32_t>(region_numbers.size())).first->second;
   }
-  // The entry of region number n in a by-region vector (added, with those before it, if need be).
-  template <class T>
-  static T& by_number(std::vector<T>& v, std::uint32_t n) {
+  // The sets of region number n in a group's by_region (added if need be).
+  static BidSets& by_number(std::vector<std::unique_ptr<BidSets>>& v, std::uint32_t n) {
     if (n >= v.size()) v.resize(n + 1);
-    return v[n];
+    if (!v[n]) v[n] = std::make_unique<BidSets>();
+    return *v[n];
   }
   // The numbers of c's regions added to `out` (a region no pool or resting bid named: a number none has).
   void region_numbers_of(const BidConstraints& c, std::vector<std::uint32_t>& out) const {
@@ -2111,7 +2114,7 @@ struct Engine::Impl {
     for (const BidGroup& g : b.bid_groups) {
       if (g.resting == 0 || !group_admits(b, lp, g)) continue;
       add(g.any);
-      if (region < g.by_region.size()) add(g.by_region[region]);
+      if (region < g.by_region.size() && g.by_region[region]) add(*g.by_region[region]);
     }
     walk.start();
   }
@@ -3768,15 +3771,15 @@ struct Engine::Impl {
         const std::vector<std::string>& regions = o.request.constraints().regions;
         // Where the bid rests: `any` without regions, else each of its regions' entry in `by_region` (a
         // missing one: not in the book).
-        const auto homes = [&](const BidSets& any, const std::vector<BidSets>& by_region) {
+        const auto homes = [&](const BidSets& any, const std::vector<std::unique_ptr<BidSets>>& by_region) {
           std::vector<const BidSets*> out;
           if (regions.empty()) out.push_back(&any);
           for (const std::string& r : regions) {
             auto it = region_numbers.find(r);
-            if (it == region_numbers.end() || it->second >= by_region.size()) {
+            if (it == region_numbers.end() || it->second >= by_region.size() || !by_region[it->second]) {
               in = false;
             } else {
-              out.push_back(&by_region[it->second]);
+              out.push_back(by_region[it->second].get());
             }
           }
           return out;
@@ -3972,7 +3975,9 @@ struct Engine::Impl {
       };
       for (const BidGroup& g : b.bid_groups) {
         check_bids(g.any.fixed);
-        for (const BidSets& s : g.by_region) check_bids(s.fixed);
+        for (const auto& s : g.by_region) {
+          if (s) check_bids(s->fixed);
+        }
       }
       const auto fe = fixed_entries.find(&b);
       if (bid_entries != (fe == fixed_entries.end() ? 0 : fe->second)) {
