@@ -85,6 +85,9 @@ struct BidKey {
   Seconds end{};
   Seconds duration{};
   bool operator==(const BidKey& o) const { return price == o.price && priority == o.priority && id == o.id; }
+  // The window the bid takes if served at `now`: a fixed-window bid's own, a duration bid's from now.
+  Seconds start_at(Seconds now) const { return duration.value == 0 ? start : now; }
+  Seconds end_at(Seconds now) const { return duration.value == 0 ? end : now + duration; }
 };
 
 // Bids: price descending, then arrival. `level`: a BidSet's price levels (LevelSet), the highest price first.
@@ -973,9 +976,8 @@ class BidWalk {
   // Whether the ask's window holds the bid's: [ws, we) (a duration bid's from now) inside [max(a_start, now),
   // a_end), non-empty and at least a_min_duration long.
   bool fits(const BidKey& b) const {
-    const bool fixed = b.duration.value == 0;
-    const Seconds ws = fixed ? b.start : now_;
-    const Seconds we = fixed ? b.end : now_ + b.duration;
+    const Seconds ws = b.start_at(now_);
+    const Seconds we = b.end_at(now_);
     return ws >= from_ && we <= to_ && we > ws && we - ws >= min_;
   }
   // Moves h to its next key that fits, priced at floor_ or more; false when it has none.
@@ -2648,8 +2650,8 @@ struct Engine::Impl {
   // Bills what the lease owes and ends it.
   void end_lease(LiveLease& l) {
     const Micros bill = l.amount;
-    set_owed(l, 0);
-    l.amount = bill;
+    set_owed(l, 0);     // out of the buyer's notional
+    l.amount = bill;    // kept as the bill (owed() is 0 once ended)
     l.ended = true;
     l.lp->leases.erase(LeaseRef{l.price, &l});
   }
@@ -2994,9 +2996,8 @@ struct Engine::Impl {
   // maximal), which is free.min(ws, we) >= the lot without the search of the ask's pieces for each bid. (The
   // walk itself passes over the fixed-window bids that fail it: BidWalk::serve.)
   static bool ask_serves(const Runs& runs, const BidKey& k, Seconds now) {
-    const bool fixed = k.duration.value == 0;
-    const Seconds ws = fixed ? k.start : now;
-    const Seconds we = fixed ? k.end : now + k.duration;
+    const Seconds ws = k.start_at(now);
+    const Seconds we = k.end_at(now);
     return we > ws && in_runs(runs, ws, we);
   }
   static void ask_runs(const RestOrder& ask, Runs& runs) {
