@@ -343,15 +343,19 @@ struct OrderList {
 };
 
 // The open orders by id (terminal ones until their command ends), and the live leases: values in blocks of
-// slots that are reused (one 256 KiB allocation per ~740 orders instead of a node each, and addresses stay
+// slots that are reused (one 256 KiB allocation per ~880 orders instead of a node each, and addresses stay
 // stable while an order lives), found through an open-addressing table of (id, slot) with linear probing
 // and backward-shift erase. (The book's growth costs page faults; gpuexd's allocator keeps the heap in
 // huge pages, alloc/.) The subset of std::unordered_map's interface the engine uses; iteration order is
-// the slots' (unspecified, as before: every caller that needs an order sorts).
+// the slots' (unspecified, as before: every caller that needs an order sorts). A value holds its own id
+// (SlabKey<V>::of), so a slot is the value alone: no copy of the id beside it (8 bytes a slot).
+template <class V>
+struct SlabKey;
+
 template <class K, class V>
 class SlabMap {
  public:
-  using value_type = std::pair<const K, V>;
+  using value_type = V;
 
   class iterator {
    public:
@@ -389,21 +393,22 @@ class SlabMap {
     for (std::size_t h = home(t);; h = (h + 1) & mask_) {
       const Entry& e = table_[h];
       if (e.slot == kEmpty) return end();
-      if (e.tag == t && slot(e.slot)->first == id) return iterator(this, e.slot);
+      if (e.tag == t && key_of(e.slot) == id) return iterator(this, e.slot);
     }
   }
   std::size_t count(K id) const { return find(id) == end() ? 0 : 1; }
   V& at(K id) const {
     const iterator it = find(id);
     if (it == end()) throw std::out_of_range("SlabMap::at");
-    return it->second;
+    return *it;
   }
-  // Inserts `lo` under `id` unless present.
+  // Inserts `lo` under `id` (its id is set to it) unless present.
   std::pair<iterator, bool> emplace(K id, V lo) {
     if (iterator it = find(id); it != end()) return {it, false};
     if ((count_ + 1) * 2 > table_.size()) grow();
     const std::uint32_t s = take_slot();
-    std::construct_at(slot(s), id, std::move(lo));
+    SlabKey<V>::of(lo) = id;
+    std::construct_at(slot(s), std::move(lo));
     return {insert_at(id, s), true};
   }
   // A default value under `id`, which must be new (order and lease ids only grow), built in
@@ -414,14 +419,15 @@ class SlabMap {
     const std::uint32_t t = tag(id.value);
     std::size_t h = home(t);
     for (; table_[h].slot != kEmpty; h = (h + 1) & mask_) {
-      if (table_[h].tag == t && slot(table_[h].slot)->first == id) throw std::logic_error("id in use");
+      if (table_[h].tag == t && key_of(table_[h].slot) == id) throw std::logic_error("id in use");
     }
     const std::uint32_t s = take_slot();
-    std::construct_at(slot(s), std::piecewise_construct, std::forward_as_tuple(id), std::forward_as_tuple());
+    V& v = *std::construct_at(slot(s));
+    SlabKey<V>::of(v) = id;
     used_[s] = true;
     table_[h] = Entry{t, s};
     ++count_;
-    return slot(s)->second;
+    return v;
   }
  private:
   // A free slot (the table has room: callers grow it first).
@@ -449,7 +455,7 @@ class SlabMap {
     if (table_.empty()) return;
     const std::uint32_t t = tag(id.value);
     std::size_t h = home(t);
-    while (table_[h].tag != t || table_[h].slot == kEmpty || slot(table_[h].slot)->first != id) {
+    while (table_[h].tag != t || table_[h].slot == kEmpty || key_of(table_[h].slot) != id) {
       if (table_[h].slot == kEmpty) return;
       h = (h + 1) & mask_;
     }
@@ -490,6 +496,7 @@ class SlabMap {
   value_type* slot(std::uint32_t i) const {
     return std::launder(reinterpret_cast<value_type*>(blocks_[i / kBlock][i % kBlock].bytes));
   }
+  K key_of(std::uint32_t i) const { return SlabKey<V>::of(*slot(i)); }
   std::uint32_t next_used(std::uint32_t i) const {
     while (i < slots_ && !used_[i]) ++i;
     return i;
@@ -521,6 +528,12 @@ class SlabMap {
   std::size_t mask_{0};
   int shift_{64};
   std::size_t count_{0};
+};
+
+template <>
+struct SlabKey<LiveOrder> {
+  static OrderId& of(LiveOrder& lo) { return lo.o.id; }
+  static OrderId of(const LiveOrder& lo) { return lo.o.id; }
 };
 
 using OrderMap = SlabMap<OrderId, LiveOrder>;
@@ -595,6 +608,12 @@ struct LiveLease {
     preempted_at_ = t;
     has |= kPreemptedAt;
   }
+};
+
+template <>
+struct SlabKey<LiveLease> {
+  static LeaseId& of(LiveLease& l) { return l.id; }
+  static LeaseId of(const LiveLease& l) { return l.id; }
 };
 
 // A pool's live lease, in (price, id) order: the order preemption considers them in. A lease's price never
@@ -1330,7 +1349,7 @@ struct Engine::Impl {
   std::vector<const LiveLease*> leases_by_id() const {
     std::vector<const LiveLease*> out;
     out.reserve(leases.size());
-    for (const auto& [id, l] : leases) out.push_back(&l);
+    for (const LiveLease& l : leases) out.push_back(&l);
     std::sort(out.begin(), out.end(), [](const LiveLease* a, const LiveLease* b) { return a->id < b->id; });
     return out;
   }
@@ -2589,8 +2608,8 @@ struct Engine::Impl {
       for (LeaseId lid : *lo.sold) {
         auto it = leases.find(lid);
         if (it == leases.end()) continue;
-        it->second.ask_list_price = a.request.price;
-        it->second.ask_withdrawn = a.status == OrderStatus::cancelled || a.status == OrderStatus::expired;
+        it->ask_list_price = a.request.price;
+        it->ask_withdrawn = a.status == OrderStatus::cancelled || a.status == OrderStatus::expired;
       }
     }
   }
@@ -2753,8 +2772,7 @@ struct Engine::Impl {
         if (ws < l.ask_window_start || we > l.ask_window_end || we - ws < l.ask_min_duration) continue;
         if (ws < std::max(l.start, notice_end) || we > l.end) continue;  // the freed GPUs must cover it
         auto live = orders.find(l.sell_order);
-        const Price list = live != orders.end() && live->second.o.is_open() ? live->second.o.request.price
-                                                                             : l.ask_list_price;
+        const Price list = live != orders.end() && live->o.is_open() ? live->o.request.price : l.ask_list_price;
         const Price eff = discounted(list, lp.p.green_discount_bps, tk);
         const Price price = std::max(eff, l.price + tk);
         if (price > bid.request.price) continue;
@@ -2781,8 +2799,7 @@ struct Engine::Impl {
     base_trade(t, lp, bid.o, q, ws, we, price, Side::buy);
     t.sell_order = old.sell_order;
     auto live = orders.find(old.sell_order);
-    t.list_price = live != orders.end() && live->second.o.is_open() ? live->second.o.request.price
-                                                                     : old.ask_list_price;
+    t.list_price = live != orders.end() && live->o.is_open() ? live->o.request.price : old.ask_list_price;
     t.preemption = true;
     t.preempted_lease = old.id;
     // The preempted GPUs leave the pool's commitments from the end of the notice; the new lease takes them.
@@ -2797,7 +2814,7 @@ struct Engine::Impl {
     fresh.ask_min_duration = old.ask_min_duration;
     t.lease = fresh.id;
     // The new lease is tied to the ask that sold the GPUs, like the one it replaces (cancel marks both).
-    if (auto seller = orders.find(old.sell_order); seller != orders.end()) add_sold(seller->second, fresh.id);
+    if (auto seller = orders.find(old.sell_order); seller != orders.end()) add_sold(*seller, fresh.id);
     set_fill_status(bid.o);
     emit(TradeEvent{t});
     emit_lease(fresh);
@@ -2808,11 +2825,11 @@ struct Engine::Impl {
       rest.split_from = pre.id;
       rest.quantity = pre.quantity - q;
       rest.amount = 0;
-      LiveLease& r = leases.emplace(rest.id, rest).first->second;
+      LiveLease& r = *leases.emplace(rest.id, rest).first;
       set_owed(r, cost(r.price, r.quantity, r.end - r.start));
       lp.leases.insert(LeaseRef{r.price, &r});
       schedule_lease(r);
-      if (auto seller = orders.find(r.sell_order); seller != orders.end()) add_sold(seller->second, r.id);
+      if (auto seller = orders.find(r.sell_order); seller != orders.end()) add_sold(*seller, r.id);
       pre.quantity = q;
       emit_lease(r);
     }
@@ -3075,8 +3092,8 @@ struct Engine::Impl {
     std::vector<AskKey> keys;
     for (OrderId id : ids) {
       auto it = orders.find(id);
-      if (it == orders.end() || !it->second.o.is_open() || !it->second.o.is_sell()) continue;
-      const RestOrder& o = it->second.o;
+      if (it == orders.end() || !it->o.is_open() || !it->o.is_sell()) continue;
+      const RestOrder& o = it->o;
       keys.push_back(AskKey{o.effective_price, o.priority, o.id});
     }
     std::sort(keys.begin(), keys.end());
@@ -3084,7 +3101,7 @@ struct Engine::Impl {
     for (const AskKey& k : keys) {
       auto it = orders.find(k.id);
       if (it == orders.end()) continue;
-      LiveOrder& ask = it->second;
+      LiveOrder& ask = *it;
       if (!ask.o.is_open() || (*ask.o.book).halted) continue;
       if (!ask_would_take(ask.o)) continue;
       if (ask.o.request.post_only) {
@@ -3140,8 +3157,8 @@ struct Engine::Impl {
       switch (tm.kind()) {
         case TimerKind::order: {
           auto it = orders.find(OrderId(tm.id()));
-          if (it != orders.end() && it->second.timer == tm.at) {
-            it->second.timer = Seconds(-1);
+          if (it != orders.end() && it->timer == tm.at) {
+            it->timer = Seconds(-1);
             due_orders.insert(OrderId(tm.id()));
           }
           break;
@@ -3414,8 +3431,8 @@ struct Engine::Impl {
 
   LiveOrder* own_open_order(const Command& cmd, OrderId id) {
     auto it = orders.find(id);
-    if (it == orders.end() || !it->second.o.is_open() || it->second.o.account != cmd.account) return nullptr;
-    return &it->second;
+    if (it == orders.end() || !it->o.is_open() || it->o.account != cmd.account) return nullptr;
+    return &*it;
   }
 
   void on(const Command& cmd, const Cancel& c) {
@@ -3587,8 +3604,8 @@ struct Engine::Impl {
 
   void on(const Command& cmd, const ReleaseLease& c) {
     auto it = leases.find(c.lease);
-    if (it == leases.end() || it->second.buyer != cmd.account) return reject_command(Reason::not_found, c.lease.value);
-    LiveLease& l = it->second;
+    if (it == leases.end() || it->buyer != cmd.account) return reject_command(Reason::not_found, c.lease.value);
+    LiveLease& l = *it;
     if (l.status != LeaseStatus::reserved && l.status != LeaseStatus::active) {
       return reject_command(Reason::lease_not_open, c.lease.value);
     }
@@ -3606,7 +3623,7 @@ struct Engine::Impl {
     set_owed(l, cost(l.price, l.quantity, billed));
     end_lease(l);
     emit_lease(l);
-    leases.erase(it->first);
+    leases.erase(it->id);
   }
 
   void on(const Command&, const HaltMarket& c) {
@@ -3743,9 +3760,9 @@ struct Engine::Impl {
     };
     std::map<PoolId, Steps> held;
     std::map<const Book*, std::size_t> fixed_entries;  // entries the fixed bid indexes should hold, by book
-    for (const auto& [id, lo] : orders) {
+    for (const LiveOrder& lo : orders) {
       const RestOrder& o = lo.o;
-      if (lo.kept) fail("order " + std::to_string(id.value) + " still kept in its book sets after the command");
+      if (lo.kept) fail("order " + std::to_string(lo.o.id.value) + " still kept in its book sets after the command");
       if (!o.is_open()) continue;
       if (o.is_buy()) {
         if (o.filled + o.remaining != o.request.quantity) fail("bid filled+remaining: " + to_string(to_order(o)));
@@ -3822,18 +3839,18 @@ struct Engine::Impl {
     // Each account's sums are what its open orders (each counted once, none kept out by a command) and its
     // live leases' owed amounts add up to: exposure limits are judged on them.
     std::map<AccountId, Account> sums;
-    for (const auto& [id, lo] : orders) {
-      if (lo.counted != lo.o.is_open()) fail("account sums: order " + std::to_string(id.value) + " counted wrongly");
+    for (const LiveOrder& lo : orders) {
+      if (lo.counted != lo.o.is_open()) fail("account sums: order " + std::to_string(lo.o.id.value) + " counted wrongly");
       if (lo.counted) add_to_sums(sums[lo.o.account], lo.o, 1);
     }
-    for (const auto& [id, l] : leases) sums[l.buyer].notional_x3600 += static_cast<Int128>(l.owed()) * 3600;
+    for (const LiveLease& l : leases) sums[l.buyer].notional_x3600 += static_cast<Int128>(l.owed()) * 3600;
     for (const auto& [id, a] : accounts) {
       const Account& e = sums[id];
       if (a.open_orders != e.open_orders || a.open_gpus != e.open_gpus || a.notional_x3600 != e.notional_x3600) {
         fail("account sums of " + std::to_string(id.value) + " differ from its open orders and leases");
       }
     }
-    for (const auto& [id, l] : leases) {
+    for (const LiveLease& l : leases) {
       const Seconds end = l.status == LeaseStatus::preempted ? std::min(l.ends_at(), l.end) : l.end;
       held[l.lp->p.id].add(std::max(l.start, now), std::max(end, now), l.quantity.value);
     }
@@ -3862,7 +3879,7 @@ struct Engine::Impl {
     std::map<MarketId, std::vector<const RestOrder*>> open_bids;
     std::map<MarketId, std::vector<const RestOrder*>> open_asks;
     std::int64_t in_groups = 0;
-    for (const auto& [id, lo] : orders) {
+    for (const LiveOrder& lo : orders) {
       if (!lo.o.is_open() || !lo.in_book) continue;
       (lo.o.is_buy() ? open_bids : open_asks)[*lo.o.market].push_back(&lo.o);
     }
@@ -3999,7 +4016,7 @@ struct Engine::Impl {
     if (in_groups != resting_bids) fail("bid groups count " + std::to_string(in_groups) + " resting bids");
     // Views equal a recomputation from the resting orders.
     std::map<ViewKey, View> fresh;
-    for (const auto& [id, lo] : orders) {
+    for (const LiveOrder& lo : orders) {
       const Shown s = compute_shown(lo);
       if (!s.shown) continue;
       View& v = fresh[ViewKey{*lo.o.market, s.bucket}];
@@ -4036,7 +4053,7 @@ struct Engine::Impl {
     // 100,000+ orders while commands wait).
     std::vector<const RestOrder*> open;
     open.reserve(orders.size());
-    for (const auto& [id, lo] : orders) {
+    for (const LiveOrder& lo : orders) {
       if (lo.o.is_open()) open.push_back(&lo.o);
     }
     std::sort(open.begin(), open.end(), [](const RestOrder* a, const RestOrder* b) { return a->id < b->id; });
@@ -4123,7 +4140,7 @@ struct Engine::Impl {
       schedule_lease(ref);
     }
     for (const Order& o : s.open_orders) {
-      LiveOrder& lo = orders.emplace(o.id, LiveOrder{}).first->second;
+      LiveOrder& lo = *orders.emplace(o.id, LiveOrder{}).first;
       lo.o = rest_of(Order(o));
       account(o.account).orders.add(lo, &LiveOrder::account_slot);
       if (!o.request.client_order_id.empty()) open_cids[CidKey{o.account, o.request.client_order_id}] = o.id;
@@ -4136,7 +4153,7 @@ struct Engine::Impl {
       hook(lo, true);
     }
     for (const LiveLease* l : leases_by_id()) {
-      if (auto seller = orders.find(l->sell_order); seller != orders.end()) add_sold(seller->second, l->id);
+      if (auto seller = orders.find(l->sell_order); seller != orders.end()) add_sold(*seller, l->id);
     }
     for (const FinishedOrder& f : s.finished) {
       finished_cids[CidKey{f.order.account, f.order.request.client_order_id}] = Finished{f.order, f.body_hash, f.done_seq};
@@ -4208,9 +4225,9 @@ Depth Engine::depth(const MarketId& market, Bucket bucket, int levels) const {
 
 const Order* Engine::order(OrderId id) const {
   auto it = impl_->orders.find(id);
-  if (it == impl_->orders.end() || !it->second.o.is_open()) return nullptr;
+  if (it == impl_->orders.end() || !it->o.is_open()) return nullptr;
   Order& o = impl_->query_orders.emplace_back();
-  Impl::fill_order(o, it->second.o);
+  Impl::fill_order(o, it->o);
   return &o;
 }
 
@@ -4245,7 +4262,7 @@ std::vector<Order> Engine::open_orders(AccountId account, const std::optional<Ma
 const Lease* Engine::lease(LeaseId id) const {
   auto it = impl_->leases.find(id);
   if (it == impl_->leases.end()) return nullptr;
-  return &impl_->query_leases.emplace_back(Impl::to_lease(it->second));
+  return &impl_->query_leases.emplace_back(Impl::to_lease(*it));
 }
 
 std::vector<Lease> Engine::leases(AccountId account) const {
