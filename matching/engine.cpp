@@ -253,8 +253,7 @@ struct RestOrder {
   [[no_unique_address]] RestRequest request;
   OrderStatus status{OrderStatus::open};
   Reason reason{Reason::none};
-  const MarketId* market{nullptr};  // a key of Impl::books
-  Book* book{nullptr};              // its value
+  Book* book{nullptr};  // its market's book (a value of Impl::books)
   Seconds window_start;
   Seconds window_end;
   Price effective_price;
@@ -289,6 +288,7 @@ struct RestOrder {
   bool is_sell() const { return request.side == Side::sell; }
   bool is_duration_bid() const { return is_buy() && (request.has & RestRequest::kDuration); }
   bool is_open() const { return !is_terminal(status); }
+  const MarketId* market() const;  // its book's key in Impl::books (not stored: 8 bytes less per order)
 };
 
 static_assert(offsetof(RestOrder, status) < offsetof(RestOrder, request) + sizeof(RestRequest),
@@ -873,7 +873,10 @@ struct Book {
   std::vector<AskPool> ask_pools;
   mutable RunIndex free_runs;  // every run of every resting ask, for fixed-window bids (built by a walk)
   mutable std::uint32_t pools_numbered{0};  // LivePool::book_number given so far
+  const MarketId* key{nullptr};  // its key in Impl::books (a std::map: the address is stable)
 };
+
+inline const MarketId* RestOrder::market() const { return book->key; }
 
 // The key of a bid's constraint group: every constraint but its regions, serialized.
 std::string constraint_key(const BidConstraints& c) {
@@ -1190,7 +1193,11 @@ struct Engine::Impl {
   mutable std::deque<Lease> query_leases;  // Engine::lease()'s answers, until the next apply()
 
   explicit Impl(EngineConfig c) : cfg(std::move(c)), policy(cfg.policy) {
-    for (const MarketSpec& m : cfg.markets) books[m.id].spec = m;
+    for (const MarketSpec& m : cfg.markets) {
+      auto& [key, book] = *books.try_emplace(m.id).first;
+      book.spec = m;
+      book.key = &key;
+    }
   }
 
   // Appends an event built in the sink's variant (no temporary Event moved through the variant's visitor).
@@ -1300,7 +1307,7 @@ struct Engine::Impl {
     r.free = std::move(o.free);
   }
 
-  // The request part of rest_into(): r.request, r.market and r.book from `q` and its interned market, and
+  // The request part of rest_into(): r.request and r.book from `q` and its interned market, and
   // the order's body hash.
   void request_into(RestOrder& r, const OrderRequest& q, std::pair<const MarketId*, Book*> market,
                     std::uint64_t hash) const {
@@ -1329,9 +1336,9 @@ struct Engine::Impl {
     }
     if (q.expire_at) rq.has |= RestRequest::kExpire;
     rq.cons = intern(q.constraints);
-    std::tie(r.market, r.book) = market;
+    r.book = market.second;
     using MK = RestRequest::MarketKind;
-    rq.market_kind = q.market.value.empty() ? MK::empty : q.market == *r.market ? MK::resolved : MK::cold;
+    rq.market_kind = q.market.value.empty() ? MK::empty : q.market == *market.first ? MK::resolved : MK::cold;
     if (!q.client_order_id.empty() || rq.market_kind == MK::cold || q.expire_at || both || hash != 0) {
       auto cold = std::make_unique<RestCold>();
       cold->client_order_id = q.client_order_id;
@@ -1426,7 +1433,7 @@ struct Engine::Impl {
             OrderRequest{
                 .side = rq.side,
                 .client_order_id = rq.cold ? rq.cold->client_order_id : std::string(),
-                .market = rq.market_kind == MK::resolved ? *r.market
+                .market = rq.market_kind == MK::resolved ? *r.market()
                           : rq.market_kind == MK::cold   ? rq.cold->request_market
                                                          : MarketId{},
                 .pool = rq.pool,
@@ -1443,7 +1450,7 @@ struct Engine::Impl {
                 .post_only = rq.post_only,
                 .stp = rq.stp,
             },
-        .market = *r.market,
+        .market = *r.market(),
         .window_start = r.window_start,
         .window_end = r.window_end,
         .effective_price = r.effective_price,
@@ -1669,7 +1676,7 @@ struct Engine::Impl {
   // knows that the pool satisfies b's constraints.
   Qty eligible_qty(const RestOrder& b, Qty cap, const RestOrder& a, const Pool& pool, Seconds ws, Seconds we,
                    bool check_pool) const {
-    if (!a.is_open() || !b.is_open() || a.market != b.market) return Qty(0);
+    if (!a.is_open() || !b.is_open() || a.book != b.book) return Qty(0);
     const Seconds a_start = std::max(a.window_start, now);
     if (ws < a_start || we > a.window_end || we <= ws) return Qty(0);
     if (we - ws < a.request.min_duration) return Qty(0);
@@ -1772,10 +1779,10 @@ struct Engine::Impl {
         s.price == was.price) {
       // Still on the same level (a fill or an amend of quantity): one change of its quantity, the same as
       // taking the old contribution off and putting the new one on.
-      view_add(s, lo.o.market, 0, s.qty.value - was.qty.value);
+      view_add(s, lo.o.market(), 0, s.qty.value - was.qty.value);
     } else {
-      view_apply(was, lo.o.market, -1);
-      view_apply(s, lo.o.market, +1);
+      view_apply(was, lo.o.market(), -1);
+      view_apply(s, lo.o.market(), +1);
     }
     lo.shown = s;
   }
@@ -3447,7 +3454,7 @@ struct Engine::Impl {
     const std::vector<OrderId> ids = ait->second.orders.ids();
     for (OrderId id : ids) {
       LiveOrder& lo = orders.at(id);
-      if (c.market && *lo.o.market != *c.market) continue;
+      if (c.market && *lo.o.market() != *c.market) continue;
       finish_order(lo, OrderStatus::cancelled, Reason::none, true);
     }
   }
@@ -3881,7 +3888,7 @@ struct Engine::Impl {
     std::int64_t in_groups = 0;
     for (const LiveOrder& lo : orders) {
       if (!lo.o.is_open() || !lo.in_book) continue;
-      (lo.o.is_buy() ? open_bids : open_asks)[*lo.o.market].push_back(&lo.o);
+      (lo.o.is_buy() ? open_bids : open_asks)[*lo.o.market()].push_back(&lo.o);
     }
     for (const auto& [m, b] : books) {
       for (const BidGroup& g : b.bid_groups) in_groups += g.resting;
@@ -4019,7 +4026,7 @@ struct Engine::Impl {
     for (const LiveOrder& lo : orders) {
       const Shown s = compute_shown(lo);
       if (!s.shown) continue;
-      View& v = fresh[ViewKey{*lo.o.market, s.bucket}];
+      View& v = fresh[ViewKey{*lo.o.market(), s.bucket}];
       if (s.constrained) {
         v.constrained.orders += 1;
         v.constrained.gpus += s.qty;
@@ -4252,7 +4259,7 @@ std::vector<Order> Engine::open_orders(AccountId account, const std::optional<Ma
   if (it == impl_->accounts.end()) return out;
   for (OrderId id : it->second.orders.ids()) {
     const RestOrder& o = impl_->orders.at(id).o;
-    if (market && *o.market != *market) continue;
+    if (market && *o.market() != *market) continue;
     out.push_back(Impl::to_order(o));
     impl_->refresh_ask_accounting(out.back());
   }
