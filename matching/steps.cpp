@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <limits>
+#include <new>
+#include <utility>
+#include <vector>
 
 namespace gpuex::matching {
 namespace {
@@ -17,20 +20,81 @@ void push(std::vector<Step>& out, Seconds from, Seconds to, std::int64_t gpus) {
 }
 
 // First piece with to > t (the pieces are sorted and disjoint, so their ends ascend).
-std::size_t first_ending_after(const std::vector<Step>& v, Seconds t) {
+std::size_t first_ending_after(std::span<const Step> v, Seconds t) {
   return static_cast<std::size_t>(
       std::partition_point(v.begin(), v.end(), [&](const Step& p) { return p.to <= t; }) - v.begin());
 }
 
+// Room for `n` pieces, not constructed (a Step is an aggregate: its objects begin where the copy writes them).
+Step* allocate(std::uint32_t n) { return static_cast<Step*>(::operator new(sizeof(Step) * n)); }
+
 }  // namespace
+
+Steps::~Steps() { ::operator delete(p_); }
+
+Steps::Steps(const Steps& o) { *this = o; }
+
+Steps::Steps(Steps&& o) noexcept
+    : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)), cap_(std::exchange(o.cap_, 0)) {}
+
+Steps& Steps::operator=(const Steps& o) {
+  if (this == &o) return *this;
+  if (o.n_ > cap_) {
+    ::operator delete(p_);
+    p_ = allocate(o.n_);
+    cap_ = o.n_;
+  }
+  std::copy(o.p_, o.p_ + o.n_, p_);
+  n_ = o.n_;
+  return *this;
+}
+
+Steps& Steps::operator=(Steps&& o) noexcept {
+  if (this != &o) {
+    ::operator delete(p_);
+    p_ = std::exchange(o.p_, nullptr);
+    n_ = std::exchange(o.n_, 0);
+    cap_ = std::exchange(o.cap_, 0);
+  }
+  return *this;
+}
+
+bool Steps::operator==(const Steps& o) const { return std::ranges::equal(pieces(), o.pieces()); }
+
+// Replaces the `old_n` pieces from `at` with `with` (the array grows as a vector's would: doubling).
+void Steps::splice(std::uint32_t at, std::uint32_t old_n, std::span<const Step> with) {
+  const auto new_n = static_cast<std::uint32_t>(with.size());
+  const std::uint32_t n = n_ - old_n + new_n;
+  if (n > cap_) {
+    const std::uint32_t cap = std::max(n, 2 * cap_);
+    Step* q = allocate(cap);
+    std::copy(p_, p_ + at, q);
+    std::copy(p_ + at + old_n, p_ + n_, q + at + new_n);
+    ::operator delete(p_);
+    p_ = q;
+    cap_ = cap;
+  } else if (new_n < old_n) {
+    std::copy(p_ + at + old_n, p_ + n_, p_ + at + new_n);
+  } else if (new_n > old_n) {
+    std::copy_backward(p_ + at + old_n, p_ + n_, p_ + n);
+  }
+  std::copy(with.begin(), with.end(), p_ + at);
+  n_ = n;
+}
+
+void Steps::erase_front(std::uint32_t k) {
+  std::copy(p_ + k, p_ + n_, p_);
+  n_ -= k;
+}
 
 // Only the pieces that overlap or touch [from, to) are rebuilt (the others cannot merge with the result:
 // their neighbours across the boundary keep their values), then spliced in place.
 void Steps::add(Seconds from, Seconds to, std::int64_t delta) {
   if (from >= to || delta == 0) return;
-  std::vector<Step>& v = pieces_;
+  const std::span<const Step> v = pieces();
   if (v.empty()) {  // a new ask's free capacity: one piece, nothing to splice
-    v.push_back(Step{from, to, delta});
+    const Step one{from, to, delta};
+    splice(0, 0, {&one, 1});
     return;
   }
   const auto lo = static_cast<std::size_t>(
@@ -61,23 +125,15 @@ void Steps::add(Seconds from, Seconds to, std::int64_t delta) {
     if (p.to > to) push(out, to, p.to, p.gpus);
   }
   if (cursor < to) push(out, cursor, to, delta);
-  const std::size_t old_n = hi - lo;
-  const std::size_t new_n = out.size();
-  const auto at = v.begin() + static_cast<std::ptrdiff_t>(lo);
-  if (new_n > old_n) {
-    v.insert(at + static_cast<std::ptrdiff_t>(old_n), new_n - old_n, Step{});
-  } else if (new_n < old_n) {
-    v.erase(at + static_cast<std::ptrdiff_t>(new_n), at + static_cast<std::ptrdiff_t>(old_n));
-  }
-  std::copy(out.begin(), out.end(), v.begin() + static_cast<std::ptrdiff_t>(lo));
+  splice(static_cast<std::uint32_t>(lo), static_cast<std::uint32_t>(hi - lo), out);
 }
 
 std::int64_t Steps::min(Seconds from, Seconds to) const {
   if (from >= to) return 0;
   std::int64_t best = std::numeric_limits<std::int64_t>::max();
   Seconds cursor = from;
-  for (std::size_t i = first_ending_after(pieces_, from); i < pieces_.size(); ++i) {
-    const Step& p = pieces_[i];
+  for (std::size_t i = first_ending_after(pieces(), from); i < n_; ++i) {
+    const Step& p = p_[i];
     if (p.from >= to) break;
     if (p.from > cursor) best = std::min<std::int64_t>(best, 0);  // a gap
     best = std::min(best, p.gpus);
@@ -91,8 +147,8 @@ std::int64_t Steps::max(Seconds from, Seconds to) const {
   if (from >= to) return 0;
   std::int64_t best = std::numeric_limits<std::int64_t>::min();
   Seconds cursor = from;
-  for (std::size_t i = first_ending_after(pieces_, from); i < pieces_.size(); ++i) {
-    const Step& p = pieces_[i];
+  for (std::size_t i = first_ending_after(pieces(), from); i < n_; ++i) {
+    const Step& p = p_[i];
     if (p.from >= to) break;
     if (p.from > cursor) best = std::max<std::int64_t>(best, 0);
     best = std::max(best, p.gpus);
@@ -103,15 +159,15 @@ std::int64_t Steps::max(Seconds from, Seconds to) const {
 }
 
 std::int64_t Steps::at(Seconds t) const {
-  const std::size_t i = first_ending_after(pieces_, t);
-  return i < pieces_.size() && pieces_[i].from <= t ? pieces_[i].gpus : 0;
+  const std::size_t i = first_ending_after(pieces(), t);
+  return i < n_ && p_[i].from <= t ? p_[i].gpus : 0;
 }
 
 std::int64_t Steps::integral(Seconds from, Seconds to) const {
   if (from >= to) return 0;  // e.g. the lapsed part of an ask whose window starts now: no search
   std::int64_t sum = 0;
-  for (std::size_t i = first_ending_after(pieces_, from); i < pieces_.size(); ++i) {
-    const Step& p = pieces_[i];
+  for (std::size_t i = first_ending_after(pieces(), from); i < n_; ++i) {
+    const Step& p = p_[i];
     if (p.from >= to) break;
     const Seconds s = std::max(p.from, from);
     const Seconds e = std::min(p.to, to);
@@ -121,18 +177,17 @@ std::int64_t Steps::integral(Seconds from, Seconds to) const {
 }
 
 void Steps::trim_before(Seconds t) {
-  const std::size_t i = first_ending_after(pieces_, t);
-  pieces_.erase(pieces_.begin(), pieces_.begin() + static_cast<std::ptrdiff_t>(i));
-  if (!pieces_.empty() && pieces_.front().from < t) pieces_.front().from = t;
+  erase_front(static_cast<std::uint32_t>(first_ending_after(pieces(), t)));
+  if (n_ > 0 && p_[0].from < t) p_[0].from = t;
 }
 
 void Steps::clear_from(Seconds t) {
-  std::size_t i = first_ending_after(pieces_, t);
-  if (i < pieces_.size() && pieces_[i].from < t) {
-    pieces_[i].to = t;
+  auto i = static_cast<std::uint32_t>(first_ending_after(pieces(), t));
+  if (i < n_ && p_[i].from < t) {
+    p_[i].to = t;
     ++i;
   }
-  pieces_.erase(pieces_.begin() + static_cast<std::ptrdiff_t>(i), pieces_.end());
+  n_ = i;
 }
 
 }  // namespace gpuex::matching

@@ -2,7 +2,7 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
+#include <span>
 
 #include "matching/types.hpp"
 
@@ -22,6 +22,11 @@ class Steps {
  public:
   Steps() = default;
   Steps(Seconds from, Seconds to, std::int64_t gpus) { add(from, to, gpus); }
+  Steps(const Steps& o);
+  Steps(Steps&& o) noexcept;
+  Steps& operator=(const Steps& o);
+  Steps& operator=(Steps&& o) noexcept;
+  ~Steps();
 
   // Adds `delta` over [from, to).
   void add(Seconds from, Seconds to, std::int64_t delta);
@@ -37,12 +42,18 @@ class Steps {
   // Sets the value to 0 from `t` on.
   void clear_from(Seconds t);
 
-  const std::vector<Step>& pieces() const { return pieces_; }
-  bool empty() const { return pieces_.empty(); }
-  bool operator==(const Steps&) const = default;
+  std::span<const Step> pieces() const { return {p_, n_}; }
+  bool empty() const { return n_ == 0; }
+  bool operator==(const Steps& o) const;
 
  private:
-  std::vector<Step> pieces_;
+  // The pieces in one array with 32-bit count and capacity: 16 bytes, not a std::vector's 24 (every open
+  // order holds one: an ask's free capacity; a bid's stays empty).
+  void splice(std::uint32_t at, std::uint32_t old_n, std::span<const Step> with);
+  void erase_front(std::uint32_t k);
+  Step* p_{nullptr};
+  std::uint32_t n_{0};
+  std::uint32_t cap_{0};
 };
 
 }  // namespace gpuex::matching

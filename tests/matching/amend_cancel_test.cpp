@@ -100,7 +100,7 @@ TEST_CASE("lowering an ask's quantity cuts its free capacity and reports the cut
   CHECK(o.request.quantity == Qty(6));
   CHECK(o.cancelled_gpu_seconds == 2 * 10 * H);
   // Hour 1: 2 free - 2 cut = 0; after it 8 - 2 = 6.
-  CHECK(o.free.pieces() == std::vector<Step>{{Seconds(T0 + H), Seconds(T0 + 10 * H), 6}});
+  CHECK(o.free == Steps(Seconds(T0 + H), Seconds(T0 + 10 * H), 6));
 }
 
 TEST_CASE("an amend must leave an ask something to sell: nothing left is a cancel", "[amend]") {
@@ -114,6 +114,6 @@ TEST_CASE("an amend must leave an ask something to sell: nothing left is a cance
   CHECK(f.order(ask).request.quantity == Qty(8));
   f.run(kProvider, Amend{ask, Qty(5), std::nullopt});  // leaves 1 GPU for the whole window
   CHECK(of_type<CommandRejected>(f.events()).empty());
-  CHECK(f.order(ask).free.pieces() == std::vector<Step>{{Seconds(T0), Seconds(T0 + 10 * H), 1}});
+  CHECK(f.order(ask).free == Steps(Seconds(T0), Seconds(T0 + 10 * H), 1));
   CHECK(f.status(ask) == OrderStatus::partially_filled);
 }
