@@ -135,6 +135,7 @@ struct RestCold {
   MarketId request_market;
   Seconds expire_at;
   Seconds duration;  // only with a start too (see RestRequest::start_v)
+  Seconds end;       // only when it is not the order's window_end (see RestOrder::request_end)
   std::uint64_t body_hash{0};
 };
 
@@ -203,7 +204,7 @@ class ConsRef {
 };
 
 struct RestRequest {
-  enum : std::uint8_t { kStart = 1, kEnd = 2, kDuration = 4, kExpire = 8 };
+  enum : std::uint8_t { kStart = 1, kEnd = 2, kDuration = 4, kExpire = 8, kColdEnd = 16 };
   enum class MarketKind : std::uint8_t { empty, resolved, cold };
   PoolId pool;
   Price price;
@@ -211,8 +212,8 @@ struct RestRequest {
   Seconds min_duration;
   Qty min_chunk{1};
   // start_v holds a duration bid's duration (it has no start); an order with both (none valid) keeps the
-  // duration in `cold`.
-  Seconds start_v, end_v;
+  // duration in `cold`. The end is the order's window_end (RestOrder::request_end), or in `cold` when not.
+  Seconds start_v;
   ConsRef cons;
   ColdRef cold;
   // The one-byte fields last: RestOrder puts its status and reason in the two bytes of tail padding.
@@ -231,7 +232,6 @@ struct RestRequest {
     return (has & bit) ? std::optional<Seconds>(v) : std::nullopt;
   }
   std::optional<Seconds> start() const { return opt(kStart, start_v); }
-  std::optional<Seconds> end() const { return opt(kEnd, end_v); }
   std::optional<Seconds> duration() const {
     if (!(has & kDuration)) return std::nullopt;
     return (has & kStart) ? cold->duration : start_v;
@@ -288,6 +288,11 @@ struct RestOrder {
   bool is_sell() const { return request.side == Side::sell; }
   bool is_duration_bid() const { return is_buy() && (request.has & RestRequest::kDuration); }
   bool is_open() const { return !is_terminal(status); }
+  // Its request's end: every accepted sell and fixed-window bid ends its window there (8 bytes less per order).
+  std::optional<Seconds> request_end() const {
+    if (!(request.has & RestRequest::kEnd)) return std::nullopt;
+    return (request.has & RestRequest::kColdEnd) ? request.cold->end : window_end;
+  }
   const MarketId* market() const;  // its book's key in Impl::books (not stored: 8 bytes less per order)
 };
 
@@ -1276,7 +1281,7 @@ struct Engine::Impl {
 
   // Fills `r` (default-constructed) as rest_of() would return it.
   void rest_into(RestOrder& r, Order&& o, const OrderRequest& q, std::pair<const MarketId*, Book*> market) const {
-    request_into(r, q, market, o.body_hash);
+    request_into(r, q, market, o.body_hash, o.window_end);
     r.id = o.id;
     r.account = o.account;
     r.window_start = o.window_start;
@@ -1308,9 +1313,9 @@ struct Engine::Impl {
   }
 
   // The request part of rest_into(): r.request and r.book from `q` and its interned market, and
-  // the order's body hash.
+  // the order's body hash; `window_end`: the order's (where its request's end is kept when they are equal).
   void request_into(RestOrder& r, const OrderRequest& q, std::pair<const MarketId*, Book*> market,
-                    std::uint64_t hash) const {
+                    std::uint64_t hash, Seconds window_end) const {
     RestRequest& rq = r.request;
     rq.side = q.side;
     rq.time_in_force = q.time_in_force;
@@ -1328,7 +1333,9 @@ struct Engine::Impl {
       }
     };
     put(RestRequest::kStart, q.start, rq.start_v);
-    put(RestRequest::kEnd, q.end, rq.end_v);
+    if (q.end) rq.has |= RestRequest::kEnd;
+    const bool cold_end = q.end && *q.end != window_end;
+    if (cold_end) rq.has |= RestRequest::kColdEnd;
     const bool both = q.start && q.duration;
     if (q.duration) {
       rq.has |= RestRequest::kDuration;
@@ -1339,12 +1346,13 @@ struct Engine::Impl {
     r.book = market.second;
     using MK = RestRequest::MarketKind;
     rq.market_kind = q.market.value.empty() ? MK::empty : q.market == *market.first ? MK::resolved : MK::cold;
-    if (!q.client_order_id.empty() || rq.market_kind == MK::cold || q.expire_at || both || hash != 0) {
+    if (!q.client_order_id.empty() || rq.market_kind == MK::cold || q.expire_at || both || cold_end || hash != 0) {
       auto cold = std::make_unique<RestCold>();
       cold->client_order_id = q.client_order_id;
       if (rq.market_kind == MK::cold) cold->request_market = q.market;
       if (q.expire_at) cold->expire_at = *q.expire_at;
       if (both) cold->duration = *q.duration;
+      if (cold_end) cold->end = *q.end;
       cold->body_hash = hash;
       rq.cold = ColdRef(std::move(cold));
     }
@@ -1440,7 +1448,7 @@ struct Engine::Impl {
                 .price = rq.price,
                 .quantity = rq.quantity,
                 .start = rq.start(),
-                .end = rq.end(),
+                .end = r.request_end(),
                 .duration = rq.duration(),
                 .constraints = rq.cons ? *rq.cons : BidConstraints{},
                 .min_duration = rq.min_duration,
@@ -3378,7 +3386,7 @@ struct Engine::Impl {
     }
     LiveOrder& lo = orders.emplace_new(OrderId(cmd.seq));
     RestOrder& o = lo.o;
-    request_into(o, r, market, h);
+    request_into(o, r, market, h, g.window_end);
     stamp_placed(o, cmd, r, h);
     o.window_start = g.window_start;
     o.window_end = g.window_end;
