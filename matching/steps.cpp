@@ -3,8 +3,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <new>
-#include <utility>
 #include <vector>
 
 namespace gpuex::matching {
@@ -25,39 +23,7 @@ std::size_t first_ending_after(std::span<const Step> v, Seconds t) {
       std::partition_point(v.begin(), v.end(), [&](const Step& p) { return p.to <= t; }) - v.begin());
 }
 
-// Room for `n` pieces, not constructed (a Step is an aggregate: its objects begin where the copy writes them).
-Step* allocate(std::uint32_t n) { return static_cast<Step*>(::operator new(sizeof(Step) * n)); }
-
 }  // namespace
-
-Steps::~Steps() { ::operator delete(p_); }
-
-Steps::Steps(const Steps& o) { *this = o; }
-
-Steps::Steps(Steps&& o) noexcept
-    : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)), cap_(std::exchange(o.cap_, 0)) {}
-
-Steps& Steps::operator=(const Steps& o) {
-  if (this == &o) return *this;
-  if (o.n_ > cap_) {
-    ::operator delete(p_);
-    p_ = allocate(o.n_);
-    cap_ = o.n_;
-  }
-  std::copy(o.p_, o.p_ + o.n_, p_);
-  n_ = o.n_;
-  return *this;
-}
-
-Steps& Steps::operator=(Steps&& o) noexcept {
-  if (this != &o) {
-    ::operator delete(p_);
-    p_ = std::exchange(o.p_, nullptr);
-    n_ = std::exchange(o.n_, 0);
-    cap_ = std::exchange(o.cap_, 0);
-  }
-  return *this;
-}
 
 bool Steps::operator==(const Steps& o) const { return std::ranges::equal(pieces(), o.pieces()); }
 
@@ -70,7 +36,7 @@ void Steps::splice(std::uint32_t at, std::uint32_t old_n, std::span<const Step> 
     Step* q = allocate(cap);
     std::copy(p_, p_ + at, q);
     std::copy(p_ + at + old_n, p_ + n_, q + at + new_n);
-    ::operator delete(p_);
+    release();
     p_ = q;
     cap_ = cap;
   } else if (new_n < old_n) {

@@ -1,8 +1,11 @@
 // A step function of time with integer values (GPUs): an ask's free capacity, a pool's commitments.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <new>
 #include <span>
+#include <utility>
 
 #include "matching/types.hpp"
 
@@ -22,11 +25,31 @@ class Steps {
  public:
   Steps() = default;
   Steps(Seconds from, Seconds to, std::int64_t gpus) { add(from, to, gpus); }
-  Steps(const Steps& o);
-  Steps(Steps&& o) noexcept;
-  Steps& operator=(const Steps& o);
-  Steps& operator=(Steps&& o) noexcept;
-  ~Steps();
+  // Inline, as std::vector's: every Order an event or a query builds copies, moves and destroys one.
+  Steps(const Steps& o) { *this = o; }
+  Steps(Steps&& o) noexcept
+      : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)), cap_(std::exchange(o.cap_, 0)) {}
+  Steps& operator=(const Steps& o) {
+    if (this == &o) return *this;
+    if (o.n_ > cap_) {
+      release();
+      p_ = allocate(o.n_);
+      cap_ = o.n_;
+    }
+    std::copy(o.p_, o.p_ + o.n_, p_);
+    n_ = o.n_;
+    return *this;
+  }
+  Steps& operator=(Steps&& o) noexcept {
+    if (this != &o) {
+      release();
+      p_ = std::exchange(o.p_, nullptr);
+      n_ = std::exchange(o.n_, 0);
+      cap_ = std::exchange(o.cap_, 0);
+    }
+    return *this;
+  }
+  ~Steps() { release(); }
 
   // Adds `delta` over [from, to).
   void add(Seconds from, Seconds to, std::int64_t delta);
@@ -49,6 +72,10 @@ class Steps {
  private:
   // The pieces in one array with 32-bit count and capacity: 16 bytes, not a std::vector's 24 (every open
   // order holds one: an ask's free capacity; a bid's stays empty).
+  // Room for `n` pieces, not constructed (a Step is an aggregate: its objects begin where a copy writes them).
+  static Step* allocate(std::uint32_t n) { return static_cast<Step*>(::operator new(sizeof(Step) * n)); }
+  // Sized, as std::allocator's: jemalloc frees without looking the size up.
+  void release() { ::operator delete(p_, sizeof(Step) * cap_); }
   void splice(std::uint32_t at, std::uint32_t old_n, std::span<const Step> with);
   void erase_front(std::uint32_t k);
   Step* p_{nullptr};
