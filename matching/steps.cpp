@@ -27,29 +27,31 @@ std::size_t first_ending_after(std::span<const Step> v, Seconds t) {
 
 bool Steps::operator==(const Steps& o) const { return std::ranges::equal(pieces(), o.pieces()); }
 
-// Replaces the `old_n` pieces from `at` with `with` (the array grows as a vector's would: doubling).
+// Replaces the `old_n` pieces from `at` with `with` (the array grows as a vector's would: doubling). The
+// copies are loops: a few pieces each, where std::copy would call memmove even for none.
 void Steps::splice(std::uint32_t at, std::uint32_t old_n, std::span<const Step> with) {
   const auto new_n = static_cast<std::uint32_t>(with.size());
   const std::uint32_t n = n_ - old_n + new_n;
   if (n > cap_) {
     const std::uint32_t cap = std::max(n, 2 * cap_);
     Step* q = allocate(cap);
-    std::copy(p_, p_ + at, q);
-    std::copy(p_ + at + old_n, p_ + n_, q + at + new_n);
+    for (std::uint32_t i = 0; i < at; ++i) q[i] = p_[i];
+    for (std::uint32_t i = at + old_n; i < n_; ++i) q[i - old_n + new_n] = p_[i];
     release();
     p_ = q;
     cap_ = cap;
   } else if (new_n < old_n) {
-    std::copy(p_ + at + old_n, p_ + n_, p_ + at + new_n);
+    for (std::uint32_t i = at + old_n; i < n_; ++i) p_[i - old_n + new_n] = p_[i];
   } else if (new_n > old_n) {
-    std::copy_backward(p_ + at + old_n, p_ + n_, p_ + n);
+    for (std::uint32_t i = n_; i-- > at + old_n;) p_[i - old_n + new_n] = p_[i];
   }
-  std::copy(with.begin(), with.end(), p_ + at);
+  for (std::uint32_t i = 0; i < new_n; ++i) p_[at + i] = with[i];
   n_ = n;
 }
 
 void Steps::erase_front(std::uint32_t k) {
-  std::copy(p_ + k, p_ + n_, p_);
+  if (k == 0) return;
+  for (std::uint32_t i = k; i < n_; ++i) p_[i - k] = p_[i];
   n_ -= k;
 }
 
@@ -59,8 +61,12 @@ void Steps::add(Seconds from, Seconds to, std::int64_t delta) {
   if (from >= to || delta == 0) return;
   const std::span<const Step> v = pieces();
   if (v.empty()) {  // a new ask's free capacity: one piece, nothing to splice
-    const Step one{from, to, delta};
-    splice(0, 0, {&one, 1});
+    if (cap_ == 0) {
+      p_ = allocate(1);
+      cap_ = 1;
+    }
+    p_[0] = Step{from, to, delta};
+    n_ = 1;
     return;
   }
   const auto lo = static_cast<std::size_t>(

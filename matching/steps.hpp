@@ -74,8 +74,10 @@ class Steps {
   // order holds one: an ask's free capacity; a bid's stays empty).
   // Room for `n` pieces, not constructed (a Step is an aggregate: its objects begin where a copy writes them).
   static Step* allocate(std::uint32_t n) { return static_cast<Step*>(::operator new(sizeof(Step) * n)); }
-  // Sized, as std::allocator's: jemalloc frees without looking the size up.
-  void release() { ::operator delete(p_, sizeof(Step) * cap_); }
+  // Sized, as std::allocator's: jemalloc frees without looking the size up; no call for none (a bid's).
+  void release() {
+    if (p_) ::operator delete(p_, sizeof(Step) * cap_);
+  }
   void splice(std::uint32_t at, std::uint32_t old_n, std::span<const Step> with);
   void erase_front(std::uint32_t k);
   Step* p_{nullptr};
