@@ -857,6 +857,11 @@ struct Book {
   // (~6 in 7 asks of the plain bench).
   mutable Price bid_ceiling{std::numeric_limits<std::int64_t>::min()};
   mutable bool bid_ceiling_stale{false};
+  // At most every ask pool's spot_cheapest (count_spot lowers it; Impl::spot_floor() raises it to the least
+  // again when an erase_spot at it made it stale): a duration bid priced below it crosses no ask, and skips its
+  // walk.
+  mutable Price spot_floor{std::numeric_limits<std::int64_t>::max()};
+  mutable bool spot_floor_stale{false};
   mutable RunIndex free_runs;  // every run of every resting ask, for fixed-window bids (built by a walk)
   mutable std::uint32_t pools_numbered{0};  // LivePool::book_number given so far
 };
@@ -1906,6 +1911,7 @@ struct Engine::Impl {
   template <class F>
   void walk_asks(const Book& b, const RestOrder& bid, Price limit, const BidConstraints& c, F&& fn,
                  std::int64_t stop_after = 0) const {
+    if (bid.is_duration_bid() && limit < spot_floor(b)) return;  // no spot ask at its price: nothing to walk
     using It = AskSet::const_iterator;
     using Head = AskHead;
     if (head_depth == head_stack.size()) head_stack.emplace_back();
@@ -2112,6 +2118,16 @@ struct Engine::Impl {
     return regions.empty() || std::find(regions.begin(), regions.end(), lp.region) != regions.end();
   }
 
+  // Book::spot_floor, the least of the ask pools' spot_cheapest again if an erase_spot made it stale.
+  static Price spot_floor(const Book& b) {
+    if (!b.spot_floor_stale) return b.spot_floor;
+    Price least(std::numeric_limits<std::int64_t>::max());
+    for (const AskPool& ap : b.ask_pools) least = std::min(least, ap.spot_cheapest);
+    b.spot_floor = least;
+    b.spot_floor_stale = false;
+    return least;
+  }
+
   // Book::bid_ceiling, the best resting bid's price again if an unbook made it stale.
   static Price bid_ceiling(const Book& b) {
     if (!b.bid_ceiling_stale) return b.bid_ceiling;
@@ -2269,13 +2285,15 @@ struct Engine::Impl {
   }
 
   // A key in its pool's spot set counted in the set's summary (run bounds, cheapest).
-  static void count_spot(AskPool& ap, const AskKey& k) {
+  static void count_spot(Book& b, AskPool& ap, const AskKey& k) {
     ap.spot_runs.widen(k);
     ap.spot_cheapest = std::min(ap.spot_cheapest, k.effective);
+    b.spot_floor = std::min(b.spot_floor, k.effective);
   }
 
   // An ask's key out of its pool's spot set, and the set's summary (run bounds, cheapest) brought up to date.
-  static void erase_spot(AskPool& ap, LivePool& lp, const AskKey& k) {
+  static void erase_spot(Book& b, AskPool& ap, LivePool& lp, const AskKey& k) {
+    if (ap.spot_cheapest == b.spot_floor) b.spot_floor_stale = true;
     lp.book_spot_asks.erase(k);
     if (lp.book_spot_asks.empty()) {
       ap.spot_runs = RunBounds{};
@@ -2313,7 +2331,7 @@ struct Engine::Impl {
         ap.asks[at]->book_slot = at;
       }
       ap.asks.pop_back();
-      if (lo.in_spot) erase_spot(ap, *lp, k);
+      if (lo.in_spot) erase_spot(b, ap, *lp, k);
       if (--lp->book_count == 0) {
         const std::size_t i = lp->ask_pool_slot;
         if (i + 1 != b.ask_pools.size()) {
@@ -2344,11 +2362,11 @@ struct Engine::Impl {
       if (lp.book_spot_asks.size() == 1) ap.spot_runs = RunBounds{};  // as the erase of its only key would
       lp.book_spot_asks.replace(k);
     } else if (lo.in_spot) {
-      erase_spot(ap, lp, k);
+      erase_spot(b, ap, lp, k);
     } else if (spot) {
       lp.book_spot_asks.insert(k);
     }
-    if (spot) count_spot(ap, k);
+    if (spot) count_spot(b, ap, k);
     lo.in_spot = spot;
     settle_kept_runs(lo);
   }
@@ -2570,7 +2588,7 @@ struct Engine::Impl {
           ap.asks.push_back(&lo);
           if (lo.in_spot) {
             lp.book_spot_asks.insert(k);
-            count_spot(ap, k);
+            count_spot(b, ap, k);
           }
           index_runs(b, lo);
         }
@@ -3899,6 +3917,11 @@ struct Engine::Impl {
     }
     for (const auto& [m, b] : books) {
       for (const BidGroup& g : b.bid_groups) in_groups += g.resting;
+      Price least_spot(std::numeric_limits<std::int64_t>::max());
+      for (const AskPool& ap : b.ask_pools) least_spot = std::min(least_spot, ap.spot_cheapest);
+      if (b.spot_floor_stale ? least_spot < b.spot_floor : least_spot != b.spot_floor) {
+        fail("spot floor " + std::to_string(b.spot_floor.value) + " for a cheapest spot ask of " + std::to_string(least_spot.value));
+      }
       Price best_bid(std::numeric_limits<std::int64_t>::min());
       for (const RestOrder* bid : open_bids[m]) best_bid = std::max(best_bid, bid->request.price);
       if (b.bid_ceiling_stale ? best_bid > b.bid_ceiling : best_bid != b.bid_ceiling) {
