@@ -1190,10 +1190,10 @@ struct Engine::Impl {
     sink_->emplace_back(std::in_place_type<std::remove_cvref_t<E>>, std::forward<E>(e));
   }
   // The same with the event's members given: the event is initialized from them in the sink (no temporary
-  // event moved in).
+  // event moved in). Returns it, for the caller to finish.
   template <class E, class... A>
-  void emit_as(A&&... members) {
-    sink_->emplace_back(std::in_place_type<E>, std::forward<A>(members)...);
+  E& emit_as(A&&... members) {
+    return std::get<E>(sink_->emplace_back(std::in_place_type<E>, std::forward<A>(members)...));
   }
 
   // ---------------------------------------------------------------- compact orders
@@ -1798,10 +1798,8 @@ struct Engine::Impl {
         });
       }
       ++v.sequence;
-      std::vector<LevelChange> changes;
-      changes.reserve(changed);
-      for (auto it = first; it != last; ++it) changes.push_back(LevelChange{it->side, it->price, it->now});
-      emit_as<BookDelta>(*t.market, t.bucket, v.sequence, std::move(changes), v.constrained);
+      BookDelta& d = emit_as<BookDelta>(*t.market, t.bucket, v.sequence, LevelChanges{}, v.constrained);
+      for (auto it = first; it != last; ++it) d.changes.push_back(LevelChange{it->side, it->price, it->now});
     }
     n_touched = 0;
     last_touched = nullptr;
