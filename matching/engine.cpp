@@ -852,11 +852,16 @@ struct Book {
   // Pools with resting asks (order irrelevant: walks merge by key), each with the lowest effective price
   // among them, so that a walk skips a pool priced out without touching it.
   std::vector<AskPool> ask_pools;
-  // At least the price of every resting bid (hook raises it; Impl::bid_ceiling() lowers it to the best price
-  // again when an unbook at it made it stale): an ask priced above it crosses no bid, and skips its walk
-  // (~6 in 7 asks of the plain bench).
-  mutable Price bid_ceiling{std::numeric_limits<std::int64_t>::min()};
-  mutable bool bid_ceiling_stale{false};
+  // The bids' ceiling (Impl::bid_ceiling(): the greater of the two below): an ask priced above it crosses no
+  // bid, and skips its walk (~6 in 7 asks of the plain bench). duration_ceiling is at least every resting
+  // duration bid's price (hook raises it; an unbook at it makes it stale, and bid_ceiling() takes the best of
+  // the duration sets' first keys again); fixed_ceiling every resting fixed-window bid's, raised by hook and
+  // dropped only when none rests (their best is in every cell of every index: a pointer chase too slow to redo
+  // at each stale mark, measured in the realistic bench's tail).
+  mutable Price duration_ceiling{std::numeric_limits<std::int64_t>::min()};
+  mutable bool duration_ceiling_stale{false};
+  Price fixed_ceiling{std::numeric_limits<std::int64_t>::min()};
+  std::int64_t fixed_bids{0};  // resting
   // At most every ask pool's spot_cheapest (count_spot lowers it; Impl::spot_floor() raises it to the least
   // again when an erase_spot at it made it stale): a duration bid priced below it crosses no ask, and skips its
   // walk.
@@ -2126,26 +2131,25 @@ struct Engine::Impl {
     return least;
   }
 
-  // Book::bid_ceiling, the best resting bid's price again if an unbook made it stale.
+  // At least the price of every resting bid of `b` (see Book::duration_ceiling), the duration bids' best taken
+  // again if an unbook made it stale.
   static Price bid_ceiling(const Book& b) {
-    if (!b.bid_ceiling_stale) return b.bid_ceiling;
-    std::int64_t best = std::numeric_limits<std::int64_t>::min();
-    const auto of = [&](const BidSets& s) {
-      if (!s.duration.empty()) best = std::max(best, s.duration.begin()->price.value);
-      for (const auto& [start_week, row] : s.fixed.rows) {
-        for (const auto& [end_week, cell] : row) best = std::max(best, cell.best);
+    if (b.duration_ceiling_stale) {
+      Price best(std::numeric_limits<std::int64_t>::min());
+      const auto of = [&](const BidSets& s) {
+        if (!s.duration.empty()) best = std::max(best, s.duration.begin()->price);
+      };
+      for (const BidGroup& g : b.bid_groups) {
+        if (g.resting == 0) continue;
+        of(g.any);
+        for (const auto& s : g.by_region) {
+          if (s) of(*s);
+        }
       }
-    };
-    for (const BidGroup& g : b.bid_groups) {
-      if (g.resting == 0) continue;
-      of(g.any);
-      for (const auto& s : g.by_region) {
-        if (s) of(*s);
-      }
+      b.duration_ceiling = best;
+      b.duration_ceiling_stale = false;
     }
-    b.bid_ceiling = Price(best);
-    b.bid_ceiling_stale = false;
-    return b.bid_ceiling;
+    return std::max(b.duration_ceiling, b.fixed_ceiling);
   }
 
   void bids_for(const Book& b, const LivePool& lp, Price floor, bool with_duration, BidWalk& walk) const {
@@ -2309,8 +2313,9 @@ struct Engine::Impl {
       const bool dur = lo.o.is_duration_bid();
       BidGroup& g = b.bid_groups[static_cast<std::size_t>(lo.bid_group)];
       --g.resting;
-      if (k.price == b.bid_ceiling) b.bid_ceiling_stale = true;
       const std::vector<std::string>& regions = lo.o.request.constraints().regions;
+      if (dur && k.price == b.duration_ceiling) b.duration_ceiling_stale = true;
+      if (!dur && --b.fixed_bids == 0) b.fixed_ceiling = Price(std::numeric_limits<std::int64_t>::min());
       if (!dur) {
         unindex_bid(b, lo);
       } else if (regions.empty()) {
@@ -2564,9 +2569,11 @@ struct Engine::Impl {
           }
           BidGroup& g = b.bid_groups[static_cast<std::size_t>(lo.bid_group)];
           ++g.resting;
-          b.bid_ceiling = std::max(b.bid_ceiling, k.price);
+          Price& ceiling = dur ? b.duration_ceiling : b.fixed_ceiling;
+          ceiling = std::max(ceiling, k.price);
           const std::vector<std::string>& regions = o.request.constraints().regions;
           if (!dur) {
+            ++b.fixed_bids;
             index_bid(b, lo);
           } else if (regions.empty()) {
             g.any.duration.insert(k);
@@ -3920,10 +3927,22 @@ struct Engine::Impl {
       if (b.spot_floor_stale ? least_spot < b.spot_floor : least_spot != b.spot_floor) {
         fail("spot floor " + std::to_string(b.spot_floor.value) + " for a cheapest spot ask of " + std::to_string(least_spot.value));
       }
-      Price best_bid(std::numeric_limits<std::int64_t>::min());
-      for (const RestOrder* bid : open_bids[m]) best_bid = std::max(best_bid, bid->request.price);
-      if (b.bid_ceiling_stale ? best_bid > b.bid_ceiling : best_bid != b.bid_ceiling) {
-        fail("bid ceiling " + std::to_string(b.bid_ceiling.value) + " for a best bid of " + std::to_string(best_bid.value));
+      Price best_duration(std::numeric_limits<std::int64_t>::min());
+      Price best_fixed(std::numeric_limits<std::int64_t>::min());
+      std::int64_t n_fixed = 0;
+      for (const RestOrder* bid : open_bids[m]) {
+        Price& best = bid->is_duration_bid() ? best_duration : best_fixed;
+        best = std::max(best, bid->request.price);
+        n_fixed += bid->is_duration_bid() ? 0 : 1;
+      }
+      if (b.duration_ceiling_stale ? best_duration > b.duration_ceiling : best_duration != b.duration_ceiling) {
+        fail("duration bid ceiling " + std::to_string(b.duration_ceiling.value) + " for a best duration bid of " +
+             std::to_string(best_duration.value));
+      }
+      if (best_fixed > b.fixed_ceiling || n_fixed != b.fixed_bids ||
+          (n_fixed == 0 && b.fixed_ceiling.value != std::numeric_limits<std::int64_t>::min())) {
+        fail("fixed bid ceiling " + std::to_string(b.fixed_ceiling.value) + " for " + std::to_string(n_fixed) +
+             " fixed bids, the best at " + std::to_string(best_fixed.value));
       }
       for (std::size_t i = 0; i < b.ask_pools.size(); ++i) {
         const AskPool& ap = b.ask_pools[i];
