@@ -2,7 +2,11 @@
 // in engine.hpp and is part of the contract (a reference matcher must produce the same stream).
 #pragma once
 
+#include <algorithm>
+#include <array>
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <variant>
 #include <vector>
@@ -78,6 +82,36 @@ struct LevelChange {
   bool operator==(const LevelChange&) const = default;
 };
 
+// A BookDelta's level changes, in order: a command changes one or two levels of a view, which are kept
+// inline (no heap vector per delta); a third and later move them all to `more`. Read as a range.
+class LevelChanges {
+ public:
+  LevelChanges() = default;
+  LevelChanges(std::initializer_list<LevelChange> changes) {
+    for (const LevelChange& c : changes) push_back(c);
+  }
+  void push_back(const LevelChange& c) {
+    if (more_.empty() && n_ < kInline) {
+      inline_[n_++] = c;
+      return;
+    }
+    if (more_.empty()) more_.assign(inline_.begin(), inline_.begin() + static_cast<std::ptrdiff_t>(n_));
+    more_.push_back(c);
+  }
+  const LevelChange* begin() const { return more_.empty() ? inline_.data() : more_.data(); }
+  const LevelChange* end() const { return begin() + size(); }
+  std::size_t size() const { return more_.empty() ? n_ : more_.size(); }
+  bool empty() const { return size() == 0; }
+  const LevelChange& operator[](std::size_t i) const { return begin()[i]; }
+  bool operator==(const LevelChanges& o) const { return std::equal(begin(), end(), o.begin(), o.end()); }
+
+ private:
+  static constexpr std::size_t kInline = 2;
+  std::array<LevelChange, kInline> inline_{};
+  std::size_t n_{0};                 // in inline_, while more_ is empty
+  std::vector<LevelChange> more_;  // every change, once there were more than kInline
+};
+
 struct ConstrainedBids {
   std::int64_t orders{0};
   Qty gpus;
@@ -90,7 +124,7 @@ struct BookDelta {
   MarketId market;
   Bucket bucket;
   std::uint64_t sequence{0};  // the view's sequence after this delta (previous + 1)
-  std::vector<LevelChange> changes;
+  LevelChanges changes;
   ConstrainedBids constrained_bids;
   bool operator==(const BookDelta&) const = default;
 };

@@ -71,6 +71,24 @@ void Steps::add(Seconds from, Seconds to, std::int64_t delta) {
   }
   const auto lo = static_cast<std::size_t>(
       std::partition_point(v.begin(), v.end(), [&](const Step& p) { return p.to < from; }) - v.begin());
+  if (lo < v.size() && v[lo].from <= from && to < v[lo].to) {
+    // Inside one piece, short of its end (a fill of a one-piece ask): the piece splits in place into its part
+    // before `from` (if any), the changed middle (unless 0) and its rest after `to`, none of which can merge
+    // with a neighbour, but for a middle that starts the piece and equals the piece before it (the general
+    // path below then merges them).
+    const Step p = v[lo];
+    const std::int64_t mid = p.gpus + delta;
+    const bool head = p.from < from;
+    if (head || mid == 0 || lo == 0 || v[lo - 1].to < from || v[lo - 1].gpus != mid) {
+      Step parts[3];
+      std::size_t n = 0;
+      if (head) parts[n++] = Step{p.from, from, p.gpus};
+      if (mid != 0) parts[n++] = Step{from, to, mid};
+      parts[n++] = Step{to, p.to, p.gpus};
+      splice(static_cast<std::uint32_t>(lo), 1, std::span<const Step>(parts, n));
+      return;
+    }
+  }
   std::size_t hi = lo;
   while (hi < v.size() && v[hi].from <= to) ++hi;
   thread_local std::vector<Step> out;

@@ -30,7 +30,7 @@ TEST_CASE("one delta per command and view, carrying every changed level", "[book
   CHECK(deltas[0].sequence == 3);
   // Both sold for the first hour: neither can sell a 1-second piece from now... the 2.10 ask keeps 2.
   CHECK(deltas[0].changes ==
-        std::vector<LevelChange>{{Side::sell, usd4(20000), Qty(0)}, {Side::sell, usd4(21000), Qty(2)}});
+        LevelChanges{{Side::sell, usd4(20000), Qty(0)}, {Side::sell, usd4(21000), Qty(2)}});
 }
 
 TEST_CASE("orders are in exactly one bucket: spot or the month of their start", "[book]") {

@@ -76,3 +76,25 @@ TEST_CASE("a step tree agrees with a value per second over random changes", "[st
     for (int t = 0; t < kSpan; ++t) REQUIRE(tree.max(Seconds(t), Seconds(t + 1)) == v[static_cast<std::size_t>(t)]);
   }
 }
+
+TEST_CASE("Steps::add agrees with a value per second and keeps one representation", "[steps]") {
+  // Adds over random intervals, many of them inside one piece (the in-place split) and some that end a
+  // piece's middle at 0 or equal to the piece before; the pieces must equal those built second by second
+  // (appends: merged, no zero pieces), and every lookup the brute-force values.
+  std::mt19937_64 rng(20261201);
+  for (int round = 0; round < 200; ++round) {
+    std::vector<std::int64_t> v(kSpan, 0);
+    Steps s;
+    for (int op = 0; op < 40; ++op) {
+      const int a = static_cast<int>(rng() % kSpan);
+      const int b = std::min(kSpan, a + 1 + static_cast<int>(rng() % (rng() % 2 == 0 ? 8U : static_cast<unsigned>(kSpan - a))));
+      const std::int64_t d = static_cast<std::int64_t>(rng() % 7) - 3;
+      s.add(Seconds(a), Seconds(b), d);
+      for (int t = a; t < b && t < kSpan; ++t) v[static_cast<std::size_t>(t)] += d;
+      Steps expect;
+      for (int t = 0; t < kSpan; ++t) expect.add(Seconds(t), Seconds(t + 1), v[static_cast<std::size_t>(t)]);
+      REQUIRE(s == expect);
+    }
+    for (int t = 0; t < kSpan; ++t) REQUIRE(s.at(Seconds(t)) == v[static_cast<std::size_t>(t)]);
+  }
+}
