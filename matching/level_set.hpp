@@ -9,6 +9,12 @@
 // many prices with one order each (the realistic workload's) inserts and erases a level at the cost of a
 // chunk's moves, not the whole book's.
 //
+// A price level holds at most kKeys keys in one vector; a level with more is kept as several consecutive
+// levels of the same price ("sublevels", each non-empty, at most kKeys), so that an erase moves at most kKeys
+// keys and a growing level never reallocates more than kKeys of them: the plain workload's book grows to
+// hundreds of orders a price, where a cancel moved half of its level (~30 KB of keys) and an append now and
+// then copied all of it (bench/README.md, "session 15: latency tails").
+//
 // `Less` orders keys; `Less::level(key)` is the key's level, a number that orders the levels as Less
 // orders their keys (keys of a lower level are less). Iteration is in key order; like ChunkedSet, insert
 // and erase invalidate every iterator of the set (walks re-seek by key when version() changed).
@@ -31,7 +37,8 @@ class LevelSet {
   using Chunk = std::vector<Level>;
 
  public:
-  static constexpr std::size_t kMax = 32;  // levels in a chunk above this split it in two
+  static constexpr std::size_t kMax = 32;   // levels in a chunk above this split it in two
+  static constexpr std::size_t kKeys = 64;  // keys in a level (a sublevel of its price) at most
 
   class const_iterator {
    public:
@@ -67,7 +74,7 @@ class LevelSet {
   // The first key not less than k.
   const_iterator lower_bound(const Key& k) const {
     const std::int64_t a = Less::level(k);
-    const auto [c, l] = level_for(a);
+    const auto [c, l] = locate(a, k);
     if (c == chunks_.size()) return end();
     const Level& lv = chunks_[c][l];
     if (lv.at != a) return at(c, l, 0);
@@ -81,33 +88,39 @@ class LevelSet {
   void insert(const Key& k) {
     ++version_;
     const std::int64_t a = Less::level(k);
-    auto [c, l] = level_for(a);
+    auto [c, l] = locate(a, k);
+    if (c < chunks_.size() && chunks_[c][l].at == a) {  // inside a level: an earlier priority (rare)
+      std::vector<Key>& keys = chunks_[c][l].keys;
+      const auto it = std::lower_bound(keys.begin(), keys.end(), k, Less{});
+      if (!Less{}(k, *it)) return;
+      keys.insert(it, k);
+      if (keys.size() > kKeys) {  // split off the upper half as the next sublevel
+        const auto mid = keys.begin() + static_cast<std::ptrdiff_t>(keys.size() / 2);
+        Level upper{a, std::vector<Key>(mid, keys.end())};
+        keys.erase(mid, keys.end());
+        insert_level(c, l + 1, std::move(upper));
+      }
+      ++size_;
+      return;
+    }
+    // After every key of its price (the latest priority, the usual case): append to the price's last
+    // sublevel, the level just before (c, l), unless it is full or of another price.
+    if (l > 0 || c > 0) {
+      Level& prev = l > 0 ? chunks_[c][l - 1] : chunks_[c - 1].back();
+      if (prev.at == a && prev.keys.size() < kKeys) {
+        prev.keys.push_back(k);
+        ++size_;
+        return;
+      }
+    }
     if (c == chunks_.size()) {  // after every level: a new level at the end of the last chunk
       if (chunks_.empty()) chunks_.emplace_back();
       c = chunks_.size() - 1;
       l = chunks_[c].size();
     }
-    Chunk& ch = chunks_[c];
-    if (l < ch.size() && ch[l].at == a) {
-      std::vector<Key>& keys = ch[l].keys;
-      if (Less{}(keys.back(), k)) {
-        keys.push_back(k);  // the latest priority at its price
-      } else {
-        const auto it = std::lower_bound(keys.begin(), keys.end(), k, Less{});
-        if (!Less{}(k, *it)) return;
-        keys.insert(it, k);
-      }
-    } else {
-      if (ch.size() == ch.capacity()) ch.reserve(std::min(kMax + 1, std::max<std::size_t>(4, ch.size() * 2)));
-      ch.insert(ch.begin() + static_cast<std::ptrdiff_t>(l), Level{a, {}});
-      ch[l].keys.push_back(k);
-      if (ch.size() > kMax) {
-        const auto mid = ch.begin() + static_cast<std::ptrdiff_t>(ch.size() / 2);
-        Chunk upper(std::make_move_iterator(mid), std::make_move_iterator(ch.end()));
-        ch.erase(mid, ch.end());
-        chunks_.insert(chunks_.begin() + static_cast<std::ptrdiff_t>(c) + 1, std::move(upper));
-      }
-    }
+    Level lv{a, {}};
+    lv.keys.push_back(k);
+    insert_level(c, l, std::move(lv));
     ++size_;
   }
 
@@ -129,7 +142,59 @@ class LevelSet {
     Chunk& ch = chunks_[c];
     std::vector<Key>& keys = ch[l].keys;
     keys.erase(keys.begin() + (p - keys.data()));
-    if (!keys.empty()) return;
+    if (keys.empty()) {
+      erase_level(c, l);
+      return;
+    }
+    // Keep a price's sublevels from thinning out: merge with the next one in the chunk while both are small.
+    if (l + 1 < ch.size() && ch[l + 1].at == ch[l].at && keys.size() + ch[l + 1].keys.size() <= kKeys / 2) {
+      std::vector<Key>& next = ch[l + 1].keys;
+      keys.insert(keys.end(), next.begin(), next.end());
+      erase_level(c, l + 1);
+    }
+  }
+
+ private:
+  // The first level (chunk, place) not before key k of level a: the first of a higher level, or of level a
+  // whose last key is not less than k ({chunks_.size(), 0} if none). Levels of another price are told
+  // apart by `at` alone; only sublevels of k's own price compare keys.
+  std::pair<std::size_t, std::size_t> locate(std::int64_t a, const Key& k) const {
+    const auto before = [&](const Level& lv) { return lv.at < a || (lv.at == a && Less{}(lv.keys.back(), k)); };
+    const auto c = std::partition_point(chunks_.begin(), chunks_.end(), [&](const Chunk& ch) { return before(ch.back()); });
+    if (c == chunks_.end()) return {chunks_.size(), 0};
+    const auto l = std::partition_point(c->begin(), c->end(), before);
+    return {static_cast<std::size_t>(c - chunks_.begin()), static_cast<std::size_t>(l - c->begin())};
+  }
+
+  // The key equivalent to k (null if none), with its level's chunk and place. Const for count(); the keys
+  // are the set's own (replace and erase write through the pointer).
+  std::pair<Key*, std::pair<std::size_t, std::size_t>> find(const Key& k) const {
+    const std::int64_t a = Less::level(k);
+    const auto cl = locate(a, k);
+    if (cl.first == chunks_.size()) return {nullptr, cl};
+    const Level& lv = chunks_[cl.first][cl.second];
+    if (lv.at != a) return {nullptr, cl};
+    const auto it = std::lower_bound(lv.keys.begin(), lv.keys.end(), k, Less{});
+    if (Less{}(k, *it)) return {nullptr, cl};  // lv's last key is not less than k: `it` is a key
+    return {const_cast<Key*>(&*it), cl};
+  }
+
+  // Inserts a level at place l of chunk c, splitting the chunk when it grows over kMax.
+  void insert_level(std::size_t c, std::size_t l, Level&& lv) {
+    Chunk& ch = chunks_[c];
+    if (ch.size() == ch.capacity()) ch.reserve(std::min(kMax + 1, std::max<std::size_t>(4, ch.size() * 2)));
+    ch.insert(ch.begin() + static_cast<std::ptrdiff_t>(l), std::move(lv));
+    if (ch.size() > kMax) {
+      const auto mid = ch.begin() + static_cast<std::ptrdiff_t>(ch.size() / 2);
+      Chunk upper(std::make_move_iterator(mid), std::make_move_iterator(ch.end()));
+      ch.erase(mid, ch.end());
+      chunks_.insert(chunks_.begin() + static_cast<std::ptrdiff_t>(c) + 1, std::move(upper));
+    }
+  }
+
+  // Erases the (empty) level at place l of chunk c.
+  void erase_level(std::size_t c, std::size_t l) {
+    Chunk& ch = chunks_[c];
     ch.erase(ch.begin() + static_cast<std::ptrdiff_t>(l));
     if (ch.empty()) {
       chunks_.erase(chunks_.begin() + static_cast<std::ptrdiff_t>(c));
@@ -139,28 +204,6 @@ class LevelSet {
       ch.insert(ch.end(), std::make_move_iterator(next.begin()), std::make_move_iterator(next.end()));
       chunks_.erase(chunks_.begin() + static_cast<std::ptrdiff_t>(c) + 1);
     }
-  }
-
- private:
-  // The chunk and place of the first level not below a ({chunks_.size(), 0} if none).
-  std::pair<std::size_t, std::size_t> level_for(std::int64_t a) const {
-    const auto c = std::partition_point(chunks_.begin(), chunks_.end(), [&](const Chunk& ch) { return ch.back().at < a; });
-    if (c == chunks_.end()) return {chunks_.size(), 0};
-    const auto l = std::partition_point(c->begin(), c->end(), [&](const Level& lv) { return lv.at < a; });
-    return {static_cast<std::size_t>(c - chunks_.begin()), static_cast<std::size_t>(l - c->begin())};
-  }
-
-  // The key equivalent to k (null if none), with its level's chunk and place. Const for count(); the keys
-  // are the set's own (replace and erase write through the pointer).
-  std::pair<Key*, std::pair<std::size_t, std::size_t>> find(const Key& k) const {
-    const std::int64_t a = Less::level(k);
-    const auto cl = level_for(a);
-    if (cl.first == chunks_.size()) return {nullptr, cl};
-    const Level& lv = chunks_[cl.first][cl.second];
-    if (lv.at != a) return {nullptr, cl};
-    const auto it = std::lower_bound(lv.keys.begin(), lv.keys.end(), k, Less{});
-    if (it == lv.keys.end() || Less{}(k, *it)) return {nullptr, cl};
-    return {const_cast<Key*>(&*it), cl};
   }
 
   // The iterator at key i of level (c, l); past the level's last key, the next level's first.

@@ -8,6 +8,7 @@
 //            forward windows up to 6 months, bids with a mix of constraints, 100,000 resting orders;
 //            ~65 % places (1 in 4 crossing), ~35 % cancels.
 #include <jemalloc/jemalloc.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include <algorithm>
@@ -52,6 +53,8 @@ struct Resting {
   std::vector<OrderId> ids;
   std::vector<AccountId> accounts;  // accounts[i] placed ids[i]
   std::vector<std::uint32_t> where;  // by id: position in ids, or kNone
+  std::vector<std::uint8_t> sides;   // by id, 1 + Side, kept only for --by-kind (a cancel's side)
+  bool keep_sides = false;
   void reserve(std::size_t orders, std::size_t max_id) {
     ids.reserve(orders);
     accounts.reserve(orders);
@@ -78,9 +81,17 @@ struct Resting {
     ids.pop_back();
     accounts.pop_back();
   }
+  void note_side(OrderId id, Side side) {
+    const auto v = static_cast<std::size_t>(id.value);
+    if (v >= sides.size()) sides.resize(std::max(v + 1, sides.size() * 2), 0);
+    sides[v] = static_cast<std::uint8_t>(1 + static_cast<int>(side));
+  }
   void track(const EventSink& events) {
     for (const auto& e : events) {
-      if (const auto* a = std::get_if<OrderAccepted>(&e)) add(a->order.id, a->order.account);
+      if (const auto* a = std::get_if<OrderAccepted>(&e)) {
+        add(a->order.id, a->order.account);
+        if (keep_sides) note_side(a->order.id, a->order.request.side);
+      }
       else if (const auto* d = std::get_if<OrderDone>(&e)) remove(d->order.id);
     }
   }
@@ -138,11 +149,145 @@ double thread_cpu_seconds() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) / 1e9;
 }
 
+// --by-kind: what the slowest commands were. Each timed command's kind, what it did (from its events) and what
+// happened around it (bytes jemalloc handed out and took back on this thread; with --faults also minor page
+// faults and context switches, two getrusage calls a command), all read outside the timed span; the summary
+// goes to stderr, so stdout and its keys stay as they are. The reads between commands make this run its own
+// (--faults' system calls about double plain's p99): compare its percentiles among runs of the same options.
+struct Sample {
+  std::uint32_t ns;
+  std::uint8_t kind;    // Kind
+  bool new_second;      // the first command of a market second (timers due)
+  std::uint16_t trades;
+  std::uint16_t events;
+  std::uint16_t done;   // OrderDone events
+  std::uint64_t allocated, deallocated;
+  std::uint32_t minflt, csw;  // minor faults; voluntary + involuntary context switches
+};
+
+enum Kind : std::uint8_t { kBidRests, kBidTakes, kAskRests, kAskTakes, kCancelBid, kCancelAsk, kCancelOther, kOther, kKinds };
+constexpr const char* kKindNames[kKinds] = {"place bid, rests", "place bid, trades", "place ask, rests",
+                                            "place ask, trades", "cancel bid", "cancel ask", "cancel (gone)",
+                                            "other"};
+
+struct ThreadCounters {
+  std::uint64_t* allocatedp = nullptr;
+  std::uint64_t* deallocatedp = nullptr;
+  ThreadCounters() {
+    std::size_t size = sizeof allocatedp;
+    mallctl("thread.allocatedp", &allocatedp, &size, nullptr, 0);
+    size = sizeof deallocatedp;
+    mallctl("thread.deallocatedp", &deallocatedp, &size, nullptr, 0);
+  }
+  std::uint64_t allocated() const { return allocatedp ? *allocatedp : 0; }
+  std::uint64_t deallocated() const { return deallocatedp ? *deallocatedp : 0; }
+};
+
+void print_breakdown(const std::string& workload, std::vector<Sample> samples) {
+  if (samples.empty()) return;
+  std::vector<std::uint32_t> ns;
+  ns.reserve(samples.size());
+  for (const auto& s : samples) ns.push_back(s.ns);
+  std::sort(ns.begin(), ns.end());
+  const auto at = [&](double p) { return ns[std::min(ns.size() - 1, static_cast<std::size_t>(p * static_cast<double>(ns.size())))]; };
+  const std::uint32_t t99 = at(0.99), t999 = at(0.999);
+  std::size_t all99 = 0, all999 = 0;
+  for (const auto& s : samples) {
+    all99 += s.ns >= t99;
+    all999 += s.ns >= t999;
+  }
+  std::fprintf(stderr, "%s --by-kind: %zu commands, p50 %.2f p99 %.2f p99.9 %.2f us\n", workload.c_str(), samples.size(),
+               at(0.5) / 1000.0, t99 / 1000.0, t999 / 1000.0);
+  // Per kind: its share of all commands, of the slowest 1 % and 0.1 %, and its own percentiles.
+  std::fprintf(stderr, "  %-18s %8s %7s %7s %7s %8s %8s %8s %7s %7s\n", "kind", "count", "all%", ">=p99%", ">=p999%",
+               "p50us", "p99us", "p999us", "trades", "events");
+  for (int k = 0; k < kKinds; ++k) {
+    std::vector<std::uint32_t> own;
+    std::size_t n99 = 0, n999 = 0;
+    double trades = 0, events = 0;
+    for (const auto& s : samples) {
+      if (s.kind != k) continue;
+      own.push_back(s.ns);
+      n99 += s.ns >= t99;
+      n999 += s.ns >= t999;
+      trades += s.trades;
+      events += s.events;
+    }
+    if (own.empty()) continue;
+    std::sort(own.begin(), own.end());
+    const auto q = [&](double p) { return own[std::min(own.size() - 1, static_cast<std::size_t>(p * static_cast<double>(own.size())))] / 1000.0; };
+    std::fprintf(stderr, "  %-18s %8zu %7.2f %7.2f %7.2f %8.2f %8.2f %8.2f %7.2f %7.2f\n", kKindNames[k], own.size(),
+                 100.0 * static_cast<double>(own.size()) / static_cast<double>(samples.size()),
+                 100.0 * static_cast<double>(n99) / static_cast<double>(all99),
+                 100.0 * static_cast<double>(n999) / static_cast<double>(all999), q(0.5), q(0.99), q(0.999),
+                 trades / static_cast<double>(own.size()), events / static_cast<double>(own.size()));
+  }
+  // What the slow ones did and met, against all commands.
+  const auto profile = [&](const char* name, std::uint32_t floor) {
+    std::size_t n = 0, new_second = 0, big_alloc = 0, any_alloc = 0, freed_big = 0, faults = 0, switched = 0;
+    double trades = 0, events = 0, done = 0, bytes = 0;
+    for (const auto& s : samples) {
+      if (s.ns < floor) continue;
+      ++n;
+      new_second += s.new_second;
+      any_alloc += s.allocated > 0;
+      big_alloc += s.allocated >= 16384;
+      freed_big += s.deallocated >= 16384;
+      faults += s.minflt > 0;
+      switched += s.csw > 0;
+      trades += s.trades;
+      events += s.events;
+      done += s.done;
+      bytes += static_cast<double>(s.allocated);
+    }
+    const auto pc = [&](std::size_t x) { return 100.0 * static_cast<double>(x) / static_cast<double>(n); };
+    std::fprintf(stderr, "  %-6s n %7zu: new second %5.2f%%, allocated any %5.1f%% >=16KiB %5.2f%% (mean %.0f B), "
+                 "freed >=16KiB %5.2f%%, page faults %5.2f%%, context switches %5.2f%% (--faults); trades %.2f, events %.2f, done %.2f\n",
+                 name, n, pc(new_second), pc(any_alloc), pc(big_alloc), bytes / static_cast<double>(n), pc(freed_big),
+                 pc(faults), pc(switched), trades / static_cast<double>(n), events / static_cast<double>(n),
+                 done / static_cast<double>(n));
+  };
+  profile("all", 0);
+  profile(">=p99", t99);
+  profile(">=p999", t999);
+  // The slowest 20, one line each.
+  std::vector<std::size_t> idx(samples.size());
+  for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+  std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(20, idx.size())), idx.end(),
+                    [&](std::size_t a, std::size_t b) { return samples[a].ns > samples[b].ns; });
+  for (std::size_t j = 0; j < std::min<std::size_t>(20, idx.size()); ++j) {
+    const Sample& s = samples[idx[j]];
+    std::fprintf(stderr, "  slow #%zu: command %zu, %.1f us, %s%s, trades %u, events %u, allocated %llu B, freed %llu B, "
+                 "faults %u, switches %u\n", j + 1, idx[j], s.ns / 1000.0, kKindNames[s.kind], s.new_second ? ", new second" : "",
+                 s.trades, s.events, static_cast<unsigned long long>(s.allocated), static_cast<unsigned long long>(s.deallocated),
+                 s.minflt, s.csw);
+  }
+}
+
+Kind kind_of(const CommandBody& body, const Resting& resting) {
+  if (const auto* p = std::get_if<PlaceOrder>(&body)) return p->order.side == Side::buy ? kBidRests : kAskRests;
+  if (const auto* c = std::get_if<Cancel>(&body)) {
+    const auto v = static_cast<std::size_t>(c->order.value);
+    const int side = v < resting.sides.size() ? resting.sides[v] : 0;
+    return side == 1 + static_cast<int>(Side::buy) ? kCancelBid : side == 1 + static_cast<int>(Side::sell) ? kCancelAsk : kCancelOther;
+  }
+  return kOther;
+}
+
+rusage thread_usage() {
+  rusage u{};
+  getrusage(RUSAGE_THREAD, &u);
+  return u;
+}
+
 // Runs `next()` for `commands` commands (or until `max_seconds`), timing each apply.
 template <class Next>
-void measure(Driver& d, std::int64_t commands, double max_seconds, Next next, Result& r) {
+void measure(Driver& d, std::int64_t commands, double max_seconds, Next next, Result& r, std::vector<Sample>* by_kind,
+             bool faults) {
   std::vector<std::uint32_t> ns;
   ns.reserve(static_cast<std::size_t>(commands));
+  ThreadCounters counters;
+  if (by_kind) by_kind->reserve(static_cast<std::size_t>(commands));
   const double cpu_started = thread_cpu_seconds();
   auto started = Clock::now();
   auto deadline = started + std::chrono::duration<double>(max_seconds);
@@ -150,6 +295,33 @@ void measure(Driver& d, std::int64_t commands, double max_seconds, Next next, Re
     if ((i & 1023) == 0 && Clock::now() > deadline) break;
     if (i % 1000 == 999) ++d.now;  // a thousand commands a second of market time
     auto [account, body] = next();
+    if (by_kind) [[unlikely]] {
+      Sample s{};
+      s.kind = kind_of(body, d.resting);
+      s.new_second = i % 1000 == 999;
+      const rusage u0 = faults ? thread_usage() : rusage{};
+      const std::uint64_t a0 = counters.allocated(), f0 = counters.deallocated();
+      auto t0 = Clock::now();
+      d.events.clear();
+      d.engine.apply(Command{++d.seq, Seconds(d.now), account, std::move(body)}, d.events);
+      auto t1 = Clock::now();
+      s.allocated = counters.allocated() - a0;
+      s.deallocated = counters.deallocated() - f0;
+      const rusage u1 = faults ? thread_usage() : rusage{};
+      s.minflt = static_cast<std::uint32_t>(u1.ru_minflt - u0.ru_minflt);
+      s.csw = static_cast<std::uint32_t>(u1.ru_nvcsw - u0.ru_nvcsw + u1.ru_nivcsw - u0.ru_nivcsw);
+      d.resting.track(d.events);
+      s.ns = static_cast<std::uint32_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
+      for (const auto& e : d.events) {
+        s.trades += std::holds_alternative<TradeEvent>(e);
+        s.done += std::holds_alternative<OrderDone>(e);
+      }
+      s.events = static_cast<std::uint16_t>(d.events.size());
+      if (s.trades > 0 && (s.kind == kBidRests || s.kind == kAskRests)) s.kind = static_cast<std::uint8_t>(s.kind + 1);
+      by_kind->push_back(s);
+      ns.push_back(s.ns);
+      continue;
+    }
     auto t0 = Clock::now();
     d.events.clear();
     d.engine.apply(Command{++d.seq, Seconds(d.now), account, std::move(body)}, d.events);
@@ -164,15 +336,17 @@ void measure(Driver& d, std::int64_t commands, double max_seconds, Next next, Re
   r.p99_us = pct(ns, 0.99);
   r.p999_us = pct(ns, 0.999);
   r.resting = d.resting.ids.size();
+  if (by_kind) print_breakdown(r.workload, *by_kind);
 }
 
-Result plain(std::int64_t commands) {
+Result plain(std::int64_t commands, bool by_kind, bool faults) {
   Result r{"plain", "one market, one pool tier, spot bids and asks without constraints; ~70% places (1 in 7 crossing), ~30% cancels; 10,000 resting orders", 0, 0, 0, 0, 0, 0, 0, 0};
   EngineConfig config;
   config.markets = {MarketSpec{MarketId{"H100-SXM-80G"}, Price(100), 1000}};
   Limits unlimited{Qty(1'000'000'000), 1'000'000'000'000'000'000, 1'000'000'000};
   config.default_limits = unlimited;
   Driver d(config);
+  d.resting.keep_sides = by_kind;
   PoolSpec spec;
   spec.market = MarketId{"H100-SXM-80G"};
   spec.region = "US";
@@ -206,17 +380,18 @@ Result plain(std::int64_t commands) {
     d.apply(a, std::move(b));
   }
   r.bytes_per_resting_order = static_cast<double>(heap_in_use() - before) / static_cast<double>(d.resting.ids.size());
+  std::vector<Sample> samples;
   measure(d, commands, 120, [&]() -> std::pair<AccountId, CommandBody> {
     if (rng.chance(30) && !d.resting.ids.empty()) {
       const std::size_t i = rng.next() % d.resting.ids.size();
       return {d.resting.accounts[i], Cancel{d.resting.ids[i]}};
     }
     return place(rng.between(0, 6) == 0);
-  }, r);
+  }, r, by_kind ? &samples : nullptr, faults);
   return r;
 }
 
-Result realistic(std::int64_t commands) {
+Result realistic(std::int64_t commands, bool by_kind, bool faults) {
   Result r{"realistic", "10 markets, 2,000 pools sampled from the real offers, forward windows up to 6 months, constrained bids, 100,000 resting orders; ~65% places (1 in 4 crossing), ~35% cancels", 0, 0, 0, 0, 0, 0, 0, 0};
   std::ifstream in(std::string(GPUEX_DATA_DIR) + "/vast-offers-2026-02-27_2026-03-06.csv");
   std::stringstream ss;
@@ -226,6 +401,7 @@ Result realistic(std::int64_t commands) {
   for (const auto& m : offer_markets()) config.markets.push_back(MarketSpec{m, Price(100), 1000});
   config.default_limits = Limits{Qty(1'000'000'000), 1'000'000'000'000'000'000, 1'000'000'000};
   Driver d(config);
+  d.resting.keep_sides = by_kind;
   Rng rng{11};
   // Reference price per market: the median offer price.
   std::map<std::string, std::vector<std::int64_t>> prices;
@@ -299,13 +475,14 @@ Result realistic(std::int64_t commands) {
     d.apply(a, std::move(b));
   }
   r.bytes_per_resting_order = static_cast<double>(heap_in_use() - before) / static_cast<double>(d.resting.ids.size());
+  std::vector<Sample> samples;
   measure(d, commands, 120, [&]() -> std::pair<AccountId, CommandBody> {
     if (rng.chance(35) && !d.resting.ids.empty()) {
       const std::size_t i = rng.next() % d.resting.ids.size();
       return {d.resting.accounts[i], Cancel{d.resting.ids[i]}};
     }
     return place(rng.between(0, 3) == 0);
-  }, r);
+  }, r, by_kind ? &samples : nullptr, faults);
   return r;
 }
 
@@ -313,22 +490,26 @@ Result realistic(std::int64_t commands) {
 
 int main(int argc, char** argv) {
   bool json = false;
+  bool by_kind = false;
+  bool faults = false;
   std::int64_t commands = 1'000'000;
   std::vector<std::string> only;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--json") json = true;
+    else if (a == "--by-kind") by_kind = true;
+    else if (a == "--faults") faults = true;
     else if (a == "--commands" && i + 1 < argc) commands = std::stoll(argv[++i]);
     else if (a == "plain" || a == "realistic") only.push_back(a);
     else {
-      std::fprintf(stderr, "usage: bench_matching [plain|realistic] [--commands N] [--json]\n");
+      std::fprintf(stderr, "usage: bench_matching [plain|realistic] [--commands N] [--json] [--by-kind] [--faults]\n");
       return 2;
     }
   }
   auto wanted = [&](const std::string& w) { return only.empty() || std::find(only.begin(), only.end(), w) != only.end(); };
   std::vector<Result> results;
-  if (wanted("plain")) results.push_back(plain(commands));
-  if (wanted("realistic")) results.push_back(realistic(commands));
+  if (wanted("plain")) results.push_back(plain(commands, by_kind || faults, faults));
+  if (wanted("realistic")) results.push_back(realistic(commands, by_kind || faults, faults));
   for (const auto& r : results) {
     double rate = r.seconds > 0 ? static_cast<double>(r.commands) / r.seconds : 0;
     double cpu_rate = r.cpu_seconds > 0 ? static_cast<double>(r.commands) / r.cpu_seconds : 0;
