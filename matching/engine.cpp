@@ -164,6 +164,8 @@ class ColdRef {
 struct InternedCons {
   BidConstraints c;
   mutable std::int64_t refs{0};
+  // The numbers of c.regions (Impl::region_numbers), given when a bid with them first rests (Impl::region_nums).
+  mutable std::vector<std::uint32_t> regions;
 };
 
 class ConsRef {
@@ -190,6 +192,7 @@ class ConsRef {
   ~ConsRef() { release(); }
   const BidConstraints& operator*() const { return p_->c; }
   const BidConstraints* operator->() const { return &p_->c; }
+  const InternedCons& interned() const { return *p_; }
   explicit operator bool() const { return p_ != nullptr; }
 
  private:
@@ -1259,7 +1262,7 @@ struct Engine::Impl {
       std::erase_if(interned, [](const auto& e) { return e.second->refs == 0; });
       sweep_at = std::max<std::size_t>(1024, 2 * interned.size());
     }
-    auto it = interned.emplace(h, std::make_unique<InternedCons>(InternedCons{c, 0}));
+    auto it = interned.emplace(h, std::make_unique<InternedCons>(InternedCons{c, 0, {}}));
     return ConsRef(it->second.get());
   }
 
@@ -1575,6 +1578,24 @@ struct Engine::Impl {
   std::map<std::string, std::uint32_t, std::less<>> region_numbers;
   std::uint32_t region_number(const std::string& r) {
     return region_numbers.try_emplace(r, static_cast<std::uint32_t>(region_numbers.size())).first->second;
+  }
+  // The numbers of the regions of a bid that rests, which has some (once per constraint set: a walk and a hook
+  // no longer look each region's name up in the map).
+  const std::vector<std::uint32_t>& region_nums(const RestOrder& o) {
+    const InternedCons& ic = o.request.cons.interned();
+    if (ic.regions.size() != ic.c.regions.size()) {
+      ic.regions.clear();
+      for (const std::string& r : ic.c.regions) ic.regions.push_back(region_number(r));
+    }
+    return ic.regions;
+  }
+  // The same for a bid that may not rest yet (`c`, its constraints, name regions): the numbers kept, else
+  // region_numbers_of's into `scratch`.
+  const std::vector<std::uint32_t>& known_region_nums(const RestOrder& bid, std::vector<std::uint32_t>& scratch) const {
+    const InternedCons& ic = bid.request.cons.interned();
+    if (ic.regions.size() == ic.c.regions.size()) return ic.regions;
+    region_numbers_of(ic.c, scratch);
+    return scratch;
   }
   // The sets of region number n in a group's by_region (added if need be).
   static BidSets& by_number(std::vector<std::unique_ptr<BidSets>>& v, std::uint32_t n) {
@@ -1948,9 +1969,9 @@ struct Engine::Impl {
     const Seconds we = bid_end(bid);
     // The kept verdicts of the bid's group, when c is the bid's own constraints and their group is known.
     const BidGroup* group = &c == &bid.request.constraints() ? known_group(b, bid) : nullptr;
-    const std::vector<std::uint32_t>& regions = scratch.regions;
     scratch.regions.clear();
-    if (group && !c.regions.empty()) region_numbers_of(c, scratch.regions);
+    const std::vector<std::uint32_t>& regions =
+        group && !c.regions.empty() ? known_region_nums(bid, scratch.regions) : scratch.regions;
     if (!bid.is_duration_bid()) {
       // window_fits needs ws >= now and we > ws whatever the ask.
       if (ws < now || we <= ws) return;
@@ -2218,7 +2239,7 @@ struct Engine::Impl {
     if (regions.empty()) {
       f(g.any.fixed);
     } else {
-      for (const std::string& r : regions) f(by_number(g.by_region, region_number(r)).fixed);
+      for (std::uint32_t r : region_nums(lo.o)) f(by_number(g.by_region, r).fixed);
     }
   }
   void index_bid(Book& b, const LiveOrder& lo) {
@@ -2335,7 +2356,7 @@ struct Engine::Impl {
       } else if (regions.empty()) {
         g.any.duration.erase(k);
       } else {
-        for (const std::string& r : regions) by_number(g.by_region, region_number(r)).duration.erase(k);
+        for (std::uint32_t r : region_nums(lo.o)) by_number(g.by_region, r).duration.erase(k);
       }
     } else {
       const AskKey k{lo.o.effective_price, lo.o.priority, lo.o.id};
@@ -2596,7 +2617,7 @@ struct Engine::Impl {
           } else if (regions.empty()) {
             g.any.duration.insert(k);
           } else {
-            for (const std::string& r : regions) by_number(g.by_region, region_number(r)).duration.insert(k);
+            for (std::uint32_t r : region_nums(o)) by_number(g.by_region, r).duration.insert(k);
           }
         } else {
           LivePool& lp = *lo.pool;
