@@ -165,6 +165,8 @@ class ColdRef {
 struct InternedCons {
   BidConstraints c;
   mutable std::int64_t refs{0};
+  // The numbers of c.regions (Impl::region_numbers), given when a bid with them first rests (Impl::region_nums).
+  mutable std::vector<std::uint32_t> regions;
 };
 
 class ConsRef {
@@ -191,6 +193,7 @@ class ConsRef {
   ~ConsRef() { release(); }
   const BidConstraints& operator*() const { return p_->c; }
   const BidConstraints* operator->() const { return &p_->c; }
+  const InternedCons& interned() const { return *p_; }
   explicit operator bool() const { return p_ != nullptr; }
 
  private:
@@ -312,7 +315,7 @@ struct LiveOrder {
   std::uint32_t pool_slot{0};      // sell: its place in its LivePool's asks
   union {  // one per side
     std::uint32_t book_slot;  // sell in a book: its index in its AskPool's asks
-    int bid_group{-1};        // buy: index of its constraint group in its Book (set when it first rests)
+    int bid_group{-1};        // buy: index of its constraint group in its Book (from when it first rests to its end)
   };
   bool in_spot{false};  // sell: also in its pool's book_spot_asks
   bool counted{false};
@@ -691,6 +694,15 @@ using BidRow = std::map<std::int64_t, BidCell>;  // by end week
 struct BidIndex {
   std::map<std::int64_t, BidRow> rows;  // by start week
   std::size_t size{0};
+  // The highest of its cells' `best` (the minimum when empty): a walk passes over an index priced out without
+  // reading a row (two in three of the indexes an ask's walk gathers from in the realistic bench).
+  std::int64_t best{std::numeric_limits<std::int64_t>::min()};
+  void refresh_best() {
+    best = std::numeric_limits<std::int64_t>::min();
+    for (const auto& [start_week, row] : rows) {
+      for (const auto& [end_week, cell] : row) best = std::max(best, cell.best);
+    }
+  }
 };
 
 // Resting duration (spot) bids, in (price desc, priority) order, and fixed-window bids in their index.
@@ -704,19 +716,27 @@ struct BidSets {
 // walks only the bids its pool's region admits, and judges the other constraints once per group (fixed-window
 // bids too: an ask's walk reads no index entry of a group its pool does not satisfy, which were ~7 in 10 of
 // the entries it read when a region's fixed-window bids of every group shared one index).
+//
+// A group whose last open bid ended (`users`; the group without constraints, one a book, is kept for good) is
+// listed in Book::free_groups: kept as it is, for its constraint set's next bid, until a new constraint set needs
+// a group and takes its slot. So a book keeps as many groups as the distinct constraint sets its open bids had at
+// once, not as many as it ever saw.
 struct BidGroup {
   BidConstraints rep;
   std::int64_t resting{0};
+  std::int64_t users{0};  // open bids whose bid_group is this one, resting or not
   BidSets any;
   // By region number (Impl::region_numbers), as far as its bids' regions go; null: a region none named. Behind
-  // pointers: a group is never removed, and a bid naming a late-numbered region (up to ~676 two-letter codes)
-  // must not cost the group a whole BidSets for every number before it.
+  // pointers: a bid naming a late-numbered region (up to ~676 two-letter codes) must not cost the group a whole
+  // BidSets for every number before it.
   std::vector<std::unique_ptr<BidSets>> by_region;
   // Without energy constraints, pool_satisfies(pool, rep) reads only attributes a pool keeps for life
   // (tier, region, fabric, NVLink, SLA): the verdicts are kept, by the pool's number in its Book
   // (LivePool::book_number; -1: not judged yet).
   bool keeps_verdicts{false};
   mutable std::vector<std::int8_t> verdicts;
+  std::uint32_t gen{0};  // how many times its slot was taken by another group: group_by_cons' entries of an earlier one are stale
+  bool listed{false};    // in Book::free_groups (since users last fell to 0; it may have users again)
 };
 
 // A pool's resting asks in no order (each LiveOrder keeps its index, book_slot; erase moves the last one into
@@ -866,12 +886,27 @@ struct RunIndex {
 struct Book {
   MarketSpec spec;
   bool halted{false};
-  std::vector<BidGroup> bid_groups;       // resting bids, by constraint group (never removed)
+  std::vector<BidGroup> bid_groups;       // resting bids, by constraint group (a group without users gives way)
+  std::vector<int> free_groups;            // groups that had no users when listed (BidGroup::listed), each once
   std::map<std::string, int> group_index;  // constraint_key(rep) -> index in bid_groups
   int unconstrained_group{-1};             // the group of bids without constraints, once one rested
-  // Interned constraint sets (RestRequest::cons) of bids that rested, with their group: held, so that an
-  // address is not reused for other constraints while it is here (cleared when it grows past 4,096).
-  std::unordered_map<const BidConstraints*, std::pair<ConsRef, int>> group_by_cons;
+  // Interned constraint sets (RestRequest::cons) of bids that rested, with their group and its slot's `gen`
+  // (an entry of a freed slot is stale): held, so that an address is not reused for other constraints while it
+  // is here (cleared when it grows past 4,096).
+  struct CachedGroup {
+    ConsRef cons;
+    int group{-1};
+    std::uint32_t gen{0};
+  };
+  std::unordered_map<const BidConstraints*, CachedGroup> group_by_cons;
+  // The group cached for constraint set `c`, or -1.
+  int cached_group(const BidConstraints* c) const {
+    auto it = group_by_cons.find(c);
+    if (it == group_by_cons.end() || bid_groups[static_cast<std::size_t>(it->second.group)].gen != it->second.gen) {
+      return -1;
+    }
+    return it->second.group;
+  }
   std::map<PoolId, const LivePool*> spot_pools;  // its spot pools not retired (Impl::pools never erases one)
   // Pools with resting asks (order irrelevant: walks merge by key), each with the lowest effective price
   // among them, so that a walk skips a pool priced out without touching it.
@@ -1273,7 +1308,7 @@ struct Engine::Impl {
       std::erase_if(interned, [](const auto& e) { return e.second->refs == 0; });
       sweep_at = std::max<std::size_t>(1024, 2 * interned.size());
     }
-    auto it = interned.emplace(h, std::make_unique<InternedCons>(InternedCons{c, 0}));
+    auto it = interned.emplace(h, std::make_unique<InternedCons>(InternedCons{c, 0, {}}));
     return ConsRef(it->second.get());
   }
 
@@ -1592,6 +1627,24 @@ struct Engine::Impl {
   std::map<std::string, std::uint32_t, std::less<>> region_numbers;
   std::uint32_t region_number(const std::string& r) {
     return region_numbers.try_emplace(r, static_cast<std::uint32_t>(region_numbers.size())).first->second;
+  }
+  // The numbers of the regions of a bid that rests, which has some (once per constraint set: a walk and a hook
+  // no longer look each region's name up in the map).
+  const std::vector<std::uint32_t>& region_nums(const RestOrder& o) {
+    const InternedCons& ic = o.request.cons.interned();
+    if (ic.regions.size() != ic.c.regions.size()) {
+      ic.regions.clear();
+      for (const std::string& r : ic.c.regions) ic.regions.push_back(region_number(r));
+    }
+    return ic.regions;
+  }
+  // The same for a bid that may not rest yet (`c`, its constraints, name regions): the numbers kept, else
+  // region_numbers_of's into `scratch`.
+  const std::vector<std::uint32_t>& known_region_nums(const RestOrder& bid, std::vector<std::uint32_t>& scratch) const {
+    const InternedCons& ic = bid.request.cons.interned();
+    if (ic.regions.size() == ic.c.regions.size()) return ic.regions;
+    region_numbers_of(ic.c, scratch);
+    return scratch;
   }
   // The sets of region number n in a group's by_region (added if need be).
   static BidSets& by_number(std::vector<std::unique_ptr<BidSets>>& v, std::uint32_t n) {
@@ -1964,9 +2017,9 @@ struct Engine::Impl {
     const Seconds we = bid_end(bid);
     // The kept verdicts of the bid's group, when c is the bid's own constraints and their group is known.
     const BidGroup* group = &c == &bid.request.constraints() ? known_group(b, bid) : nullptr;
-    const std::vector<std::uint32_t>& regions = scratch.regions;
     scratch.regions.clear();
-    if (group && !c.regions.empty()) region_numbers_of(c, scratch.regions);
+    const std::vector<std::uint32_t>& regions =
+        group && !c.regions.empty() ? known_region_nums(bid, scratch.regions) : scratch.regions;
     if (!bid.is_duration_bid()) {
       // window_fits needs ws >= now and we > ws whatever the ask.
       if (ws < now || we <= ws) return;
@@ -2111,15 +2164,48 @@ struct Engine::Impl {
     }
   }
 
-  static int group_of(Book& b, const BidConstraints& c) {
+  // The group of constraints `c` (regions apart), made if need be in the slot of a listed group still without
+  // users (which gives way: its sets, verdicts and key go), else in a new one; the bid joins it (users).
+  static int join_group(Book& b, const BidConstraints& c) {
     BidConstraints rep = c;
     rep.regions.clear();
-    auto [it, inserted] = b.group_index.try_emplace(constraint_key(rep), static_cast<int>(b.bid_groups.size()));
+    auto [it, inserted] = b.group_index.try_emplace(constraint_key(rep), -1);
     if (inserted) {
       const bool energy = rep.green_only || rep.max_pue_x1000 || rep.min_renewable_pct_x100 || rep.max_carbon_g_per_kwh_x100;
-      b.bid_groups.push_back(BidGroup{std::move(rep), 0, {}, {}, !energy, {}});
+      BidGroup fresh;
+      fresh.rep = std::move(rep);
+      fresh.keeps_verdicts = !energy;
+      BidGroup* slot = nullptr;
+      while (!slot && !b.free_groups.empty()) {
+        const int f = b.free_groups.back();
+        b.free_groups.pop_back();
+        BidGroup& g = b.bid_groups[static_cast<std::size_t>(f)];
+        g.listed = false;
+        if (g.users == 0) {
+          slot = &g;
+          it->second = f;
+        }
+      }
+      if (slot) {
+        b.group_index.erase(constraint_key(slot->rep));
+        fresh.gen = slot->gen + 1;
+        *slot = std::move(fresh);
+      } else {
+        it->second = static_cast<int>(b.bid_groups.size());
+        b.bid_groups.push_back(std::move(fresh));
+      }
     }
+    ++b.bid_groups[static_cast<std::size_t>(it->second)].users;
     return it->second;
+  }
+
+  // A bid ended: it leaves its group, listed in free_groups if it was the last.
+  static void leave_group(Book& b, LiveOrder& lo) {
+    const int gi = std::exchange(lo.bid_group, -1);
+    BidGroup& g = b.bid_groups[static_cast<std::size_t>(gi)];
+    if (--g.users > 0 || gi == b.unconstrained_group || g.listed) return;
+    g.listed = true;
+    b.free_groups.push_back(gi);
   }
 
   // Sets up `walk` over the resting bids of `b` that `pool` satisfies (the groups it satisfies, their
@@ -2138,11 +2224,7 @@ struct Engine::Impl {
 
   // The group of a bid's constraints if one is known (a bid with equal constraints rested), else null.
   const BidGroup* known_group(const Book& b, const RestOrder& bid) const {
-    int g = b.unconstrained_group;
-    if (bid.request.cons) {
-      auto it = b.group_by_cons.find(&*bid.request.cons);
-      g = it == b.group_by_cons.end() ? -1 : it->second.second;
-    }
+    const int g = bid.request.cons ? b.cached_group(&*bid.request.cons) : b.unconstrained_group;
     return g < 0 ? nullptr : &b.bid_groups[static_cast<std::size_t>(g)];
   }
 
@@ -2207,7 +2289,7 @@ struct Engine::Impl {
     const Seconds from = walk.from();
     const Seconds to = walk.to();
     const Seconds min = walk.min_duration();
-    if (ix.size == 0 || to <= from) return;
+    if (ix.best < floor.value || to <= from) return;
     const std::int64_t last = run_slot(to);
     for (auto row = ix.rows.lower_bound(run_slot(from)); row != ix.rows.end() && row->first <= last; ++row) {
       for (auto cell = row->second.begin(); cell != row->second.end() && cell->first <= last; ++cell) {
@@ -2236,7 +2318,7 @@ struct Engine::Impl {
     if (regions.empty()) {
       f(g.any.fixed);
     } else {
-      for (const std::string& r : regions) f(by_number(g.by_region, region_number(r)).fixed);
+      for (std::uint32_t r : region_nums(lo.o)) f(by_number(g.by_region, r).fixed);
     }
   }
   void index_bid(Book& b, const LiveOrder& lo) {
@@ -2247,6 +2329,7 @@ struct Engine::Impl {
       cell.bids.insert(e);
       if (cell.bids.size() != n + 1) throw std::logic_error("fixed bid index: entry already in");
       cell.best = std::max(cell.best, e.price.value);
+      ix.best = std::max(ix.best, e.price.value);
       ++ix.size;
     });
   }
@@ -2268,6 +2351,7 @@ struct Engine::Impl {
       } else {
         c.best = c.bids.begin()->price.value;
       }
+      if (e.price.value == ix.best) ix.refresh_best();  // it may have been the highest
     });
   }
 
@@ -2355,7 +2439,7 @@ struct Engine::Impl {
       } else if (regions.empty()) {
         g.any.duration.erase(k);
       } else {
-        for (const std::string& r : regions) by_number(g.by_region, region_number(r)).duration.erase(k);
+        for (std::uint32_t r : region_nums(lo.o)) by_number(g.by_region, r).duration.erase(k);
       }
     } else {
       const AskKey k{lo.o.effective_price, lo.o.priority, lo.o.id};
@@ -2588,16 +2672,23 @@ struct Engine::Impl {
                          dur ? *o.request.duration() : Seconds(0)};
           if (lo.bid_group < 0) {
             if (o.request.cons) {
-              auto it = b.group_by_cons.find(&*o.request.cons);
-              if (it != b.group_by_cons.end()) {
-                lo.bid_group = it->second.second;
+              const int cached = b.cached_group(&*o.request.cons);
+              if (cached >= 0) {
+                lo.bid_group = cached;
+                ++b.bid_groups[static_cast<std::size_t>(cached)].users;
               } else {
-                lo.bid_group = group_of(b, *o.request.cons);
+                lo.bid_group = join_group(b, *o.request.cons);
                 if (b.group_by_cons.size() >= 4096) b.group_by_cons.clear();
-                b.group_by_cons.emplace(&*o.request.cons, std::make_pair(o.request.cons, lo.bid_group));
+                b.group_by_cons.insert_or_assign(
+                    &*o.request.cons,
+                    Book::CachedGroup{o.request.cons, lo.bid_group, b.bid_groups[static_cast<std::size_t>(lo.bid_group)].gen});
               }
             } else {  // most bids: no key to build
-              if (b.unconstrained_group < 0) b.unconstrained_group = group_of(b, RestRequest::no_constraints());
+              if (b.unconstrained_group < 0) {
+                b.unconstrained_group = join_group(b, RestRequest::no_constraints());
+              } else {
+                ++b.bid_groups[static_cast<std::size_t>(b.unconstrained_group)].users;
+              }
               lo.bid_group = b.unconstrained_group;
             }
           }
@@ -2612,7 +2703,7 @@ struct Engine::Impl {
           } else if (regions.empty()) {
             g.any.duration.insert(k);
           } else {
-            for (const std::string& r : regions) by_number(g.by_region, region_number(r)).duration.insert(k);
+            for (std::uint32_t r : region_nums(o)) by_number(g.by_region, r).duration.insert(k);
           }
         } else {
           LivePool& lp = *lo.pool;
@@ -2646,6 +2737,7 @@ struct Engine::Impl {
     if (lo.closed) return;
     lo.closed = true;
     if (o.is_sell()) close_ask(lo);
+    if (o.is_buy() && lo.bid_group >= 0) leave_group(*o.book, lo);
     account(o.account).orders.remove(lo, &LiveOrder::account_slot);
     if (o.request.has_client_order_id()) {
       const CidKey k{o.account, o.request.cold->client_order_id};
@@ -4056,20 +4148,51 @@ struct Engine::Impl {
       for (const auto& [cons, cached] : b.group_by_cons) {
         BidConstraints rep = *cons;
         rep.regions.clear();
-        if (cons != &*cached.first || cached.second < 0 || static_cast<std::size_t>(cached.second) >= b.bid_groups.size() ||
-            !(b.bid_groups[static_cast<std::size_t>(cached.second)].rep == rep)) {
+        if (cons != &*cached.cons || cached.group < 0 || static_cast<std::size_t>(cached.group) >= b.bid_groups.size()) {
+          fail("constraint set cached in no group");
+        } else if (b.cached_group(cons) >= 0 && !(b.bid_groups[static_cast<std::size_t>(cached.group)].rep == rep)) {
           fail("constraint set cached in the wrong group");
         }
       }
+      // Each group has the open bids that name it and is indexed by its key; one without them is listed once.
+      std::vector<std::int64_t> users(b.bid_groups.size(), 0);
+      for (const LiveOrder& lo : orders) {
+        if (!lo.o.is_buy() || lo.o.book != &b || lo.bid_group < 0) continue;
+        if (!lo.o.is_open() || static_cast<std::size_t>(lo.bid_group) >= users.size()) {
+          fail("bid " + std::to_string(lo.o.id.value) + " holds a group it should not");
+        } else {
+          ++users[static_cast<std::size_t>(lo.bid_group)];
+        }
+      }
+      std::vector<bool> listed(b.bid_groups.size(), false);
+      for (int f : b.free_groups) {
+        if (f < 0 || static_cast<std::size_t>(f) >= listed.size() || listed[static_cast<std::size_t>(f)]) {
+          fail("constraint group listed wrong");
+        } else {
+          listed[static_cast<std::size_t>(f)] = true;
+        }
+      }
+      for (std::size_t i = 0; i < b.bid_groups.size(); ++i) {
+        const BidGroup& g = b.bid_groups[i];
+        auto key = b.group_index.find(constraint_key(g.rep));
+        if (g.users != users[i] || g.listed != listed[i] || g.resting > g.users ||
+            (g.users == 0 && !g.listed && static_cast<int>(i) != b.unconstrained_group) ||
+            key == b.group_index.end() || key->second != static_cast<int>(i)) {
+          fail("constraint group " + std::to_string(i) + " kept wrong");
+        }
+      }
+      if (b.group_index.size() != b.bid_groups.size()) fail("constraint group index out of step");
       // The fixed bid indexes hold only the entries counted above (each found in its cell there), in order.
       std::size_t bid_entries = 0;
       const auto check_bids = [&](const BidIndex& ix) {
         std::size_t n = 0;
+        std::int64_t top = std::numeric_limits<std::int64_t>::min();
         for (const auto& [start_week, row] : ix.rows) {
           if (row.empty()) fail("fixed bid index: empty row");
           for (const auto& [end_week, cell] : row) {
             if (cell.bids.empty()) fail("fixed bid index: empty cell");
             if (!cell.bids.empty() && cell.best != cell.bids.begin()->price.value) fail("fixed bid index: best out of step");
+            top = std::max(top, cell.best);
             const BidEntry* prev = nullptr;
             for (const BidEntry& e : cell.bids) {
               if (prev && !BidEntryLess{}(*prev, e)) fail("fixed bid index: cell out of order");
@@ -4080,6 +4203,7 @@ struct Engine::Impl {
           }
         }
         if (n != ix.size) fail("fixed bid index: size out of step");
+        if (top != ix.best) fail("fixed bid index: its best out of step");
         bid_entries += n;
       };
       for (const BidGroup& g : b.bid_groups) {
@@ -4329,6 +4453,11 @@ std::optional<Order> Engine::order_now(OrderId id) const {
   impl_->refresh_ask_accounting(out);
   if (!out.is_buy()) out.free.trim_before(std::max(impl_->now, out.window_start));
   return out;
+}
+
+std::size_t Engine::constraint_groups(const MarketId& market) const {
+  auto it = impl_->books.find(market);
+  return it == impl_->books.end() ? 0 : it->second.bid_groups.size();
 }
 
 std::size_t Engine::live_pools(AccountId provider) const {

@@ -267,6 +267,10 @@ class Engine {
   // No resting bid and ask of a non-halted market are mutually eligible and crossed. Views equal a
   // recomputation from the resting orders.
   std::string check_invariants() const;
+  // The constraint groups a market's book keeps for its bids, with open bids or not: as many as the distinct
+  // constraint sets (regions apart) its open bids had at once, not as it ever saw (for tests; 0 for an
+  // unknown market).
+  std::size_t constraint_groups(const MarketId& market) const;
 
   EngineState snapshot() const;
   static Engine restore(EngineConfig config, const EngineState& state);

@@ -139,3 +139,36 @@ TEST_CASE("single_pool is all-or-none and requires ioc or fok", "[constraints][s
   bid.time_in_force = TimeInForce::gtc;
   CHECK(f.order(f.place(kBuyer, bid)).reason == Reason::invalid_field);
 }
+
+TEST_CASE("a book keeps the constraint groups of its open bids, not of every constraint set it saw", "[constraints]") {
+  // The engine's memory grows with the distinct constraint sets of the bids resting, not with those ever seen:
+  // thousands of sets, each placed and then cancelled or filled, leave no more groups than rest at once.
+  Fixture f;
+  const PoolId pool = f.add_pool(kProvider, pool_spec(8, 1));  // 400 Gb/s fabric
+  const auto with = [](OrderRequest r, std::int32_t gbps) {
+    r.constraints.min_fabric_gbps = gbps;
+    return r;
+  };
+  const OrderId kept = f.place(kBuyer, with(buy_duration(usd4(10000), 1, H), 1));  // rests throughout
+  for (std::int32_t i = 2; i < 3000; ++i) {
+    OrderRequest r = i % 2 ? buy_duration(usd4(10000), 1, H) : buy_window(usd4(10000), 1, T0 + H, T0 + 2 * H);
+    if (i % 3 == 0) r.constraints.regions = {"US", "FR"};
+    const OrderId id = f.place(kBuyer2, with(r, i));
+    REQUIRE(f.status(id) == OrderStatus::open);
+    f.run(kBuyer2, Cancel{id});
+  }
+  CHECK(f.engine().constraint_groups(kH100) <= 2);
+  // A slot freed and taken again serves its new set's bids: one filled (which frees its group) ...
+  const OrderId again = f.place(kBuyer2, with(buy_window(usd4(20000), 1, T0 + H, T0 + 2 * H), 7));
+  f.place(kProvider, sell(pool, usd4(15000), 1, T0, T0 + 10 * H));
+  auto trades = trades_of(f.events());
+  REQUIRE(trades.size() == 1);
+  CHECK(trades[0].buy_order == again);
+  CHECK(f.status(again) == OrderStatus::filled);
+  // ... and the group kept throughout still finds its bid.
+  f.place(kProvider, sell(pool, usd4(9000), 1, T0, T0 + 10 * H));
+  trades = trades_of(f.events());
+  REQUIRE(trades.size() == 1);
+  CHECK(trades[0].buy_order == kept);
+  CHECK(f.engine().constraint_groups(kH100) <= 2);
+}
