@@ -643,8 +643,7 @@ struct LivePool {
   // could use now (spot_now), in ask priority order.
   std::int64_t book_count{0};
   AskSet book_spot_asks;
-  // Its market's key in Impl::books and its book (a pool's market never changes), once looked up.
-  const MarketId* market{nullptr};
+  // Its market's book (a pool's market never changes), once looked up.
   Book* book{nullptr};
   // Its number in its Book's RunIndex (the maximum until its first ask is indexed).
   mutable std::uint32_t run_number{std::numeric_limits<std::uint32_t>::max()};
@@ -1312,26 +1311,26 @@ struct Engine::Impl {
     return ConsRef(it->second.get());
   }
 
-  // The interned market id (a key of `books`, whose nodes never move) and its book. Mutable access from
+  // The book of market `m` (`books`' nodes never move; Book::key is its interned id). Mutable access from
   // a const method: quote() builds a transient order that only reads its book.
-  std::pair<const MarketId*, Book*> market_key(const MarketId& m) const {
+  Book* book_of(const MarketId& m) const {
     auto it = books.find(m);
     if (it == books.end()) throw std::out_of_range("unknown market " + m.value);
-    return {&it->first, const_cast<Book*>(&it->second)};
+    return const_cast<Book*>(&it->second);
   }
 
-  RestOrder rest_of(Order&& o) const { return rest_of(std::move(o), o.request, market_key(o.market)); }
+  RestOrder rest_of(Order&& o) const { return rest_of(std::move(o), o.request, book_of(o.market)); }
 
-  // The same from the order's request apart (`o.request` unused) and its interned market.
-  RestOrder rest_of(Order&& o, const OrderRequest& q, std::pair<const MarketId*, Book*> market) const {
+  // The same from the order's request apart (`o.request` unused) and its market's book.
+  RestOrder rest_of(Order&& o, const OrderRequest& q, Book* book) const {
     RestOrder r;
-    rest_into(r, std::move(o), q, market);
+    rest_into(r, std::move(o), q, book);
     return r;
   }
 
   // Fills `r` (default-constructed) as rest_of() would return it.
-  void rest_into(RestOrder& r, Order&& o, const OrderRequest& q, std::pair<const MarketId*, Book*> market) const {
-    request_into(r, q, market, o.body_hash, o.window_end);
+  void rest_into(RestOrder& r, Order&& o, const OrderRequest& q, Book* book) const {
+    request_into(r, q, book, o.body_hash, o.window_end);
     r.id = o.id;
     r.account = o.account;
     r.window_start = o.window_start;
@@ -1362,9 +1361,9 @@ struct Engine::Impl {
     r.free = std::move(o.free);
   }
 
-  // The request part of rest_into(): r.request and r.book from `q` and its interned market, and
+  // The request part of rest_into(): r.request and r.book from `q` and its market's book, and
   // the order's body hash; `window_end`: the order's (where its request's end is kept when they are equal).
-  void request_into(RestOrder& r, const OrderRequest& q, std::pair<const MarketId*, Book*> market,
+  void request_into(RestOrder& r, const OrderRequest& q, Book* book,
                     std::uint64_t hash, Seconds window_end) const {
     RestRequest& rq = r.request;
     rq.side = q.side;
@@ -1393,9 +1392,9 @@ struct Engine::Impl {
     }
     if (q.expire_at) rq.has |= RestRequest::kExpire;
     rq.cons = intern(q.constraints);
-    r.book = market.second;
+    r.book = book;
     using MK = RestRequest::MarketKind;
-    rq.market_kind = q.market.value.empty() ? MK::empty : q.market == *market.first ? MK::resolved : MK::cold;
+    rq.market_kind = q.market.value.empty() ? MK::empty : q.market == *book->key ? MK::resolved : MK::cold;
     if (!q.client_order_id.empty() || rq.market_kind == MK::cold || q.expire_at || both || cold_end || hash != 0) {
       auto cold = std::make_unique<RestCold>();
       cold->client_order_id = q.client_order_id;
@@ -2165,8 +2164,8 @@ struct Engine::Impl {
   }
 
   // The group of constraints `c` (regions apart), made if need be in the slot of a listed group still without
-  // users (which gives way: its sets, verdicts and key go), else in a new one; the bid joins it (users).
-  static int join_group(Book& b, const BidConstraints& c) {
+  // users (which gives way: its sets, verdicts and key go), else in a new one.
+  static int group_for(Book& b, const BidConstraints& c) {
     BidConstraints rep = c;
     rep.regions.clear();
     auto [it, inserted] = b.group_index.try_emplace(constraint_key(rep), -1);
@@ -2195,7 +2194,6 @@ struct Engine::Impl {
         b.bid_groups.push_back(std::move(fresh));
       }
     }
-    ++b.bid_groups[static_cast<std::size_t>(it->second)].users;
     return it->second;
   }
 
@@ -2672,25 +2670,19 @@ struct Engine::Impl {
                          dur ? *o.request.duration() : Seconds(0)};
           if (lo.bid_group < 0) {
             if (o.request.cons) {
-              const int cached = b.cached_group(&*o.request.cons);
-              if (cached >= 0) {
-                lo.bid_group = cached;
-                ++b.bid_groups[static_cast<std::size_t>(cached)].users;
-              } else {
-                lo.bid_group = join_group(b, *o.request.cons);
+              lo.bid_group = b.cached_group(&*o.request.cons);
+              if (lo.bid_group < 0) {
+                lo.bid_group = group_for(b, *o.request.cons);
                 if (b.group_by_cons.size() >= 4096) b.group_by_cons.clear();
                 b.group_by_cons.insert_or_assign(
                     &*o.request.cons,
                     Book::CachedGroup{o.request.cons, lo.bid_group, b.bid_groups[static_cast<std::size_t>(lo.bid_group)].gen});
               }
             } else {  // most bids: no key to build
-              if (b.unconstrained_group < 0) {
-                b.unconstrained_group = join_group(b, RestRequest::no_constraints());
-              } else {
-                ++b.bid_groups[static_cast<std::size_t>(b.unconstrained_group)].users;
-              }
+              if (b.unconstrained_group < 0) b.unconstrained_group = group_for(b, RestRequest::no_constraints());
               lo.bid_group = b.unconstrained_group;
             }
+            ++b.bid_groups[static_cast<std::size_t>(lo.bid_group)].users;  // until it ends (leave_group)
           }
           BidGroup& g = b.bid_groups[static_cast<std::size_t>(lo.bid_group)];
           ++g.resting;
@@ -3401,11 +3393,11 @@ struct Engine::Impl {
     LivePool* pool{nullptr};  // sell: its pool
   };
 
-  // The market a bid named last, interned (books are never erased): most placements name the same one.
-  std::pair<const MarketId*, Book*> last_market{nullptr, nullptr};
+  // The book of the market a bid named last (books are never erased): most placements name the same one.
+  Book* last_book{nullptr};
 
-  Reason validate(const OrderRequest& r, Geometry& o, const Command& cmd, std::pair<const MarketId*, Book*>& market,
-                  const Account& a) {
+  // `market`: the order's book, once known (also when the order is then refused).
+  Reason validate(const OrderRequest& r, Geometry& o, const Command& cmd, Book*& market, const Account& a) {
     if (r.price.value <= 0 || r.quantity.value <= 0 || r.min_chunk.value <= 0) return Reason::invalid_field;
     if (r.price.value > 1'000'000'000'000 || r.quantity.value > 100'000'000) return Reason::invalid_field;
     if (r.min_duration.value < 0) return Reason::invalid_field;
@@ -3422,12 +3414,12 @@ struct Engine::Impl {
           r.time_in_force != TimeInForce::fok) {
         return Reason::invalid_field;
       }
-      if (last_market.first && *last_market.first == r.market) {
-        market = last_market;
+      if (last_book && *last_book->key == r.market) {
+        market = last_book;
       } else {
         auto b = books.find(r.market);
         if (b == books.end()) return Reason::not_found;
-        market = last_market = {&b->first, &b->second};
+        market = last_book = &b->second;
       }
     } else {
       if (!r.start || !r.end || r.duration) return Reason::invalid_field;
@@ -3435,11 +3427,11 @@ struct Engine::Impl {
       auto p = pools.find(r.pool);
       if (p == pools.end() || p->second.p.provider != cmd.account || p->second.p.retired) return Reason::not_found;
       LivePool& lp = p->second;
-      if (!lp.book) std::tie(lp.market, lp.book) = market_key(lp.p.spec.market);
-      market = {lp.market, lp.book};
+      if (!lp.book) lp.book = book_of(lp.p.spec.market);
+      market = lp.book;
       o.pool = &lp;
     }
-    const Book& book = *market.second;
+    const Book& book = *market;
     if (book.halted) return Reason::market_halted;
     if (r.price.value % book.spec.tick.value != 0) return Reason::off_tick;
     if (r.quantity.value % r.min_chunk.value != 0) return Reason::quantity_not_multiple_of_chunk;
@@ -3513,14 +3505,14 @@ struct Engine::Impl {
     }
     // No staging Order: validate() works out the geometry, and an accepted order is built in its slot.
     Geometry g;
-    std::pair<const MarketId*, Book*> market{nullptr, nullptr};
+    Book* market = nullptr;
     Account& acct = account(cmd.account);
     const Reason bad = validate(r, g, cmd, market, acct);
     if (bad != Reason::none) {
       Order o;
       stamp_placed(o, cmd, r, h);
       o.request = r;
-      if (market.first) o.market = *market.first;
+      if (market) o.market = *market->key;
       o.status = OrderStatus::rejected;
       o.reason = bad;
       o.remaining = o.is_buy() ? r.quantity : Qty(0);  // filled + remaining = quantity, always
@@ -3543,7 +3535,7 @@ struct Engine::Impl {
       o.green_discount_bps = lp.p.green_discount_bps;
       // No discount: the list price itself (validate() checked that it is on the tick).
       o.effective_price = lp.p.green_discount_bps == 0 ? r.price
-                                                        : discounted(r.price, lp.p.green_discount_bps, market.second->spec.tick);
+                                                        : discounted(r.price, lp.p.green_discount_bps, market->spec.tick);
       o.free = Steps(o.window_start, o.window_end, r.quantity.value);
       o.filled_gpu_seconds = 0;  // the sell's members of the shared storage (see RestOrder)
       o.total_gpu_seconds = r.quantity.value * (o.window_end - o.window_start).value;
