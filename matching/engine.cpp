@@ -139,25 +139,42 @@ struct RestCold {
   std::uint64_t body_hash{0};
 };
 
-// An order's own RestCold (8 bytes, not a shared_ptr's 16): a copy of the order copies it. Rare (most
-// orders have none) and never changed once made.
-class ColdRef {
+// A record an order owns alone (8 bytes, not a shared_ptr's 16): a copy of the order copies it; null when
+// there is none.
+template <class T>
+class Owned {
  public:
-  ColdRef() = default;
-  explicit ColdRef(std::unique_ptr<const RestCold> p) : p_(std::move(p)) {}
-  ColdRef(const ColdRef& o) : p_(o.p_ ? std::make_unique<const RestCold>(*o.p_) : nullptr) {}
-  ColdRef& operator=(const ColdRef& o) {
-    if (this != &o) p_ = o.p_ ? std::make_unique<const RestCold>(*o.p_) : nullptr;
+  Owned() = default;
+  explicit Owned(std::unique_ptr<T> p) : p_(std::move(p)) {}
+  Owned(const Owned& o) : p_(o.p_ ? std::make_unique<T>(*o.p_) : nullptr) {}
+  Owned& operator=(const Owned& o) {
+    if (this != &o) p_ = o.p_ ? std::make_unique<T>(*o.p_) : nullptr;
     return *this;
   }
-  ColdRef(ColdRef&&) noexcept = default;
-  ColdRef& operator=(ColdRef&&) noexcept = default;
-  ~ColdRef() = default;
-  const RestCold* operator->() const { return p_.get(); }
+  Owned(Owned&&) noexcept = default;
+  Owned& operator=(Owned&&) noexcept = default;
+  ~Owned() = default;
+  const T* operator->() const { return p_.get(); }
+  T* operator->() { return p_.get(); }
+  const T& operator*() const { return *p_; }
+  T& operator*() { return *p_; }
   explicit operator bool() const { return p_ != nullptr; }
 
  private:
-  std::unique_ptr<const RestCold> p_;
+  std::unique_ptr<T> p_;
+};
+
+// An order's RestCold: rare (most orders have none) and never changed once made.
+using ColdRef = Owned<const RestCold>;
+
+// What only an ask keeps (Order's fields; a bid's are 0 or empty in every state this engine makes), apart
+// from the order: 40 bytes less in every order, a 48-byte record per ask (56 % of a realistic book).
+struct AskSide {
+  Steps free;  // its free capacity
+  std::int64_t total_gpu_seconds{0};
+  std::int64_t lapsed_gpu_seconds{0};
+  std::int64_t cancelled_gpu_seconds{0};
+  Owned<std::vector<LeaseId>> sold;  // leases it created (some may have ended); null or empty: none
 };
 
 // An interned constraint set and the number of orders (ConsRef) that use it. Impl::interned owns it and
@@ -276,10 +293,7 @@ struct RestOrder {
     Qty remaining{};
     std::int64_t free_gpu_seconds;
   };
-  std::int64_t total_gpu_seconds{0};
-  std::int64_t lapsed_gpu_seconds{0};
-  std::int64_t cancelled_gpu_seconds{0};
-  Steps free;
+  Owned<AskSide> ask;  // a sell's from its placement on; a bid's null (unless a snapshot gave it any of them)
 
   Qty filled_gpus() const { return is_buy() ? filled : Qty(0); }
   Qty remaining_gpus() const { return is_buy() ? remaining : Qty(0); }
@@ -307,7 +321,6 @@ struct LiveOrder {
   [[no_unique_address]] Shown shown;
   bool in_book{false};  // in the tail padding of `shown`
   Seconds timer{-1};
-  std::unique_ptr<std::vector<LeaseId>> sold;  // sell: leases it created (some may have ended); null: none
   // Sell: its pool, from its placement on (a sell's pool never changes, and Impl::pools, a std::map, never
   // erases a pool), so a sell's pool is never looked up by id; in its AskPool while in_book.
   LivePool* pool{nullptr};
@@ -1241,7 +1254,10 @@ struct Engine::Impl {
   std::vector<Timer> timers;  // a min-heap (std::greater); stale entries are skipped when they fire
   std::map<CidKey, OrderId> open_cids;
   std::map<CidKey, Finished> finished_cids;
-  std::vector<OrderId> dead;
+  std::vector<LiveOrder*> dead;  // closed this command: erased at its end (addresses are stable until then)
+  // Ask records of erased orders, reused with their room (a placement then allocates neither the record nor
+  // its free capacity's array).
+  std::vector<Owned<AskSide>> spare_asks;
   EventSink* sink_{nullptr};
   mutable std::deque<Order> query_orders;  // Engine::order()'s answers, until the next apply()
   mutable std::deque<Lease> query_leases;  // Engine::lease()'s answers, until the next apply()
@@ -1355,10 +1371,15 @@ struct Engine::Impl {
       r.filled_gpu_seconds = o.filled_gpu_seconds;
       r.free_gpu_seconds = o.free_gpu_seconds;
     }
-    r.total_gpu_seconds = o.total_gpu_seconds;
-    r.lapsed_gpu_seconds = o.lapsed_gpu_seconds;
-    r.cancelled_gpu_seconds = o.cancelled_gpu_seconds;
-    r.free = std::move(o.free);
+    // A bid's ask record only when the snapshot gave it something to keep (none the engine writes).
+    if (r.is_sell() || o.total_gpu_seconds != 0 || o.lapsed_gpu_seconds != 0 || o.cancelled_gpu_seconds != 0 ||
+        !o.free.empty()) {
+      r.ask = Owned(std::make_unique<AskSide>(AskSide{.free = std::move(o.free),
+                                                      .total_gpu_seconds = o.total_gpu_seconds,
+                                                      .lapsed_gpu_seconds = o.lapsed_gpu_seconds,
+                                                      .cancelled_gpu_seconds = o.cancelled_gpu_seconds,
+                                                      .sold = {}}));
+    }
   }
 
   // The request part of rest_into(): r.request and r.book from `q` and its market's book, and
@@ -1458,9 +1479,31 @@ struct Engine::Impl {
   };
   void emit_lease(const LiveLease& l) { sink_->emplace_back(std::in_place_type<LeaseChanged>, LeaseOf{l}); }
 
+  // A new ask's record: `qty` GPUs free over [from, to), nothing lapsed, cancelled or sold; a spare one
+  // when there is one.
+  Owned<AskSide> new_ask_side(Seconds from, Seconds to, Qty qty, std::int64_t total) {
+    if (spare_asks.empty()) {
+      return Owned(std::make_unique<AskSide>(AskSide{.free = Steps(from, to, qty.value),
+                                                     .total_gpu_seconds = total,
+                                                     .lapsed_gpu_seconds = 0,
+                                                     .cancelled_gpu_seconds = 0,
+                                                     .sold = {}}));
+    }
+    Owned<AskSide> a = std::move(spare_asks.back());
+    spare_asks.pop_back();
+    a->free.clear();
+    a->free.add(from, to, qty.value);
+    a->total_gpu_seconds = total;
+    a->lapsed_gpu_seconds = 0;
+    a->cancelled_gpu_seconds = 0;
+    if (a->sold) a->sold->clear();
+    return a;
+  }
+
   static void add_sold(LiveOrder& ask, LeaseId id) {
-    if (!ask.sold) ask.sold = std::make_unique<std::vector<LeaseId>>();
-    ask.sold->push_back(id);
+    auto& sold = ask.o.ask->sold;
+    if (!sold) sold = Owned(std::make_unique<std::vector<LeaseId>>());
+    sold->push_back(id);
   }
 
   // An order event built in place: the variant's alternative is constructed from an OrderOf, whose
@@ -1520,12 +1563,12 @@ struct Engine::Impl {
         .updated_at = r.updated_at,
         .filled = r.filled_gpus(),
         .remaining = r.remaining_gpus(),
-        .total_gpu_seconds = r.total_gpu_seconds,
+        .total_gpu_seconds = r.ask ? r.ask->total_gpu_seconds : 0,
         .filled_gpu_seconds = r.filled_seconds(),
-        .lapsed_gpu_seconds = r.lapsed_gpu_seconds,
+        .lapsed_gpu_seconds = r.ask ? r.ask->lapsed_gpu_seconds : 0,
         .free_gpu_seconds = r.free_seconds(),
-        .cancelled_gpu_seconds = r.cancelled_gpu_seconds,
-        .free = r.free,
+        .cancelled_gpu_seconds = r.ask ? r.ask->cancelled_gpu_seconds : 0,
+        .free = r.ask ? r.ask->free : Steps(),
         .body_hash = r.body_hash(),
     };
   }
@@ -1704,7 +1747,7 @@ struct Engine::Impl {
     const Seconds md = min_piece(a);
     if (ref + md > a.window_end) return Qty(0);
     // Over one second (min_duration 0 or 1) the least is the value at its start: pieces start and end on whole seconds.
-    const std::int64_t f = md == Seconds(1) ? a.free.at(ref) : a.free.min(ref, ref + md);
+    const std::int64_t f = md == Seconds(1) ? a.ask->free.at(ref) : a.ask->free.min(ref, ref + md);
     const std::int64_t lot = a.request.min_chunk.value;
     return Qty(f / lot * lot);
   }
@@ -1717,7 +1760,7 @@ struct Engine::Impl {
     bool in_run = false;
     Seconds run_from;
     Seconds run_end;
-    for (const Step& p : a.free.pieces()) {
+    for (const Step& p : a.ask->free.pieces()) {
       const Seconds s = std::max(p.from, from);
       const Seconds e = std::min(p.to, a.window_end);
       if (e <= s) continue;
@@ -1733,12 +1776,17 @@ struct Engine::Impl {
     return false;
   }
 
+  // An ask's own fields: a RestOrder's in its AskSide, an Order's in itself (the same names).
+  static AskSide& ask_of(RestOrder& a) { return *a.ask; }
+  static Order& ask_of(Order& a) { return a; }
+
   template <class O>  // RestOrder or Order
   void refresh_ask_accounting(O& a) const {
     if (a.is_buy() || !a.is_open()) return;
     const Seconds ref = std::max(now, a.window_start);
-    a.lapsed_gpu_seconds = a.free.integral(a.window_start, std::min(ref, a.window_end));
-    a.free_gpu_seconds = a.free.integral(ref, a.window_end);
+    auto& s = ask_of(a);
+    s.lapsed_gpu_seconds = s.free.integral(a.window_start, std::min(ref, a.window_end));
+    a.free_gpu_seconds = s.free.integral(ref, a.window_end);
   }
 
   // GPUs bid `b` can take from ask `a` over [ws, we), at most `cap`, in whole lots; 0 if not eligible.
@@ -1757,7 +1805,7 @@ struct Engine::Impl {
     if (we - ws < a.request.min_duration) return Qty(0);
     if (check_pool && !pool_satisfies(pool, b.request.constraints())) return Qty(0);
     const std::int64_t lot = std::lcm(b.request.min_chunk.value, a.request.min_chunk.value);
-    const std::int64_t q = std::min(cap.value, a.free.min(ws, we));
+    const std::int64_t q = std::min(cap.value, a.ask->free.min(ws, we));
     return Qty(q / lot * lot);
   }
 
@@ -1915,7 +1963,7 @@ struct Engine::Impl {
     consider(o.window_start);
     consider(o.window_end);
     consider(o.window_end - md + Seconds(1));
-    for (const Step& p : o.free.pieces()) {
+    for (const Step& p : o.ask->free.pieces()) {
       for (Seconds b : {p.from, p.to}) {
         consider(b);
         consider(b - md + Seconds(1));
@@ -1954,7 +2002,7 @@ struct Engine::Impl {
 
   // An ask a duration bid could use now: its window started and it has GPUs free at this instant. The
   // ask's timers fire at its start and at every step of its free capacity, so this stays current.
-  bool spot_now(const RestOrder& a) const { return a.window_start <= now && a.free.at(now) > 0; }
+  bool spot_now(const RestOrder& a) const { return a.window_start <= now && a.ask->free.at(now) > 0; }
 
   // Visits, in ask priority order, the resting asks of `b` a bid could use (a duration bid: those in
   // book_spot_asks) with effective <= limit whose pool satisfies `c` and whose window can hold the bid's
@@ -2498,7 +2546,7 @@ struct Engine::Impl {
     bool in_run = false;
     Seconds from{};
     Seconds last{};
-    for (const Step& p : a.free.pieces()) {
+    for (const Step& p : a.ask->free.pieces()) {
       if (p.gpus < lot) {
         if (in_run) f(from, last);
         in_run = false;
@@ -2625,7 +2673,7 @@ struct Engine::Impl {
     Seconds last{};
     Seconds run_from{};
     std::int64_t longest = 0;
-    for (const Step& p : a.free.pieces()) {
+    for (const Step& p : a.ask->free.pieces()) {
       if (p.gpus < lot) {
         in_run = false;
         continue;
@@ -2736,27 +2784,28 @@ struct Engine::Impl {
       open_cids.erase(k);
       finished_cids[k] = Finished{to_order(o), o.body_hash(), seq};
     }
-    dead.push_back(o.id);
+    dead.push_back(&lo);
   }
 
   // An ask ended: its free capacity ahead leaves the pool and is reported as cancelled GPU-seconds.
   void close_ask(LiveOrder& lo) {
     RestOrder& a = lo.o;
+    AskSide& s = *a.ask;
     LivePool& lp = *lo.pool;
     const Seconds from = std::max(now, a.window_start);
-    const std::int64_t past = a.free.integral(a.window_start, std::min(from, a.window_end));
-    const std::int64_t rest = a.free.integral(from, a.window_end);
-    for (const Step& p : a.free.pieces()) {
+    const std::int64_t past = s.free.integral(a.window_start, std::min(from, a.window_end));
+    const std::int64_t rest = s.free.integral(from, a.window_end);
+    for (const Step& p : s.free.pieces()) {
       if (p.to <= from) continue;
       lp.used.add(std::max(p.from, from), p.to, -p.gpus);
     }
-    a.free.clear_from(from);
-    a.lapsed_gpu_seconds = past;
-    a.cancelled_gpu_seconds += rest;  // the unsold rest ahead, however the ask ended
+    s.free.clear_from(from);
+    s.lapsed_gpu_seconds = past;
+    s.cancelled_gpu_seconds += rest;  // the unsold rest ahead, however the ask ended
     a.free_gpu_seconds = 0;
     lp.asks.remove(lo, &LiveOrder::pool_slot);
-    if (lo.sold) {
-      for (LeaseId lid : *lo.sold) {
+    if (s.sold) {
+      for (LeaseId lid : *s.sold) {
         auto it = leases.find(lid);
         if (it == leases.end()) continue;
         it->ask_list_price = a.request.price;
@@ -2870,8 +2919,8 @@ struct Engine::Impl {
   void execute_fill(LiveOrder& bid, LiveOrder& ask, Qty q, Seconds ws, Seconds we, Price price, Side taker) {
     const bool bid_in = unhook(bid, true);  // the maker stays in its place (the taker is in no book)
     const bool ask_in = unhook(ask, true);
-    ask.o.free.add(ws, we, -q.value);
-    if (ask.o.free.min(ws, we) < 0) throw std::logic_error("ask oversold");
+    ask.o.ask->free.add(ws, we, -q.value);
+    if (ask.o.ask->free.min(ws, we) < 0) throw std::logic_error("ask oversold");
     ask.o.filled_gpu_seconds += q.value * (we - ws).value;
     bid.o.filled += q;
     bid.o.remaining -= q;
@@ -3201,7 +3250,7 @@ struct Engine::Impl {
           stop_incoming_self_trade(ask, at_placement);
           return;
         }
-        trial.free.add(ws, we, -q.value);
+        trial.ask->free.add(ws, we, -q.value);
         plan.push_back(PlannedFill{bid.id, LeaseId(), q, ws, we, bid.request.price});
         complete = !ask_has_piece(trial);
       }
@@ -3536,12 +3585,12 @@ struct Engine::Impl {
       // No discount: the list price itself (validate() checked that it is on the tick).
       o.effective_price = lp.p.green_discount_bps == 0 ? r.price
                                                         : discounted(r.price, lp.p.green_discount_bps, market->spec.tick);
-      o.free = Steps(o.window_start, o.window_end, r.quantity.value);
+      const std::int64_t total = r.quantity.value * (o.window_end - o.window_start).value;
+      o.ask = new_ask_side(o.window_start, o.window_end, r.quantity, total);
       o.filled_gpu_seconds = 0;  // the sell's members of the shared storage (see RestOrder)
-      o.total_gpu_seconds = r.quantity.value * (o.window_end - o.window_start).value;
       // Its accounting as refresh_ask_accounting() finds it: its window starts at or after now (validate
       // clips it), so nothing has lapsed and all of it is free.
-      o.free_gpu_seconds = o.total_gpu_seconds;
+      o.free_gpu_seconds = total;
       lp.used.add(o.window_start, o.window_end, r.quantity.value);
       lp.used.trim_before(now);
       lp.asks.add(lo, &LiveOrder::pool_slot);
@@ -3634,9 +3683,9 @@ struct Engine::Impl {
         return reject_command(Reason::exposure_limit, o.id.value);
       }
     } else if (cut.value > 0) {
-      if (o.free.min(from, o.window_end) < cut.value) return reject_command(Reason::invalid_amend, o.id.value);
+      if (o.ask->free.min(from, o.window_end) < cut.value) return reject_command(Reason::invalid_amend, o.id.value);
       RestOrder trial = o;  // the cut must leave something to sell: nothing left is a cancel, as for bids
-      trial.free.add(from, o.window_end, -cut.value);
+      trial.ask->free.add(from, o.window_end, -cut.value);
       if (!ask_has_piece(trial)) return reject_command(Reason::invalid_amend, o.id.value);
     }
     const bool new_price = price != o.request.price;
@@ -3648,7 +3697,7 @@ struct Engine::Impl {
         trial.remaining = o.remaining - cut;
       } else {
         trial.effective_price = discounted(price, o.green_discount_bps, book.spec.tick);
-        trial.free.add(from, o.window_end, -cut.value);
+        trial.ask->free.add(from, o.window_end, -cut.value);
       }
       if (trial.is_buy() ? bid_would_take(trial) : ask_would_take(trial)) {
         return reject_command(Reason::would_take, o.id.value);
@@ -3660,9 +3709,9 @@ struct Engine::Impl {
       o.remaining -= cut;
     } else if (cut.value > 0) {
       LivePool& lp = *lo.pool;
-      o.free.add(from, o.window_end, -cut.value);
+      o.ask->free.add(from, o.window_end, -cut.value);
       lp.used.add(from, o.window_end, -cut.value);
-      o.cancelled_gpu_seconds += cut.value * std::max<std::int64_t>(0, (o.window_end - from).value);
+      o.ask->cancelled_gpu_seconds += cut.value * std::max<std::int64_t>(0, (o.window_end - from).value);
     }
     if (new_price) {
       o.request.price = price;
@@ -3830,7 +3879,10 @@ struct Engine::Impl {
     advance(cmd.now);
     std::visit([&](const auto& body) { on(cmd, body); }, cmd.body);
     flush_views();
-    for (OrderId id : dead) orders.erase(id);
+    for (LiveOrder* lo : dead) {
+      if (lo->o.ask) spare_asks.push_back(std::move(lo->o.ask));
+      orders.erase(lo->o.id);
+    }
     dead.clear();
     last_seq = std::max(last_seq, cmd.seq);
     sink_ = nullptr;
@@ -3922,11 +3974,11 @@ struct Engine::Impl {
       } else {
         RestOrder c = o;
         refresh_ask_accounting(c);
-        if (c.filled_gpu_seconds + c.lapsed_gpu_seconds + c.free_gpu_seconds + c.cancelled_gpu_seconds !=
-            c.total_gpu_seconds) {
+        if (c.filled_gpu_seconds + c.ask->lapsed_gpu_seconds + c.free_gpu_seconds + c.ask->cancelled_gpu_seconds !=
+            c.ask->total_gpu_seconds) {
           fail("ask accounting: " + to_string(to_order(c)));
         }
-        for (const Step& p : o.free.pieces()) {
+        for (const Step& p : o.ask->free.pieces()) {
           if (p.gpus < 0) fail("negative free: " + to_string(to_order(o)));
           held[o.request.pool].add(std::max(p.from, now), std::max(p.to, now), p.gpus);
         }
@@ -4502,7 +4554,7 @@ std::optional<PoolCapacity> Engine::pool_capacity(PoolId id, Seconds from, Secon
     c.leased.add(std::max(l.start, from), std::min(held_end, to), l.quantity.value);
   }
   for (const auto* ask : lp.asks.items) {
-    for (const Step& p : ask->o.free.pieces()) {
+    for (const Step& p : ask->o.ask->free.pieces()) {
       c.offered.add(std::max(p.from, from), std::min(p.to, to), p.gpus);
     }
   }

@@ -64,6 +64,8 @@ class Steps {
   void trim_before(Seconds t);
   // Sets the value to 0 from `t` on.
   void clear_from(Seconds t);
+  // Sets the value to 0 everywhere, keeping the room for pieces.
+  void clear() { n_ = 0; }
 
   std::span<const Step> pieces() const { return {p_, n_}; }
   bool empty() const { return n_ == 0; }
