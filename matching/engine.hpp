@@ -248,7 +248,8 @@ class Engine {
   const Pool* pool(PoolId id) const;
   std::optional<PoolCapacity> pool_capacity(PoolId id, Seconds from, Seconds to) const;
   // Dry run of a buy order for `account` at now(): the fills it would get, in priority order (all-or-
-  // none orders: all or nothing). Empty for an invalid or unfillable request, in a halted market, for a
+  // none orders: all or nothing). Empty for an invalid or unfillable request (among them a quantity over
+  // 100,000,000 GPUs or not a multiple of min_chunk, which a placement refuses), in a halted market, for a
   // post_only bid (it never takes) and for a gtd bid already expired: what the placement would get.
   std::vector<QuoteFill> quote(const OrderRequest& buy, AccountId account) const;
   bool halted(const MarketId& market) const;  // false for an unknown market

@@ -154,6 +154,36 @@ TEST_CASE("a quote rounds each fill down to the bid's chunk", "[quote]") {
   CHECK(fills[1].quantity == Qty(4));
 }
 
+TEST_CASE("a quote of a quantity a placement refuses is empty", "[quote]") {
+  Fixture f;
+  const PoolId us = f.add_pool(kProvider, spec_in("US"));
+  f.place(kProvider, sell(us, usd4(19000), 8, T0, T0 + 10 * H));
+  // A quantity in bounds gets what is on offer.
+  const auto some = f.engine().quote(buy_duration(usd4(20000), 10, H), kBuyer);
+  REQUIRE(some.size() == 1);
+  CHECK(some[0].quantity == Qty(8));
+
+  // Over the largest quantity an order may have: the placement is refused, so the quote is empty.
+  const OrderRequest huge = buy_duration(usd4(20000), 100'000'001, H);
+  CHECK(f.engine().quote(huge, kBuyer).empty());
+  CHECK(f.engine().quote(buy_duration(usd4(20000), 100'000'000, H), kBuyer).size() == 1);
+  const OrderId refused = f.place(kBuyer, huge);
+  CHECK(f.status(refused) == OrderStatus::rejected);
+  CHECK(f.order(refused).reason == Reason::invalid_field);
+
+  // Not a multiple of its lot: the same.
+  OrderRequest odd = buy_duration(usd4(20000), 9, H);
+  odd.min_chunk = Qty(2);
+  CHECK(f.engine().quote(odd, kBuyer).empty());
+  const OrderId odd_id = f.place(kBuyer, odd);
+  CHECK(f.status(odd_id) == OrderStatus::rejected);
+  CHECK(f.order(odd_id).reason == Reason::quantity_not_multiple_of_chunk);
+  odd.quantity = Qty(10);
+  const auto lots = f.engine().quote(odd, kBuyer);
+  REQUIRE(lots.size() == 1);
+  CHECK(lots[0].quantity == Qty(8));
+}
+
 TEST_CASE("a forward quote uses the fixed window, and a window already begun quotes nothing", "[quote]") {
   Fixture f;
   const PoolId pool = f.add_pool(kProvider, spec_in("US"));
