@@ -39,6 +39,7 @@ struct Qty32 {
   Qty32() = default;
   explicit Qty32(Qty q) : value(static_cast<std::int32_t>(q.value)) {}
   operator Qty() const { return Qty(value); }  // NOLINT(google-explicit-constructor): read as what it is
+  static bool holds(Qty q) { return q.value >= 0 && q.value <= kMaxQuantity; }
 };
 static_assert(kMaxQuantity <= std::numeric_limits<std::int32_t>::max());
 
@@ -597,7 +598,7 @@ struct RunBounds {
   }
 };
 
-// A live lease in the engine's compact form (176 bytes against the public Lease's 248): what a Lease holds
+// A live lease in the engine's compact form (168 bytes against the public Lease's 248): what a Lease holds
 // except what its pool gives (id, provider, market and tier are a pool's for life), `ends_at` and
 // `preempted_at` without their optionals' flags words (in `has`), and one amount for `owed` and `billed`
 // (a lease is billed when it ends, and owes nothing from then on). to_lease() builds the public Lease
@@ -612,7 +613,8 @@ struct LiveLease {
   LivePool* lp{nullptr};  // Impl::pools never erases a pool
   OrderId buy_order;
   OrderId sell_order;
-  Qty quantity;
+  Qty32 quantity;  // at most its bid's (validate's bound), as the ask's lot
+  Qty32 ask_min_chunk{Qty(1)};
   Seconds start;
   Seconds end;
   Price price;
@@ -623,7 +625,6 @@ struct LiveLease {
   Seconds ask_window_start;
   Seconds ask_window_end;
   Price ask_list_price;
-  Qty ask_min_chunk{1};
   Seconds ask_min_duration{0};
   std::int32_t green_discount_bps{0};
   Bucket bucket;
@@ -1361,8 +1362,7 @@ struct Engine::Impl {
   // Fills `r` (default-constructed) as rest_of() would return it.
   void rest_into(RestOrder& r, Order&& o, const OrderRequest& q, Book* book) const {
     // An open order's quantity and lot are within validate()'s bounds (kept as Qty32).
-    if (q.quantity.value < 0 || q.quantity.value > kMaxQuantity || q.min_chunk.value < 0 ||
-        q.min_chunk.value > kMaxQuantity) {
+    if (!Qty32::holds(q.quantity) || !Qty32::holds(q.min_chunk)) {
       throw std::invalid_argument("order " + std::to_string(o.id.value) + ": quantity or min_chunk out of bounds");
     }
     request_into(r, q, book, o.body_hash, o.window_end);
@@ -2862,7 +2862,7 @@ struct Engine::Impl {
     l.lp = &lp;
     l.buy_order = bid.id;
     l.sell_order = sell_order;
-    l.quantity = qty;
+    l.quantity = Qty32(qty);
     l.start = start;
     l.end = end;
     l.price = price;
@@ -3042,14 +3042,14 @@ struct Engine::Impl {
       LiveLease rest = fresh_copy;
       rest.id = LeaseId(next_lease++);
       rest.split_from = pre.id;
-      rest.quantity = pre.quantity - q;
+      rest.quantity = Qty32(Qty(pre.quantity) - q);
       rest.amount = 0;
       LiveLease& r = *leases.emplace(rest.id, rest).first;
       set_owed(r, cost(r.price, r.quantity, r.end - r.start));
       lp.leases.insert(LeaseRef{r.price, &r});
       schedule_lease(r);
       if (auto seller = orders.find(r.sell_order); seller != orders.end()) add_sold(*seller, r.id);
-      pre.quantity = q;
+      pre.quantity = Qty32(q);
       emit_lease(r);
     }
     pre.status = LeaseStatus::preempted;
@@ -4384,6 +4384,9 @@ struct Engine::Impl {
           (l.status == LeaseStatus::preempted && !l.ends_at)) {
         throw std::invalid_argument("snapshot: lease " + std::to_string(l.id.value) + " is not a live lease of its pool");
       }
+      if (!Qty32::holds(l.quantity) || !Qty32::holds(l.ask_min_chunk)) {
+        throw std::invalid_argument("snapshot: lease " + std::to_string(l.id.value) + ": quantity or lot out of bounds");
+      }
       LiveLease& ref = leases.emplace_new(l.id);
       ref = LiveLease{.id = l.id,
                       .trade = l.trade,
@@ -4392,7 +4395,8 @@ struct Engine::Impl {
                       .lp = &lp,
                       .buy_order = l.buy_order,
                       .sell_order = l.sell_order,
-                      .quantity = l.quantity,
+                      .quantity = Qty32(l.quantity),
+                      .ask_min_chunk = Qty32(l.ask_min_chunk),
                       .start = l.start,
                       .end = l.end,
                       .price = l.price,
@@ -4403,7 +4407,6 @@ struct Engine::Impl {
                       .ask_window_start = l.ask_window_start,
                       .ask_window_end = l.ask_window_end,
                       .ask_list_price = l.ask_list_price,
-                      .ask_min_chunk = l.ask_min_chunk,
                       .ask_min_duration = l.ask_min_duration,
                       .green_discount_bps = l.green_discount_bps,
                       .bucket = l.bucket,
