@@ -379,7 +379,7 @@ struct OrderList {
 };
 
 // The open orders by id (terminal ones until their command ends), and the live leases: values in blocks of
-// slots that are reused (one 256 KiB allocation per ~880 orders instead of a node each, and addresses stay
+// slots that are reused (one 224 KiB allocation per 1,024 orders instead of a node each, and addresses stay
 // stable while an order lives), found through an open-addressing table of (id, slot) with linear probing
 // and backward-shift erase. (The book's growth costs page faults; gpuexd's allocator keeps the heap in
 // huge pages, alloc/.) The subset of std::unordered_map's interface the engine uses; iteration order is
