@@ -2784,26 +2784,28 @@ struct Engine::Impl {
 
   // ---------------------------------------------------------------- leases
 
-  LiveLease& new_lease(LivePool& lp, const RestOrder& bid, OrderId sell_order, const RestOrder* ask, Qty qty,
-                       Seconds start, Seconds end, Price price, Price list_price, TradeId trade) {
+  // The lease trade `t` creates (its buyer, orders, GPUs, window, prices and bucket are the trade's: one bucket
+  // computed a fill); `ask`: the ask it sells from (null for a preemption's, which takes the ask's terms from the
+  // preempted lease).
+  LiveLease& new_lease(LivePool& lp, const Trade& t, const RestOrder* ask) {
     const LeaseId id(next_lease++);
     LiveLease& l = leases.emplace_new(id);  // built in its slot: no LiveLease moved in
     l.id = id;
-    l.trade = trade;
-    l.buyer = bid.account;
+    l.trade = t.id;
+    l.buyer = t.buyer;
     l.lp = &lp;
-    l.buy_order = bid.id;
-    l.sell_order = sell_order;
-    l.quantity = qty;
-    l.start = start;
-    l.end = end;
-    l.price = price;
-    l.list_price = list_price;
+    l.buy_order = t.buy_order;
+    l.sell_order = t.sell_order;
+    l.quantity = t.quantity;
+    l.start = t.start;
+    l.end = t.end;
+    l.price = t.price;
+    l.list_price = t.list_price;
     l.green_discount_bps = lp.p.green_discount_bps;
     l.interruptible = lp.p.spec.tier == Tier::spot;
-    l.status = start <= now ? LeaseStatus::active : LeaseStatus::reserved;
-    l.set_ends_at(end);
-    l.bucket = trade_bucket(start);
+    l.status = t.start <= now ? LeaseStatus::active : LeaseStatus::reserved;
+    l.set_ends_at(t.end);
+    l.bucket = t.bucket;
     if (ask) {
       l.ask_window_start = ask->window_start;
       l.ask_window_end = ask->window_end;
@@ -2811,7 +2813,7 @@ struct Engine::Impl {
       l.ask_min_chunk = ask->request.min_chunk;
       l.ask_min_duration = ask->request.min_duration;
     }
-    set_owed(l, cost(price, qty, end - start));
+    set_owed(l, cost(t.price, t.quantity, t.end - t.start));
     lp.leases.insert(LeaseRef{l.price, &l});
     schedule_lease(l);
     return l;
@@ -2881,7 +2883,7 @@ struct Engine::Impl {
     base_trade(t, lp, bid.o, q, ws, we, price, taker);
     t.sell_order = ask.o.id;
     t.list_price = ask.o.request.price;
-    LiveLease& l = new_lease(lp, bid.o, ask.o.id, &ask.o, q, ws, we, price, ask.o.request.price, t.id);
+    LiveLease& l = new_lease(lp, t, &ask.o);
     add_sold(ask, l.id);
     t.lease = l.id;
     set_fill_status(bid.o);
@@ -2957,7 +2959,7 @@ struct Engine::Impl {
     lp.used.add(std::max(ends_at, old.start), old.end, -q.value);
     lp.used.add(ws, we, q.value);
     LiveLease fresh_copy = old;  // for the split-off rest
-    LiveLease& fresh = new_lease(lp, bid.o, old.sell_order, nullptr, q, ws, we, price, t.list_price, t.id);
+    LiveLease& fresh = new_lease(lp, t, nullptr);
     fresh.ask_window_start = old.ask_window_start;
     fresh.ask_window_end = old.ask_window_end;
     fresh.ask_list_price = old.ask_list_price;
