@@ -2376,13 +2376,13 @@ struct Engine::Impl {
   //
   // `keep`: a fill's maker, whose key keeps its order (price, priority, id) through the fill, stays in its book
   // sets where it is; only what the fill changes is taken out (the account sums); an ask's runs stay in the
-  // RunIndex, remembered (keep_runs). The next hook() puts the sums back, refreshes the ask's key in place and
-  // re-indexes the runs the fill changed, or, if the fill ended the order, takes the rest out: the same book
-  // as an erase and a re-insert, without them.
-  bool unhook(LiveOrder& lo, bool keep = false) {
+  // RunIndex, the one the fill takes from (`fill_start`: the fill's window's start) remembered (keep_run). The
+  // next hook() puts the sums back, refreshes the ask's key in place and re-indexes the runs the fill changed,
+  // or, if the fill ended the order, takes the rest out: the same book as an erase and a re-insert, without them.
+  bool unhook(LiveOrder& lo, bool keep = false, Seconds fill_start = Seconds(0)) {
     const bool was = lo.in_book;
     if (lo.in_book && keep) {
-      if (lo.o.is_sell()) keep_runs(lo);
+      if (lo.o.is_sell()) keep_run(lo, fill_start);
       lo.kept = true;
     } else if (lo.in_book) {
       unbook(lo, true);
@@ -2573,46 +2573,63 @@ struct Engine::Impl {
     --ix.size;
   }
 
-  // A fill's maker ask stays in the RunIndex while the fill changes it (unhook(lo, true)): its runs as indexed
-  // are remembered here (one ask at a time), and settle_kept_runs() then takes out and puts in only the runs
-  // the fill changed (a run changes only where fewer than a lot stay free; the ask's other runs stay put).
-  std::vector<RunEntry> kept_runs;
-  std::vector<RunEntry> fresh_runs;  // settle_kept_runs()'s scratch
+  // A fill's maker ask stays in the RunIndex while the fill changes it (unhook(lo, true)). A fill takes GPUs
+  // over a window where at least a lot stayed free throughout (it takes whole lots), i.e. from inside one run,
+  // and changes the ask's free capacity nowhere else, so that run is the only one it can change (runs end
+  // where less than a lot is free, which the fill leaves as it was): the run is remembered here, its span and
+  // its entry as indexed (one ask at a time), and settle_kept_runs() then puts the runs now free within that
+  // span in its place, or takes all out if the fill ended the ask.
   const LiveOrder* kept_ask{nullptr};
+  Seconds kept_from;
+  Seconds kept_to;
+  std::optional<RunEntry> kept_entry;  // nullopt: the run is not indexed (no RunIndex, or out of its range)
+  std::vector<RunEntry> fresh_runs;    // settle_kept_runs()'s scratch
 
-  void keep_runs(const LiveOrder& lo) {
+  // `at`: the start of the fill's window.
+  void keep_run(const LiveOrder& lo, Seconds at) {
     if (kept_ask) throw std::logic_error("free run index: two asks kept at once");
     kept_ask = &lo;
-    run_entries(lo, kept_runs);
+    kept_entry.reset();
+    if (!lo.o.book->free_runs.enabled) return;
+    bool found = false;
+    for_each_run(lo.o, [&](Seconds from, Seconds to) {
+      if (from > at || to <= at) return;
+      found = true;
+      kept_from = from;
+      kept_to = to;
+      kept_entry = run_entry(lo, from, to);
+    });
+    if (!found) throw std::logic_error("free run index: a fill outside the ask's runs");
   }
 
-  // The RunIndex brought up to date for a kept ask (hook() after the fill): the open ask's runs as they are now,
-  // a closed one's none.
+  // The RunIndex brought up to date for a kept ask (hook() after the fill): an open ask's runs within the kept
+  // span as they are now in place of the kept one; a closed ask's every run out.
   void settle_kept_runs(const LiveOrder& lo) {
     if (kept_ask != &lo) throw std::logic_error("free run index: not the kept ask");
     kept_ask = nullptr;
     RunIndex& ix = lo.o.book->free_runs;
     if (!ix.enabled) return;
+    // An open ask's runs inside the kept span (new, or the kept one unchanged); a closed ask's outside it (as
+    // indexed: the fill did not change them). The runs now inside it were never indexed.
+    const bool open = lo.o.is_open();
     fresh_runs.clear();
-    if (lo.o.is_open()) run_entries(lo, fresh_runs);
-    const auto in = [](const std::vector<RunEntry>& v, const RunEntry& e) {
-      return std::find(v.begin(), v.end(), e) != v.end();
-    };
-    for (const RunEntry& e : kept_runs) {  // out first: a new run may sort equal to an old one (same start)
-      if (!in(fresh_runs, e)) unindex_run(ix, lo.pool, e);
+    for_each_run(lo.o, [&](Seconds from, Seconds to) {
+      if ((from >= kept_from && to <= kept_to) != open) return;
+      if (const std::optional<RunEntry> e = run_entry(lo, from, to)) fresh_runs.push_back(*e);
+    });
+    const auto is_kept = [&](const RunEntry& e) { return kept_entry && e == *kept_entry; };
+    if (!open) {
+      if (kept_entry) unindex_run(ix, lo.pool, *kept_entry);
+      for (const RunEntry& e : fresh_runs) unindex_run(ix, lo.pool, e);
+      return;
+    }
+    // The kept run out first: a new run may sort equal to it (the same start).
+    if (kept_entry && std::none_of(fresh_runs.begin(), fresh_runs.end(), is_kept)) {
+      unindex_run(ix, lo.pool, *kept_entry);
     }
     for (const RunEntry& e : fresh_runs) {
-      if (!in(kept_runs, e)) index_run(ix, lo.pool, e);
+      if (!is_kept(e)) index_run(ix, lo.pool, e);
     }
-  }
-
-  // A resting ask's index entries (none while its book has no RunIndex).
-  static void run_entries(const LiveOrder& lo, std::vector<RunEntry>& out) {
-    out.clear();
-    if (!lo.o.book->free_runs.enabled) return;
-    for_each_run(lo.o, [&](Seconds from, Seconds to) {
-      if (const std::optional<RunEntry> e = run_entry(lo, from, to)) out.push_back(*e);
-    });
   }
 
   // Fills an ask key's run summary from the ask's free capacity: the runs of time with at least one lot
@@ -2871,7 +2888,7 @@ struct Engine::Impl {
   // fill's unhook took it out; the later ones find nothing to take), which nothing reads during a walk.
   void execute_fill(LiveOrder& bid, LiveOrder& ask, Qty q, Seconds ws, Seconds we, Price price, Side taker) {
     const bool bid_in = unhook(bid, true);  // the maker stays in its place (the taker is in no book)
-    const bool ask_in = unhook(ask, true);
+    const bool ask_in = unhook(ask, true, ws);
     ask.o.free.add(ws, we, -q.value);
     if (ask.o.free.min(ws, we) < 0) throw std::logic_error("ask oversold");
     ask.o.filled_gpu_seconds += q.value * (we - ws).value;
