@@ -605,6 +605,7 @@ struct LiveLease {
   bool ended{false};
   bool ask_withdrawn{false};
   std::uint8_t has{0};
+  std::uint32_t pool_slot{0};  // its place in its pool's `leases`
 
   Micros owed() const { return ended ? 0 : amount; }
   Seconds ends_at() const { return ends_at_; }  // set in every live lease (new_lease, and restore's check)
@@ -637,7 +638,11 @@ struct LivePool {
   Pool p;
   StepTree used;  // open asks' free capacity + GPUs held by leases, over time
   OrderList asks;  // open asks
-  ChunkedSet<LeaseRef, std::less<LeaseRef>> leases;  // not ended
+  // Its live leases (not ended): all of them unordered (a lease knows its place, LiveLease::pool_slot), as a
+  // pool's capacity and its retirement read them; a spot pool's also by (price, id), as preemption takes the
+  // cheapest first (only a spot pool's leases can be preempted).
+  std::vector<LiveLease*> leases;
+  ChunkedSet<LeaseRef, std::less<LeaseRef>> spot_leases;
   std::size_t ask_pool_slot{0};  // its place in its Book's ask_pools while it has resting asks
   // This pool's resting asks (all of them are in its AskPool's asks) and those a duration bid
   // could use now (spot_now), in ask priority order.
@@ -2831,9 +2836,25 @@ struct Engine::Impl {
       l.ask_min_duration = ask->request.min_duration;
     }
     set_owed(l, cost(t.price, t.quantity, t.end - t.start));
-    lp.leases.insert(LeaseRef{l.price, &l});
+    add_to_pool(l);
     schedule_lease(l);
     return l;
+  }
+
+  // A live lease into its pool's lists (leave_pool: out, when it ends).
+  static void add_to_pool(LiveLease& l) {
+    LivePool& lp = *l.lp;
+    l.pool_slot = static_cast<std::uint32_t>(lp.leases.size());
+    lp.leases.push_back(&l);
+    if (lp.p.spec.tier == Tier::spot) lp.spot_leases.insert(LeaseRef{l.price, &l});
+  }
+  static void leave_pool(LiveLease& l) {
+    LivePool& lp = *l.lp;
+    LiveLease* last = lp.leases.back();
+    lp.leases[l.pool_slot] = last;
+    last->pool_slot = l.pool_slot;
+    lp.leases.pop_back();
+    if (lp.p.spec.tier == Tier::spot) lp.spot_leases.erase(LeaseRef{l.price, &l});
   }
 
   // Bills what the lease owes and ends it.
@@ -2842,7 +2863,7 @@ struct Engine::Impl {
     set_owed(l, 0);     // out of the buyer's notional
     l.amount = bill;    // kept as the bill (owed() is 0 once ended)
     l.ended = true;
-    l.lp->leases.erase(LeaseRef{l.price, &l});
+    leave_pool(l);
   }
 
   // ---------------------------------------------------------------- fills
@@ -2933,7 +2954,7 @@ struct Engine::Impl {
       const LivePool& lp = *pp;
       if (!pool_satisfies(lp.p, c)) continue;
       if (lp.p.provider == bid.account) continue;  // never trade with oneself, even through a lease
-      for (const LeaseRef& ref : lp.leases) {
+      for (const LeaseRef& ref : lp.spot_leases) {
         if (ref.price >= bid.request.price) break;  // the rest cost as much or more
         const LiveLease& l = *ref.l;
         if (!l.interruptible || l.ended || l.buyer == bid.account) continue;  // not one's own lease
@@ -2997,7 +3018,7 @@ struct Engine::Impl {
       rest.amount = 0;
       LiveLease& r = *leases.emplace(rest.id, rest).first;
       set_owed(r, cost(r.price, r.quantity, r.end - r.start));
-      lp.leases.insert(LeaseRef{r.price, &r});
+      add_to_pool(r);
       schedule_lease(r);
       if (auto seller = orders.find(r.sell_order); seller != orders.end()) add_sold(*seller, r.id);
       pre.quantity = q;
@@ -4022,9 +4043,20 @@ struct Engine::Impl {
         fail("account sums of " + std::to_string(id.value) + " differ from its open orders and leases");
       }
     }
+    std::map<PoolId, std::size_t> pool_leases;  // live, by pool
     for (const LiveLease& l : leases) {
       const Seconds end = l.status == LeaseStatus::preempted ? std::min(l.ends_at(), l.end) : l.end;
       held[l.lp->p.id].add(std::max(l.start, now), std::max(end, now), l.quantity.value);
+      if (l.ended) continue;
+      const LivePool& lp = *l.lp;
+      ++pool_leases[lp.p.id];
+      if (l.pool_slot >= lp.leases.size() || lp.leases[l.pool_slot] != &l) {
+        fail("lease " + std::to_string(l.id.value) + " not in its place in its pool's leases");
+      }
+      const bool by_price = lp.spot_leases.count(LeaseRef{l.price, const_cast<LiveLease*>(&l)}) == 1;
+      if (by_price != (lp.p.spec.tier == Tier::spot)) {
+        fail("lease " + std::to_string(l.id.value) + " in its pool's price order: " + (by_price ? "yes" : "no"));
+      }
     }
     for (const auto& [id, lp] : pools) {
       auto rn = region_numbers.find(lp.p.spec.region);
@@ -4039,6 +4071,10 @@ struct Engine::Impl {
             fail("kept verdict of pool " + std::to_string(id.value) + " stale");
           }
         }
+      }
+      const std::size_t live = pool_leases[id];
+      if (lp.leases.size() != live || lp.spot_leases.size() != (lp.p.spec.tier == Tier::spot ? live : 0)) {
+        fail("pool " + std::to_string(id.value) + " lists other leases than its live ones");
       }
       Steps used = lp.used.to_steps();
       used.trim_before(now);
@@ -4359,7 +4395,7 @@ struct Engine::Impl {
                       .ask_withdrawn = l.ask_withdrawn,
                       .has = static_cast<std::uint8_t>((l.preempted_at ? LiveLease::kPreemptedAt : 0) |
                                                        (l.ends_at ? LiveLease::kEndsAt : 0))};
-      lp.leases.insert(LeaseRef{ref.price, &ref});
+      add_to_pool(ref);
       const Seconds held_end = l.status == LeaseStatus::preempted ? std::min(*l.ends_at, l.end) : l.end;
       lp.used.add(l.start, held_end, l.quantity.value);
       account(l.buyer).notional_x3600 += static_cast<Int128>(ref.amount) * 3600;
@@ -4515,8 +4551,8 @@ std::optional<PoolCapacity> Engine::pool_capacity(PoolId id, Seconds from, Secon
   const LivePool& lp = it->second;
   PoolCapacity c;
   c.gpus = lp.p.gpus();
-  for (const LeaseRef& ref : lp.leases) {
-    const LiveLease& l = *ref.l;
+  for (const LiveLease* lease : lp.leases) {
+    const LiveLease& l = *lease;
     const Seconds held_end = l.status == LeaseStatus::preempted ? std::min(l.ends_at(), l.end) : l.end;
     c.leased.add(std::max(l.start, from), std::min(held_end, to), l.quantity.value);
   }
