@@ -1698,9 +1698,14 @@ struct Engine::Impl {
     return start - now <= cfg.spot_horizon ? Bucket::spot() : month_bucket(start);
   }
 
+  // Whether an order's bucket is spot now; else it is the month of its window's start. An order's window never
+  // changes and time only moves on, so its month bucket can only give way to spot, once (refresh_view).
+  bool in_spot_bucket(const RestOrder& o) const {
+    if (o.is_buy()) return o.is_duration_bid() || o.window_start - now <= cfg.spot_horizon;
+    return o.window_start <= now;
+  }
   Bucket order_bucket(const RestOrder& o) const {
-    if (o.is_buy()) return o.is_duration_bid() ? Bucket::spot() : trade_bucket(o.window_start);
-    return o.window_start <= now ? Bucket::spot() : month_bucket(o.window_start);
+    return in_spot_bucket(o) ? Bucket::spot() : month_bucket(o.window_start);
   }
 
   // GPUs an ask offers for at least its minimum piece from its reference instant, down to its lot.
@@ -1851,7 +1856,8 @@ struct Engine::Impl {
   }
 
   void refresh_view(LiveOrder& lo) {
-    lo.o.bucket = order_bucket(lo.o);
+    // The month set at placement or restore (order_bucket) stays until the order turns spot: no month computed.
+    if (!lo.o.bucket.is_spot() && in_spot_bucket(lo.o)) lo.o.bucket = Bucket::spot();
     const Shown s = compute_shown(lo);
     if (s == lo.shown) return;
     const Shown& was = lo.shown;
@@ -3957,6 +3963,7 @@ struct Engine::Impl {
       const RestOrder& o = lo.o;
       if (lo.kept) fail("order " + std::to_string(lo.o.id.value) + " still kept in its book sets after the command");
       if (!o.is_open()) continue;
+      if (o.bucket != order_bucket(o)) fail("bucket of order " + std::to_string(o.id.value) + " stale");
       if (o.is_buy()) {
         if (o.filled + o.remaining != o.request.quantity) fail("bid filled+remaining: " + to_string(to_order(o)));
       } else {
@@ -4404,6 +4411,7 @@ struct Engine::Impl {
     for (const Order& o : s.open_orders) {
       LiveOrder& lo = *orders.emplace(o.id, LiveOrder{}).first;
       lo.o = rest_of(Order(o));
+      lo.o.bucket = order_bucket(lo.o);  // as placed (refresh_view keeps a month until the order turns spot)
       account(o.account).orders.add(lo, &LiveOrder::account_slot);
       if (!o.request.client_order_id.empty()) open_cids[CidKey{o.account, o.request.client_order_id}] = o.id;
       if (o.is_sell()) {
