@@ -2386,15 +2386,19 @@ struct Engine::Impl {
   // Takes an order out of the book and the account sums before it changes. Returns whether it rested.
   //
   // `keep`: a fill's maker, whose key keeps its order (price, priority, id) through the fill, stays in its book
-  // sets where it is; only what the fill changes is taken out (the account sums); an ask's runs stay in the
+  // sets where it is; only what the fill changes is taken out (a bid's account sums; an ask adds only itself to
+  // its account's open orders, which a fill does not change, so it stays counted); an ask's runs stay in the
   // RunIndex, the one the fill takes from (`fill_start`: the fill's window's start) remembered (keep_run). The
   // next hook() puts the sums back, refreshes the ask's key in place and re-indexes the runs the fill changed,
   // or, if the fill ended the order, takes the rest out: the same book as an erase and a re-insert, without them.
   bool unhook(LiveOrder& lo, bool keep = false, Seconds fill_start = Seconds(0)) {
     const bool was = lo.in_book;
     if (lo.in_book && keep) {
-      if (lo.o.is_sell()) keep_run(lo, fill_start);
       lo.kept = true;
+      if (lo.o.is_sell()) {
+        keep_run(lo, fill_start);
+        return was;
+      }
     } else if (lo.in_book) {
       unbook(lo, true);
     }
@@ -2752,6 +2756,10 @@ struct Engine::Impl {
     if (lo.kept) {
       if (o.is_sell()) settle_kept_runs(lo);  // its runs out
       unbook(lo, false);
+    }
+    if (lo.counted) {  // a kept ask the fill ended
+      account_add(lo, -1);
+      lo.counted = false;
     }
     refresh_view(lo);
     if (lo.closed) return;
