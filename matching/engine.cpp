@@ -639,6 +639,7 @@ struct LiveLease {
   bool ended{false};
   bool ask_withdrawn{false};
   std::uint8_t has{0};
+  std::uint32_t pool_slot{0};  // its place in its pool's `leases`
 
   Micros owed() const { return ended ? 0 : amount; }
   Seconds ends_at() const { return ends_at_; }  // set in every live lease (new_lease, and restore's check)
@@ -671,7 +672,11 @@ struct LivePool {
   Pool p;
   StepTree used;  // open asks' free capacity + GPUs held by leases, over time
   OrderList asks;  // open asks
-  ChunkedSet<LeaseRef, std::less<LeaseRef>> leases;  // not ended
+  // Its live leases (not ended): all of them unordered (a lease knows its place, LiveLease::pool_slot), as a
+  // pool's capacity and its retirement read them; a spot pool's also by (price, id), as preemption takes the
+  // cheapest first (only a spot pool's leases can be preempted).
+  std::vector<LiveLease*> leases;
+  ChunkedSet<LeaseRef, std::less<LeaseRef>> spot_leases;
   std::size_t ask_pool_slot{0};  // its place in its Book's ask_pools while it has resting asks
   // This pool's resting asks (all of them are in its AskPool's asks) and those a duration bid
   // could use now (spot_now), in ask priority order.
@@ -1761,9 +1766,14 @@ struct Engine::Impl {
     return start - now <= cfg.spot_horizon ? Bucket::spot() : month_bucket(start);
   }
 
+  // Whether an order's bucket is spot now; else it is the month of its window's start. An order's window never
+  // changes and time only moves on, so its month bucket can only give way to spot, once (refresh_view).
+  bool in_spot_bucket(const RestOrder& o) const {
+    if (o.is_buy()) return o.is_duration_bid() || o.window_start - now <= cfg.spot_horizon;
+    return o.window_start <= now;
+  }
   Bucket order_bucket(const RestOrder& o) const {
-    if (o.is_buy()) return o.is_duration_bid() ? Bucket::spot() : trade_bucket(o.window_start);
-    return o.window_start <= now ? Bucket::spot() : month_bucket(o.window_start);
+    return in_spot_bucket(o) ? Bucket::spot() : month_bucket(o.window_start);
   }
 
   // GPUs an ask offers for at least its minimum piece from its reference instant, down to its lot.
@@ -1919,7 +1929,8 @@ struct Engine::Impl {
   }
 
   void refresh_view(LiveOrder& lo) {
-    lo.o.bucket = order_bucket(lo.o);
+    // The month set at placement or restore (order_bucket) stays until the order turns spot: no month computed.
+    if (!lo.o.bucket.is_spot() && in_spot_bucket(lo.o)) lo.o.bucket = Bucket::spot();
     const Shown s = compute_shown(lo);
     if (s == lo.shown) return;
     const Shown& was = lo.shown;
@@ -2448,15 +2459,19 @@ struct Engine::Impl {
   // Takes an order out of the book and the account sums before it changes. Returns whether it rested.
   //
   // `keep`: a fill's maker, whose key keeps its order (price, priority, id) through the fill, stays in its book
-  // sets where it is; only what the fill changes is taken out (the account sums); an ask's runs stay in the
-  // RunIndex, remembered (keep_runs). The next hook() puts the sums back, refreshes the ask's key in place and
-  // re-indexes the runs the fill changed, or, if the fill ended the order, takes the rest out: the same book
-  // as an erase and a re-insert, without them.
-  bool unhook(LiveOrder& lo, bool keep = false) {
+  // sets where it is; only what the fill changes is taken out (a bid's account sums; an ask adds only itself to
+  // its account's open orders, which a fill does not change, so it stays counted); an ask's runs stay in the
+  // RunIndex, the one the fill takes from (`fill_start`: the fill's window's start) remembered (keep_run). The
+  // next hook() puts the sums back, refreshes the ask's key in place and re-indexes the runs the fill changed,
+  // or, if the fill ended the order, takes the rest out: the same book as an erase and a re-insert, without them.
+  bool unhook(LiveOrder& lo, bool keep = false, Seconds fill_start = Seconds(0)) {
     const bool was = lo.in_book;
     if (lo.in_book && keep) {
-      if (lo.o.is_sell()) keep_runs(lo);
       lo.kept = true;
+      if (lo.o.is_sell()) {
+        keep_run(lo, fill_start);
+        return was;
+      }
     } else if (lo.in_book) {
       unbook(lo, true);
     }
@@ -2646,46 +2661,63 @@ struct Engine::Impl {
     --ix.size;
   }
 
-  // A fill's maker ask stays in the RunIndex while the fill changes it (unhook(lo, true)): its runs as indexed
-  // are remembered here (one ask at a time), and settle_kept_runs() then takes out and puts in only the runs
-  // the fill changed (a run changes only where fewer than a lot stay free; the ask's other runs stay put).
-  std::vector<RunEntry> kept_runs;
-  std::vector<RunEntry> fresh_runs;  // settle_kept_runs()'s scratch
+  // A fill's maker ask stays in the RunIndex while the fill changes it (unhook(lo, true)). A fill takes GPUs
+  // over a window where at least a lot stayed free throughout (it takes whole lots), i.e. from inside one run,
+  // and changes the ask's free capacity nowhere else, so that run is the only one it can change (runs end
+  // where less than a lot is free, which the fill leaves as it was): the run is remembered here, its span and
+  // its entry as indexed (one ask at a time), and settle_kept_runs() then puts the runs now free within that
+  // span in its place, or takes all out if the fill ended the ask.
   const LiveOrder* kept_ask{nullptr};
+  Seconds kept_from;
+  Seconds kept_to;
+  std::optional<RunEntry> kept_entry;  // nullopt: the run is not indexed (no RunIndex, or out of its range)
+  std::vector<RunEntry> fresh_runs;    // settle_kept_runs()'s scratch
 
-  void keep_runs(const LiveOrder& lo) {
+  // `at`: the start of the fill's window.
+  void keep_run(const LiveOrder& lo, Seconds at) {
     if (kept_ask) throw std::logic_error("free run index: two asks kept at once");
     kept_ask = &lo;
-    run_entries(lo, kept_runs);
+    kept_entry.reset();
+    if (!lo.o.book->free_runs.enabled) return;
+    bool found = false;
+    for_each_run(lo.o, [&](Seconds from, Seconds to) {
+      if (from > at || to <= at) return;
+      found = true;
+      kept_from = from;
+      kept_to = to;
+      kept_entry = run_entry(lo, from, to);
+    });
+    if (!found) throw std::logic_error("free run index: a fill outside the ask's runs");
   }
 
-  // The RunIndex brought up to date for a kept ask (hook() after the fill): the open ask's runs as they are now,
-  // a closed one's none.
+  // The RunIndex brought up to date for a kept ask (hook() after the fill): an open ask's runs within the kept
+  // span as they are now in place of the kept one; a closed ask's every run out.
   void settle_kept_runs(const LiveOrder& lo) {
     if (kept_ask != &lo) throw std::logic_error("free run index: not the kept ask");
     kept_ask = nullptr;
     RunIndex& ix = lo.o.book->free_runs;
     if (!ix.enabled) return;
+    // An open ask's runs inside the kept span (new, or the kept one unchanged); a closed ask's outside it (as
+    // indexed: the fill did not change them). The runs now inside it were never indexed.
+    const bool open = lo.o.is_open();
     fresh_runs.clear();
-    if (lo.o.is_open()) run_entries(lo, fresh_runs);
-    const auto in = [](const std::vector<RunEntry>& v, const RunEntry& e) {
-      return std::find(v.begin(), v.end(), e) != v.end();
-    };
-    for (const RunEntry& e : kept_runs) {  // out first: a new run may sort equal to an old one (same start)
-      if (!in(fresh_runs, e)) unindex_run(ix, lo.pool, e);
+    for_each_run(lo.o, [&](Seconds from, Seconds to) {
+      if ((from >= kept_from && to <= kept_to) != open) return;
+      if (const std::optional<RunEntry> e = run_entry(lo, from, to)) fresh_runs.push_back(*e);
+    });
+    const auto is_kept = [&](const RunEntry& e) { return kept_entry && e == *kept_entry; };
+    if (!open) {
+      if (kept_entry) unindex_run(ix, lo.pool, *kept_entry);
+      for (const RunEntry& e : fresh_runs) unindex_run(ix, lo.pool, e);
+      return;
+    }
+    // The kept run out first: a new run may sort equal to it (the same start).
+    if (kept_entry && std::none_of(fresh_runs.begin(), fresh_runs.end(), is_kept)) {
+      unindex_run(ix, lo.pool, *kept_entry);
     }
     for (const RunEntry& e : fresh_runs) {
-      if (!in(kept_runs, e)) index_run(ix, lo.pool, e);
+      if (!is_kept(e)) index_run(ix, lo.pool, e);
     }
-  }
-
-  // A resting ask's index entries (none while its book has no RunIndex).
-  static void run_entries(const LiveOrder& lo, std::vector<RunEntry>& out) {
-    out.clear();
-    if (!lo.o.book->free_runs.enabled) return;
-    for_each_run(lo.o, [&](Seconds from, Seconds to) {
-      if (const std::optional<RunEntry> e = run_entry(lo, from, to)) out.push_back(*e);
-    });
   }
 
   // Fills an ask key's run summary from the ask's free capacity: the runs of time with at least one lot
@@ -2798,6 +2830,10 @@ struct Engine::Impl {
       if (o.is_sell()) settle_kept_runs(lo);  // its runs out
       unbook(lo, false);
     }
+    if (lo.counted) {  // a kept ask the fill ended
+      account_add(lo, -1);
+      lo.counted = false;
+    }
     refresh_view(lo);
     if (lo.closed) return;
     lo.closed = true;
@@ -2858,26 +2894,28 @@ struct Engine::Impl {
 
   // ---------------------------------------------------------------- leases
 
-  LiveLease& new_lease(LivePool& lp, const RestOrder& bid, OrderId sell_order, const RestOrder* ask, Qty qty,
-                       Seconds start, Seconds end, Price price, Price list_price, TradeId trade) {
+  // The lease trade `t` creates (its buyer, orders, GPUs, window, prices and bucket are the trade's: one bucket
+  // computed a fill); `ask`: the ask it sells from (null for a preemption's, which takes the ask's terms from the
+  // preempted lease).
+  LiveLease& new_lease(LivePool& lp, const Trade& t, const RestOrder* ask) {
     const LeaseId id(next_lease++);
     LiveLease& l = leases.emplace_new(id);  // built in its slot: no LiveLease moved in
     l.id = id;
-    l.trade = trade;
-    l.buyer = bid.account;
+    l.trade = t.id;
+    l.buyer = t.buyer;
     l.lp = &lp;
-    l.buy_order = bid.id;
-    l.sell_order = sell_order;
-    l.quantity = Qty32(qty);
-    l.start = start;
-    l.end = end;
-    l.price = price;
-    l.list_price = list_price;
+    l.buy_order = t.buy_order;
+    l.sell_order = t.sell_order;
+    l.quantity = Qty32(t.quantity);
+    l.start = t.start;
+    l.end = t.end;
+    l.price = t.price;
+    l.list_price = t.list_price;
     l.green_discount_bps = lp.p.green_discount_bps;
     l.interruptible = lp.p.spec.tier == Tier::spot;
-    l.status = start <= now ? LeaseStatus::active : LeaseStatus::reserved;
-    l.set_ends_at(end);
-    l.bucket = trade_bucket(start);
+    l.status = t.start <= now ? LeaseStatus::active : LeaseStatus::reserved;
+    l.set_ends_at(t.end);
+    l.bucket = t.bucket;
     if (ask) {
       l.ask_window_start = ask->window_start;
       l.ask_window_end = ask->window_end;
@@ -2885,10 +2923,26 @@ struct Engine::Impl {
       l.ask_min_chunk = ask->request.min_chunk;
       l.ask_min_duration = ask->request.min_duration;
     }
-    set_owed(l, cost(price, qty, end - start));
-    lp.leases.insert(LeaseRef{l.price, &l});
+    set_owed(l, cost(t.price, t.quantity, t.end - t.start));
+    add_to_pool(l);
     schedule_lease(l);
     return l;
+  }
+
+  // A live lease into its pool's lists (leave_pool: out, when it ends).
+  static void add_to_pool(LiveLease& l) {
+    LivePool& lp = *l.lp;
+    l.pool_slot = static_cast<std::uint32_t>(lp.leases.size());
+    lp.leases.push_back(&l);
+    if (lp.p.spec.tier == Tier::spot) lp.spot_leases.insert(LeaseRef{l.price, &l});
+  }
+  static void leave_pool(LiveLease& l) {
+    LivePool& lp = *l.lp;
+    LiveLease* last = lp.leases.back();
+    lp.leases[l.pool_slot] = last;
+    last->pool_slot = l.pool_slot;
+    lp.leases.pop_back();
+    if (lp.p.spec.tier == Tier::spot) lp.spot_leases.erase(LeaseRef{l.price, &l});
   }
 
   // Bills what the lease owes and ends it.
@@ -2897,7 +2951,7 @@ struct Engine::Impl {
     set_owed(l, 0);     // out of the buyer's notional
     l.amount = bill;    // kept as the bill (owed() is 0 once ended)
     l.ended = true;
-    l.lp->leases.erase(LeaseRef{l.price, &l});
+    leave_pool(l);
   }
 
   // ---------------------------------------------------------------- fills
@@ -2943,7 +2997,7 @@ struct Engine::Impl {
   // fill's unhook took it out; the later ones find nothing to take), which nothing reads during a walk.
   void execute_fill(LiveOrder& bid, LiveOrder& ask, Qty q, Seconds ws, Seconds we, Price price, Side taker) {
     const bool bid_in = unhook(bid, true);  // the maker stays in its place (the taker is in no book)
-    const bool ask_in = unhook(ask, true);
+    const bool ask_in = unhook(ask, true, ws);
     ask.o.ask->free.add(ws, we, -q.value);
     if (ask.o.ask->free.min(ws, we) < 0) throw std::logic_error("ask oversold");
     ask.o.filled_gpu_seconds += q.value * (we - ws).value;
@@ -2955,7 +3009,7 @@ struct Engine::Impl {
     base_trade(t, lp, bid.o, q, ws, we, price, taker);
     t.sell_order = ask.o.id;
     t.list_price = ask.o.request.price;
-    LiveLease& l = new_lease(lp, bid.o, ask.o.id, &ask.o, q, ws, we, price, ask.o.request.price, t.id);
+    LiveLease& l = new_lease(lp, t, &ask.o);
     add_sold(ask, l.id);
     t.lease = l.id;
     set_fill_status(bid.o);
@@ -2988,7 +3042,7 @@ struct Engine::Impl {
       const LivePool& lp = *pp;
       if (!pool_satisfies(lp.p, c)) continue;
       if (lp.p.provider == bid.account) continue;  // never trade with oneself, even through a lease
-      for (const LeaseRef& ref : lp.leases) {
+      for (const LeaseRef& ref : lp.spot_leases) {
         if (ref.price >= bid.request.price) break;  // the rest cost as much or more
         const LiveLease& l = *ref.l;
         if (!l.interruptible || l.ended || l.buyer == bid.account) continue;  // not one's own lease
@@ -3031,7 +3085,7 @@ struct Engine::Impl {
     lp.used.add(std::max(ends_at, old.start), old.end, -q.value);
     lp.used.add(ws, we, q.value);
     LiveLease fresh_copy = old;  // for the split-off rest
-    LiveLease& fresh = new_lease(lp, bid.o, old.sell_order, nullptr, q, ws, we, price, t.list_price, t.id);
+    LiveLease& fresh = new_lease(lp, t, nullptr);
     fresh.ask_window_start = old.ask_window_start;
     fresh.ask_window_end = old.ask_window_end;
     fresh.ask_list_price = old.ask_list_price;
@@ -3052,7 +3106,7 @@ struct Engine::Impl {
       rest.amount = 0;
       LiveLease& r = *leases.emplace(rest.id, rest).first;
       set_owed(r, cost(r.price, r.quantity, r.end - r.start));
-      lp.leases.insert(LeaseRef{r.price, &r});
+      add_to_pool(r);
       schedule_lease(r);
       if (auto seller = orders.find(r.sell_order); seller != orders.end()) add_sold(*seller, r.id);
       pre.quantity = Qty32(q);
@@ -3996,6 +4050,7 @@ struct Engine::Impl {
       const RestOrder& o = lo.o;
       if (lo.kept) fail("order " + std::to_string(lo.o.id.value) + " still kept in its book sets after the command");
       if (!o.is_open()) continue;
+      if (o.bucket != order_bucket(o)) fail("bucket of order " + std::to_string(o.id.value) + " stale");
       if (o.is_buy()) {
         if (o.filled + o.remaining != o.request.quantity) fail("bid filled+remaining: " + to_string(to_order(o)));
       } else {
@@ -4082,9 +4137,20 @@ struct Engine::Impl {
         fail("account sums of " + std::to_string(id.value) + " differ from its open orders and leases");
       }
     }
+    std::map<PoolId, std::size_t> pool_leases;  // live, by pool
     for (const LiveLease& l : leases) {
       const Seconds end = l.status == LeaseStatus::preempted ? std::min(l.ends_at(), l.end) : l.end;
       held[l.lp->p.id].add(std::max(l.start, now), std::max(end, now), l.quantity.value);
+      if (l.ended) continue;
+      const LivePool& lp = *l.lp;
+      ++pool_leases[lp.p.id];
+      if (l.pool_slot >= lp.leases.size() || lp.leases[l.pool_slot] != &l) {
+        fail("lease " + std::to_string(l.id.value) + " not in its place in its pool's leases");
+      }
+      const bool by_price = lp.spot_leases.count(LeaseRef{l.price, const_cast<LiveLease*>(&l)}) == 1;
+      if (by_price != (lp.p.spec.tier == Tier::spot)) {
+        fail("lease " + std::to_string(l.id.value) + " in its pool's price order: " + (by_price ? "yes" : "no"));
+      }
     }
     for (const auto& [id, lp] : pools) {
       auto rn = region_numbers.find(lp.p.spec.region);
@@ -4099,6 +4165,10 @@ struct Engine::Impl {
             fail("kept verdict of pool " + std::to_string(id.value) + " stale");
           }
         }
+      }
+      const std::size_t live = pool_leases[id];
+      if (lp.leases.size() != live || lp.spot_leases.size() != (lp.p.spec.tier == Tier::spot ? live : 0)) {
+        fail("pool " + std::to_string(id.value) + " lists other leases than its live ones");
       }
       Steps used = lp.used.to_steps();
       used.trim_before(now);
@@ -4422,7 +4492,7 @@ struct Engine::Impl {
                       .ask_withdrawn = l.ask_withdrawn,
                       .has = static_cast<std::uint8_t>((l.preempted_at ? LiveLease::kPreemptedAt : 0) |
                                                        (l.ends_at ? LiveLease::kEndsAt : 0))};
-      lp.leases.insert(LeaseRef{ref.price, &ref});
+      add_to_pool(ref);
       const Seconds held_end = l.status == LeaseStatus::preempted ? std::min(*l.ends_at, l.end) : l.end;
       lp.used.add(l.start, held_end, l.quantity.value);
       account(l.buyer).notional_x3600 += static_cast<Int128>(ref.amount) * 3600;
@@ -4431,6 +4501,7 @@ struct Engine::Impl {
     for (const Order& o : s.open_orders) {
       LiveOrder& lo = *orders.emplace(o.id, LiveOrder{}).first;
       lo.o = rest_of(Order(o));
+      lo.o.bucket = order_bucket(lo.o);  // as placed (refresh_view keeps a month until the order turns spot)
       account(o.account).orders.add(lo, &LiveOrder::account_slot);
       if (!o.request.client_order_id.empty()) open_cids[CidKey{o.account, o.request.client_order_id}] = o.id;
       if (o.is_sell()) {
@@ -4578,8 +4649,8 @@ std::optional<PoolCapacity> Engine::pool_capacity(PoolId id, Seconds from, Secon
   const LivePool& lp = it->second;
   PoolCapacity c;
   c.gpus = lp.p.gpus();
-  for (const LeaseRef& ref : lp.leases) {
-    const LiveLease& l = *ref.l;
+  for (const LiveLease* lease : lp.leases) {
+    const LiveLease& l = *lease;
     const Seconds held_end = l.status == LeaseStatus::preempted ? std::min(l.ends_at(), l.end) : l.end;
     c.leased.add(std::max(l.start, from), std::min(held_end, to), l.quantity.value);
   }
