@@ -967,30 +967,35 @@ inline bool in_runs(const Runs& runs, Seconds ws, Seconds we) {
 
 // The resting bids an ask's window can hold (`fits`, given the ask's start, end and min_duration and the time
 // `now`: every key returned fits) priced at `floor` or more, in one priority order (BidOrder): the
-// fixed-window bids as a list of candidates gathered from the BidIndex and sorted (copies: the caller's
-// changes to the index cannot disturb them; their keys carry no id: callers read the order through `lo`),
+// fixed-window bids as a list of candidates gathered from the BidIndex and sorted (copies of their index
+// entries: the caller's changes to the index cannot disturb them; the keys returned for them carry no id:
+// callers read the order through `lo`),
 // merged with a k-way merge of duration bid sets, each head of which skips the bids out of window in its
 // set's contiguous chunks before it goes back into the heap. Each head is advanced before its key is
 // returned, so the caller may erase or re-insert the key it was just given: the head it came from is put
 // back, re-sought by the key it was at, on the next call.
 class BidWalk {
  public:
-  BidWalk(Seconds a_start, Seconds a_end, Seconds a_min_duration, Seconds now, std::vector<BidKey>& fixed)
+  BidWalk(Seconds a_start, Seconds a_end, Seconds a_min_duration, Seconds now, std::vector<BidEntry>& fixed)
       : from_(std::max(a_start, now)), to_(a_end), min_(a_min_duration), now_(now), fixed_(fixed) {
     fixed_.clear();
   }
   Seconds from() const { return from_; }
   Seconds to() const { return to_; }
   Seconds min_duration() const { return min_; }
-  // Given the ask's runs (before start(); the caller's, taken again after each fill; kept alive), next()
-  // passes over the fixed-window bids whose window lies in none of them: the ask cannot serve those (a window
-  // has a lot free throughout exactly when it lies in one run), and after a fill most of a walk's candidates
-  // are such bids. It then sorts the candidates a batch at a time (sort_more), leaving out those the runs no
+  // Given the ask's runs (before the bids are added; the caller's, kept alive, and given again each time the
+  // caller takes them again, after a fill), next() passes over the fixed-window bids whose window lies in none
+  // of them: the ask cannot serve those (a window has a lot free throughout exactly when it lies in one run),
+  // and after a fill most of a walk's candidates are such bids. add_fixed leaves them out from the start; next()
+  // sorts the candidates a batch at a time (sort_more), first leaving out those that runs given since no
   // longer hold.
-  void serve(const Runs* runs) { runs_ = runs; }
+  void serve(const Runs* runs) {
+    runs_ = runs;
+    rest_served_ = false;
+  }
   // A fixed-window bid that fits, priced at the floor or more (the caller gathers them; start() sorts).
   void add_fixed(const BidEntry& e) {
-    fixed_.push_back(BidKey{e.price, e.priority, OrderId(), e.lo, e.start, e.end, Seconds(0)});
+    if (!runs_ || in_runs(*runs_, e.start, e.end)) fixed_.push_back(e);
   }
   // Duration sets whose best bid is below `floor` are left out (the same floor for every set of a walk).
   void add(const BidSet& s, Price floor) {
@@ -1001,9 +1006,10 @@ class BidWalk {
   }
   void start() {
     if (!runs_) {
-      std::sort(fixed_.begin(), fixed_.end(), before);
+      std::sort(fixed_.begin(), fixed_.end(), before<BidEntry, BidEntry>);
       sorted_ = fixed_.size();
     }
+    rest_served_ = true;  // add_fixed left out what the runs do not hold
     std::make_heap(heads_.begin(), heads_.end(), later);
   }
   std::optional<BidKey> next() {
@@ -1019,7 +1025,10 @@ class BidWalk {
         sort_more();
       }
     }
-    if (fpos_ < sorted_ && (!d || before(fixed_[fpos_], d->key))) return fixed_[fpos_++];
+    if (fpos_ < sorted_ && (!d || before(fixed_[fpos_], d->key))) {
+      const BidEntry& e = fixed_[fpos_++];
+      return BidKey{e.price, e.priority, OrderId(), e.lo, e.start, e.end, Seconds(0)};
+    }
     if (!d) return std::nullopt;
     if (pending_) {
       Head& h = *pending_;
@@ -1082,28 +1091,33 @@ class BidWalk {
     }
     pending_.reset();
   }
-  // BidOrder, with a key's id read from its order (a fixed candidate's is not filled in yet) when the
-  // prices and priorities tie.
-  static bool before(const BidKey& x, const BidKey& y) {
+  // BidOrder, with a key's id read from its order (a fixed candidate carries none) when the prices and
+  // priorities tie.
+  template <class X, class Y>
+  static bool before(const X& x, const Y& y) {
     if (x.price != y.price) return x.price > y.price;
     if (x.priority != y.priority) return x.priority < y.priority;
     return x.lo->o.id < y.lo->o.id;
   }
   static bool later(const Head& x, const Head& y) { return BidOrder{}(y.key, x.key); }  // min-heap
-  // Given runs: drops from the candidates not yet sorted those whose window no run holds any more, then
-  // sorts the least `batch_` of the others (partial_sort) after the sorted ones, every one of which is less.
+  // Given runs: drops from the candidates not yet sorted those whose window no run holds any more (if runs
+  // were given since they were last judged), then sorts the least `batch_` of the others (partial_sort) after
+  // the sorted ones, every one of which is less.
   // A walk usually takes a few candidates, fills, and finds the rest unserved (~96 % of those gathered in
   // the realistic bench), which a full sort (~70 instructions a candidate) ordered for nothing; the batch
   // doubles each time, so a walk that takes them all pays about a full sort's compares.
   void sort_more() {
-    std::size_t kept = sorted_;
-    for (std::size_t i = sorted_; i < fixed_.size(); ++i) {
-      if (in_runs(*runs_, fixed_[i].start, fixed_[i].end)) fixed_[kept++] = fixed_[i];
+    if (!rest_served_) {
+      std::size_t kept = sorted_;
+      for (std::size_t i = sorted_; i < fixed_.size(); ++i) {
+        if (in_runs(*runs_, fixed_[i].start, fixed_[i].end)) fixed_[kept++] = fixed_[i];
+      }
+      fixed_.resize(kept);
+      rest_served_ = true;
     }
-    fixed_.resize(kept);
     const auto first = fixed_.begin() + static_cast<std::ptrdiff_t>(sorted_);
     const std::size_t n = std::min(batch_, fixed_.size() - sorted_);
-    std::partial_sort(first, first + static_cast<std::ptrdiff_t>(n), fixed_.end(), before);
+    std::partial_sort(first, first + static_cast<std::ptrdiff_t>(n), fixed_.end(), before<BidEntry, BidEntry>);
     sorted_ += n;
     batch_ *= 2;
   }
@@ -1114,11 +1128,12 @@ class BidWalk {
   Price floor_;
   std::vector<Head> heads_;
   std::optional<Head> pending_;
-  std::vector<BidKey>& fixed_;
+  std::vector<BidEntry>& fixed_;
   std::size_t fpos_{0};
   std::size_t sorted_{0};  // fixed_[0, sorted_) is sorted, and less than the rest
   std::size_t batch_{8};
   const Runs* runs_{nullptr};
+  bool rest_served_{true};  // fixed_[sorted_, end) holds only bids that runs_ (as last given) holds
 };
 
 struct PriceHash {
@@ -2354,7 +2369,7 @@ struct Engine::Impl {
   }
 
   // BidWalk's candidate lists, one per nesting depth, reused (a fresh vector per walk was a malloc).
-  mutable std::deque<std::vector<BidKey>> bid_lists;
+  mutable std::deque<std::vector<BidEntry>> bid_lists;
   mutable std::size_t bid_depth{0};
   class BidList {
    public:
@@ -2365,11 +2380,11 @@ struct Engine::Impl {
     ~BidList() { --depth_; }
     BidList(const BidList&) = delete;
     BidList& operator=(const BidList&) = delete;
-    std::vector<BidKey>& get() { return *list_; }
+    std::vector<BidEntry>& get() { return *list_; }
 
    private:
     std::size_t& depth_;
-    std::vector<BidKey>* list_{nullptr};
+    std::vector<BidEntry>* list_{nullptr};
   };
 
   // Takes an order out of the book and the account sums before it changes. Returns whether it rested.
@@ -3236,6 +3251,7 @@ struct Engine::Impl {
       }
       execute_fill(bid, ask, q, ws, we, bid.o.request.price, Side::sell);
       ask_runs(ask.o, serve_runs);
+      walk.serve(&serve_runs);
       if (!spot_now(ask.o)) walk.drop_duration();  // nothing free now: no duration bid can use it
     }
   }
