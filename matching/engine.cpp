@@ -680,27 +680,53 @@ struct BidEntryLess {
 // its end: the mirror of the RunIndex. An ask can serve a bid only if the bid's window lies inside the ask's
 // (from max(start, now) to its end), so a walk reads only the cells whose start week is at least from's and
 // whose end week is at most the end's, instead of every bid of every set its pool's constraints admit
-// (~9 in 10 of which it skipped). Empty cells and rows are erased. check_invariants compares the index with
-// the resting bids.
+// (~9 in 10 of which it skipped). Rows and cells are sorted vectors (an index holds a few rows of a few
+// cells: ~2 rows and ~4 cells read per gather in the realistic bench, which a map's nodes made a pointer
+// chase and an out-of-line increment each); empty cells and rows are erased. check_invariants compares the
+// index with the resting bids.
+constexpr std::int64_t kNoBid = std::numeric_limits<std::int64_t>::min();
+
 struct BidCell {
+  std::int64_t end_week{0};
   ChunkedSet<BidEntry, BidEntryLess> bids;
   // The highest price among them, beside the set: an ask's walk passes over a cell priced out without
   // loading its chunks (a cell is erased when it empties).
-  std::int64_t best{std::numeric_limits<std::int64_t>::min()};
+  std::int64_t best{kNoBid};
 };
-using BidRow = std::map<std::int64_t, BidCell>;  // by end week
+
+struct BidRow {
+  std::int64_t start_week{0};
+  // The highest of its cells' `best`: a walk passes over a row priced out without reading its cells.
+  std::int64_t best{kNoBid};
+  std::vector<BidCell> cells;  // by end week
+  void refresh_best() {
+    best = kNoBid;
+    for (const BidCell& c : cells) best = std::max(best, c.best);
+  }
+};
 
 struct BidIndex {
-  std::map<std::int64_t, BidRow> rows;  // by start week
+  std::vector<BidRow> rows;  // by start week
   std::size_t size{0};
-  // The highest of its cells' `best` (the minimum when empty): a walk passes over an index priced out without
+  // The highest of its rows' `best` (the minimum when empty): a walk passes over an index priced out without
   // reading a row (two in three of the indexes an ask's walk gathers from in the realistic bench).
-  std::int64_t best{std::numeric_limits<std::int64_t>::min()};
+  std::int64_t best{kNoBid};
   void refresh_best() {
-    best = std::numeric_limits<std::int64_t>::min();
-    for (const auto& [start_week, row] : rows) {
-      for (const auto& [end_week, cell] : row) best = std::max(best, cell.best);
-    }
+    best = kNoBid;
+    for (const BidRow& r : rows) best = std::max(best, r.best);
+  }
+  // The first row whose start week is not before `week`.
+  std::vector<BidRow>::const_iterator row_from(std::int64_t week) const {
+    return std::partition_point(rows.begin(), rows.end(), [&](const BidRow& r) { return r.start_week < week; });
+  }
+  // The cell of (start week, end week) and its row, or nulls.
+  std::pair<const BidRow*, const BidCell*> find(std::int64_t start_week, std::int64_t end_week) const {
+    const auto r = row_from(start_week);
+    if (r == rows.end() || r->start_week != start_week) return {nullptr, nullptr};
+    const auto c = std::partition_point(r->cells.begin(), r->cells.end(),
+                                        [&](const BidCell& x) { return x.end_week < end_week; });
+    if (c == r->cells.end() || c->end_week != end_week) return {&*r, nullptr};
+    return {&*r, &*c};
   }
 };
 
@@ -2304,10 +2330,12 @@ struct Engine::Impl {
     const Seconds min = walk.min_duration();
     if (ix.best < floor.value || to <= from) return;
     const std::int64_t last = run_slot(to);
-    for (auto row = ix.rows.lower_bound(run_slot(from)); row != ix.rows.end() && row->first <= last; ++row) {
-      for (auto cell = row->second.begin(); cell != row->second.end() && cell->first <= last; ++cell) {
-        if (cell->second.best < floor.value) continue;
-        for (const std::vector<BidEntry>& chunk : cell->second.bids.chunks()) {
+    for (auto row = ix.row_from(run_slot(from)); row != ix.rows.end() && row->start_week <= last; ++row) {
+      if (row->best < floor.value) continue;
+      for (const BidCell& cell : row->cells) {
+        if (cell.end_week > last) break;
+        if (cell.best < floor.value) continue;
+        for (const std::vector<BidEntry>& chunk : cell.bids.chunks()) {
           if (chunk.front().price < floor) break;
           for (const BidEntry& e : chunk) {
             if (e.price < floor) break;
@@ -2336,12 +2364,19 @@ struct Engine::Impl {
   }
   void index_bid(Book& b, const LiveOrder& lo) {
     const BidEntry e = bid_entry(lo);
+    const std::int64_t start_week = run_slot(e.start);
+    const std::int64_t end_week = run_slot(e.end);
     for_each_bid_index(b, lo, [&](BidIndex& ix) {
-      BidCell& cell = ix.rows[run_slot(e.start)][run_slot(e.end)];
-      const std::size_t n = cell.bids.size();
-      cell.bids.insert(e);
-      if (cell.bids.size() != n + 1) throw std::logic_error("fixed bid index: entry already in");
-      cell.best = std::max(cell.best, e.price.value);
+      auto row = ix.rows.begin() + (ix.row_from(start_week) - ix.rows.cbegin());
+      if (row == ix.rows.end() || row->start_week != start_week) row = ix.rows.insert(row, BidRow{start_week, kNoBid, {}});
+      auto cell = std::partition_point(row->cells.begin(), row->cells.end(),
+                                       [&](const BidCell& c) { return c.end_week < end_week; });
+      if (cell == row->cells.end() || cell->end_week != end_week) cell = row->cells.insert(cell, BidCell{end_week, {}, kNoBid});
+      const std::size_t n = cell->bids.size();
+      cell->bids.insert(e);
+      if (cell->bids.size() != n + 1) throw std::logic_error("fixed bid index: entry already in");
+      cell->best = std::max(cell->best, e.price.value);
+      row->best = std::max(row->best, e.price.value);
       ix.best = std::max(ix.best, e.price.value);
       ++ix.size;
     });
@@ -2349,20 +2384,23 @@ struct Engine::Impl {
   void unindex_bid(Book& b, const LiveOrder& lo) {
     const BidEntry e = bid_entry(lo);
     for_each_bid_index(b, lo, [&](BidIndex& ix) {
-      auto row = ix.rows.find(run_slot(e.start));
-      if (row == ix.rows.end()) throw std::logic_error("fixed bid index: no row");
-      auto cell = row->second.find(run_slot(e.end));
-      if (cell == row->second.end()) throw std::logic_error("fixed bid index: no cell");
-      BidCell& c = cell->second;
-      const std::size_t n = c.bids.size();
-      c.bids.erase(e);
-      if (c.bids.size() + 1 != n) throw std::logic_error("fixed bid index: no entry");
+      const auto [crow, ccell] = ix.find(run_slot(e.start), run_slot(e.end));
+      if (!ccell) throw std::logic_error("fixed bid index: no cell");
+      auto row = ix.rows.begin() + (crow - ix.rows.data());
+      auto cell = row->cells.begin() + (ccell - row->cells.data());
+      const std::size_t n = cell->bids.size();
+      cell->bids.erase(e);
+      if (cell->bids.size() + 1 != n) throw std::logic_error("fixed bid index: no entry");
       --ix.size;
-      if (c.bids.empty()) {
-        row->second.erase(cell);
-        if (row->second.empty()) ix.rows.erase(row);
+      if (cell->bids.empty()) {
+        row->cells.erase(cell);
       } else {
-        c.best = c.bids.begin()->price.value;
+        cell->best = cell->bids.begin()->price.value;
+      }
+      if (row->cells.empty()) {
+        ix.rows.erase(row);
+      } else if (e.price.value == row->best) {
+        row->refresh_best();  // it may have been the row's highest
       }
       if (e.price.value == ix.best) ix.refresh_best();  // it may have been the highest
     });
@@ -3979,13 +4017,9 @@ struct Engine::Impl {
           for (const BidSets* h : homes(g.any, g.by_region)) {
             const BidIndex* ix = &h->fixed;
             bool found = false;
-            auto row = ix->rows.find(run_slot(e.start));
-            if (row != ix->rows.end()) {
-              auto cell = row->second.find(run_slot(e.end));
-              if (cell != row->second.end()) {
-                auto it = cell->second.bids.lower_bound(e);
-                found = it != cell->second.bids.end() && *it == e;
-              }
+            if (const BidCell* cell = ix->find(run_slot(e.start), run_slot(e.end)).second) {
+              auto it = cell->bids.lower_bound(e);
+              found = it != cell->bids.end() && *it == e;
             }
             if (!found) fail("fixed bid " + std::to_string(o.id.value) + " not indexed");
             ++fixed_entries[&b];
@@ -4194,21 +4228,28 @@ struct Engine::Impl {
       std::size_t bid_entries = 0;
       const auto check_bids = [&](const BidIndex& ix) {
         std::size_t n = 0;
-        std::int64_t top = std::numeric_limits<std::int64_t>::min();
-        for (const auto& [start_week, row] : ix.rows) {
-          if (row.empty()) fail("fixed bid index: empty row");
-          for (const auto& [end_week, cell] : row) {
+        std::int64_t top = kNoBid;
+        for (std::size_t r = 0; r < ix.rows.size(); ++r) {
+          const BidRow& row = ix.rows[r];
+          if (row.cells.empty()) fail("fixed bid index: empty row");
+          if (r > 0 && ix.rows[r - 1].start_week >= row.start_week) fail("fixed bid index: rows out of order");
+          std::int64_t row_top = kNoBid;
+          for (std::size_t c = 0; c < row.cells.size(); ++c) {
+            const BidCell& cell = row.cells[c];
             if (cell.bids.empty()) fail("fixed bid index: empty cell");
+            if (c > 0 && row.cells[c - 1].end_week >= cell.end_week) fail("fixed bid index: cells out of order");
             if (!cell.bids.empty() && cell.best != cell.bids.begin()->price.value) fail("fixed bid index: best out of step");
-            top = std::max(top, cell.best);
+            row_top = std::max(row_top, cell.best);
             const BidEntry* prev = nullptr;
             for (const BidEntry& e : cell.bids) {
               if (prev && !BidEntryLess{}(*prev, e)) fail("fixed bid index: cell out of order");
-              if (run_slot(e.start) != start_week || run_slot(e.end) != end_week) fail("fixed bid index: wrong cell");
+              if (run_slot(e.start) != row.start_week || run_slot(e.end) != cell.end_week) fail("fixed bid index: wrong cell");
               prev = &e;
               ++n;
             }
           }
+          if (row_top != row.best) fail("fixed bid index: a row's best out of step");
+          top = std::max(top, row_top);
         }
         if (n != ix.size) fail("fixed bid index: size out of step");
         if (top != ix.best) fail("fixed bid index: its best out of step");
