@@ -649,6 +649,9 @@ struct LivePool {
   mutable std::uint32_t run_number{std::numeric_limits<std::uint32_t>::max()};
   // Its number in its Book for BidGroup::verdicts (the maximum until an ask of it first walks the bids).
   mutable std::uint32_t book_number{std::numeric_limits<std::uint32_t>::max()};
+  // The constraint groups of its Book that it may satisfy (Impl::groups_of), as of the Book's groups_made.
+  mutable std::vector<std::uint32_t> groups_ok;
+  mutable std::uint64_t groups_seen{0};
   std::uint32_t region{0};  // its region's number (Impl::region_numbers; a pool's region never changes)
 };
 
@@ -953,6 +956,9 @@ struct Book {
   mutable bool spot_floor_stale{false};
   mutable RunIndex free_runs;  // every run of every resting ask, for fixed-window bids (built by a walk)
   mutable std::uint32_t pools_numbered{0};  // LivePool::book_number given so far
+  // Bumped when group_for makes a group or gives a slot to another constraint set: the pools' lists of the
+  // groups they may satisfy (LivePool::groups_ok) are then out of date.
+  std::uint64_t groups_made{1};
   const MarketId* key{nullptr};  // its key in Impl::books (a std::map: the address is stable)
 };
 
@@ -2232,6 +2238,7 @@ struct Engine::Impl {
           it->second = f;
         }
       }
+      ++b.groups_made;
       if (slot) {
         b.group_index.erase(constraint_key(slot->rep));
         fresh.gen = slot->gen + 1;
@@ -2313,14 +2320,30 @@ struct Engine::Impl {
     return std::max(b.duration_ceiling, b.fixed_ceiling);
   }
 
+  // The groups of `b` that `lp` may satisfy: those whose kept verdict admits it, and those that keep none (the
+  // caller judges them), listed again only when b's groups changed (Book::groups_made): an ask's walk then
+  // passes over none of the ~3 in 4 groups its pool fails (realistic bench: 7.6 admitted of 28).
+  const std::vector<std::uint32_t>& groups_of(const Book& b, const LivePool& lp) const {
+    if (lp.groups_seen != b.groups_made) {
+      lp.groups_ok.clear();
+      for (std::size_t i = 0; i < b.bid_groups.size(); ++i) {
+        const BidGroup& g = b.bid_groups[i];
+        if (!g.keeps_verdicts || group_admits(b, lp, g)) lp.groups_ok.push_back(static_cast<std::uint32_t>(i));
+      }
+      lp.groups_seen = b.groups_made;
+    }
+    return lp.groups_ok;
+  }
+
   void bids_for(const Book& b, const LivePool& lp, Price floor, bool with_duration, BidWalk& walk) const {
     const std::uint32_t region = lp.region;
     const auto add = [&](const BidSets& s) {
       if (with_duration) walk.add(s.duration, floor);
       gather_fixed(s.fixed, floor, walk);
     };
-    for (const BidGroup& g : b.bid_groups) {
-      if (g.resting == 0 || !group_admits(b, lp, g)) continue;
+    for (const std::uint32_t gi : groups_of(b, lp)) {
+      const BidGroup& g = b.bid_groups[gi];
+      if (g.resting == 0 || (!g.keeps_verdicts && !pool_satisfies(lp.p, g.rep))) continue;
       add(g.any);
       if (region < g.by_region.size() && g.by_region[region]) add(*g.by_region[region]);
     }
@@ -4074,6 +4097,19 @@ struct Engine::Impl {
           if (g.keeps_verdicts && lp.book_number < g.verdicts.size() && g.verdicts[lp.book_number] >= 0 &&
               (g.verdicts[lp.book_number] == 1) != pool_satisfies(lp.p, g.rep)) {
             fail("kept verdict of pool " + std::to_string(id.value) + " stale");
+          }
+        }
+      }
+      // Its list of the groups it may satisfy, when current, holds every group it satisfies, each once.
+      if (const Book& pb = books.at(lp.p.spec.market); lp.groups_seen == pb.groups_made) {
+        std::vector<bool> listed(pb.bid_groups.size(), false);
+        for (std::uint32_t gi : lp.groups_ok) {
+          if (gi >= listed.size() || listed[gi]) fail("group list of pool " + std::to_string(id.value) + " wrong");
+          listed[gi] = true;
+        }
+        for (std::size_t i = 0; i < pb.bid_groups.size(); ++i) {
+          if (!listed[i] && pool_satisfies(lp.p, pb.bid_groups[i].rep)) {
+            fail("group list of pool " + std::to_string(id.value) + " misses group " + std::to_string(i));
           }
         }
       }
