@@ -1008,8 +1008,21 @@ inline bool in_runs(const Runs& runs, Seconds ws, Seconds we) {
 // back, re-sought by the key it was at, on the next call.
 class BidWalk {
  public:
-  BidWalk(Seconds a_start, Seconds a_end, Seconds a_min_duration, Seconds now, std::vector<BidEntry>& fixed)
-      : from_(std::max(a_start, now)), to_(a_end), min_(a_min_duration), now_(now), fixed_(fixed) {
+  struct Head {
+    const BidSet* s{nullptr};
+    BidSet::const_iterator it;
+    BidKey key;  // *it once settled, kept to re-seek after the set changed
+    std::uint64_t version{0};
+  };
+  // A walk's vectors, the caller's, reused from walk to walk (fresh ones were a malloc and a free a walk).
+  struct Lists {
+    std::vector<BidEntry> fixed;
+    std::vector<Head> heads;
+  };
+  BidWalk(Seconds a_start, Seconds a_end, Seconds a_min_duration, Seconds now, Lists& lists)
+      : from_(std::max(a_start, now)), to_(a_end), min_(a_min_duration), now_(now), heads_(lists.heads),
+        fixed_(lists.fixed) {
+    heads_.clear();
     fixed_.clear();
   }
   Seconds from() const { return from_; }
@@ -1084,12 +1097,6 @@ class BidWalk {
   }
 
  private:
-  struct Head {
-    const BidSet* s{nullptr};
-    BidSet::const_iterator it;
-    BidKey key;  // *it once settled, kept to re-seek after the set changed
-    std::uint64_t version{0};
-  };
   // Whether the ask's window holds the bid's: [ws, we) (a duration bid's from now) inside [max(a_start, now),
   // a_end), non-empty and at least a_min_duration long.
   bool fits(const BidKey& b) const {
@@ -1164,7 +1171,7 @@ class BidWalk {
   Seconds min_;
   Seconds now_;
   Price floor_;
-  std::vector<Head> heads_;
+  std::vector<Head>& heads_;
   std::optional<Head> pending_;
   std::vector<BidEntry>& fixed_;
   std::size_t fpos_{0};
@@ -2435,8 +2442,9 @@ struct Engine::Impl {
     });
   }
 
-  // BidWalk's candidate lists, one per nesting depth, reused (a fresh vector per walk was a malloc).
-  mutable std::deque<std::vector<BidEntry>> bid_lists;
+  // BidWalk's vectors (its candidates and its duration heads), one pair per nesting depth, reused (a fresh vector per
+  // walk was a malloc).
+  mutable std::deque<BidWalk::Lists> bid_lists;
   mutable std::size_t bid_depth{0};
   class BidList {
    public:
@@ -2447,11 +2455,11 @@ struct Engine::Impl {
     ~BidList() { --depth_; }
     BidList(const BidList&) = delete;
     BidList& operator=(const BidList&) = delete;
-    std::vector<BidEntry>& get() { return *list_; }
+    BidWalk::Lists& get() { return *list_; }
 
    private:
     std::size_t& depth_;
-    std::vector<BidEntry>* list_{nullptr};
+    BidWalk::Lists* list_{nullptr};
   };
 
   // Takes an order out of the book and the account sums before it changes. Returns whether it rested.
