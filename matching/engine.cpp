@@ -2109,11 +2109,15 @@ struct Engine::Impl {
         const auto ws32 = static_cast<std::uint32_t>(ws.value);
         const auto we32 = static_cast<std::uint32_t>(we.value);
         const auto len32 = static_cast<std::uint32_t>((we - ws).value);
-        // The tiers pool_satisfies admits (it judges the tier again with the rest, per pool).
-        std::array<bool, kTiers> tier_ok{};
+        // The tiers pool_satisfies admits (it judges the tier again with the rest, per pool), listed: a cell's
+        // loop reads only theirs (most bids exclude spot).
+        std::array<std::size_t, kTiers> tiers{};
+        std::size_t n_tiers = 0;
         for (std::size_t t = 0; t < kTiers; ++t) {
           const Tier tier = static_cast<Tier>(t);
-          tier_ok[t] = (tier != Tier::spot || c.interruptible) && (c.tiers.empty() || contains_tier(c.tiers, tier));
+          if ((tier != Tier::spot || c.interruptible) && (c.tiers.empty() || contains_tier(c.tiers, tier))) {
+            tiers[n_tiers++] = t;
+          }
         }
         // The stop_after least (effective, priority) of the sure candidates so far (a max-heap), and the
         // greatest of them once there are that many: runs after it are left out (cells are sorted).
@@ -2130,8 +2134,9 @@ struct Engine::Impl {
           for (std::size_t i = ix.cell_of(r, we32); i < row.cells.size(); ++i) {
             const RunCell& cell = row.cells[i];
             if (cell.least > cut.first) continue;
-            for (std::size_t t = 0; t < kTiers; ++t) {
-              if (!tier_ok[t] || cell.cheapest[t] > cut.first) continue;
+            for (std::size_t k = 0; k < n_tiers; ++k) {
+              const std::size_t t = tiers[k];
+              if (cell.cheapest[t] > cut.first) continue;
               for (const std::vector<RunEntry>& chunk : cell.by_tier[t].chunks()) {
                 if (chunk.front().effective.value > cut.first) break;
                 for (const RunEntry& e : chunk) {
