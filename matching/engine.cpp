@@ -688,6 +688,9 @@ struct LivePool {
   mutable std::uint32_t run_number{std::numeric_limits<std::uint32_t>::max()};
   // Its number in its Book for BidGroup::verdicts (the maximum until an ask of it first walks the bids).
   mutable std::uint32_t book_number{std::numeric_limits<std::uint32_t>::max()};
+  // The constraint groups of its Book that it may satisfy (Impl::groups_of), as of the Book's groups_made.
+  mutable std::vector<std::uint32_t> groups_ok;
+  mutable std::uint64_t groups_seen{0};
   std::uint32_t region{0};  // its region's number (Impl::region_numbers; a pool's region never changes)
 };
 
@@ -719,27 +722,53 @@ struct BidEntryLess {
 // its end: the mirror of the RunIndex. An ask can serve a bid only if the bid's window lies inside the ask's
 // (from max(start, now) to its end), so a walk reads only the cells whose start week is at least from's and
 // whose end week is at most the end's, instead of every bid of every set its pool's constraints admit
-// (~9 in 10 of which it skipped). Empty cells and rows are erased. check_invariants compares the index with
-// the resting bids.
+// (~9 in 10 of which it skipped). Rows and cells are sorted vectors (an index holds a few rows of a few
+// cells: ~2 rows and ~4 cells read per gather in the realistic bench, which a map's nodes made a pointer
+// chase and an out-of-line increment each); empty cells and rows are erased. check_invariants compares the
+// index with the resting bids.
+constexpr std::int64_t kNoBid = std::numeric_limits<std::int64_t>::min();
+
 struct BidCell {
+  std::int64_t end_week{0};
   ChunkedSet<BidEntry, BidEntryLess> bids;
   // The highest price among them, beside the set: an ask's walk passes over a cell priced out without
   // loading its chunks (a cell is erased when it empties).
-  std::int64_t best{std::numeric_limits<std::int64_t>::min()};
+  std::int64_t best{kNoBid};
 };
-using BidRow = std::map<std::int64_t, BidCell>;  // by end week
+
+struct BidRow {
+  std::int64_t start_week{0};
+  // The highest of its cells' `best`: a walk passes over a row priced out without reading its cells.
+  std::int64_t best{kNoBid};
+  std::vector<BidCell> cells;  // by end week
+  void refresh_best() {
+    best = kNoBid;
+    for (const BidCell& c : cells) best = std::max(best, c.best);
+  }
+};
 
 struct BidIndex {
-  std::map<std::int64_t, BidRow> rows;  // by start week
+  std::vector<BidRow> rows;  // by start week
   std::size_t size{0};
-  // The highest of its cells' `best` (the minimum when empty): a walk passes over an index priced out without
+  // The highest of its rows' `best` (the minimum when empty): a walk passes over an index priced out without
   // reading a row (two in three of the indexes an ask's walk gathers from in the realistic bench).
-  std::int64_t best{std::numeric_limits<std::int64_t>::min()};
+  std::int64_t best{kNoBid};
   void refresh_best() {
-    best = std::numeric_limits<std::int64_t>::min();
-    for (const auto& [start_week, row] : rows) {
-      for (const auto& [end_week, cell] : row) best = std::max(best, cell.best);
-    }
+    best = kNoBid;
+    for (const BidRow& r : rows) best = std::max(best, r.best);
+  }
+  // The first row whose start week is not before `week`.
+  std::vector<BidRow>::const_iterator row_from(std::int64_t week) const {
+    return std::partition_point(rows.begin(), rows.end(), [&](const BidRow& r) { return r.start_week < week; });
+  }
+  // The cell of (start week, end week) and its row, or nulls.
+  std::pair<const BidRow*, const BidCell*> find(std::int64_t start_week, std::int64_t end_week) const {
+    const auto r = row_from(start_week);
+    if (r == rows.end() || r->start_week != start_week) return {nullptr, nullptr};
+    const auto c = std::partition_point(r->cells.begin(), r->cells.end(),
+                                        [&](const BidCell& x) { return x.end_week < end_week; });
+    if (c == r->cells.end() || c->end_week != end_week) return {&*r, nullptr};
+    return {&*r, &*c};
   }
 };
 
@@ -966,6 +995,9 @@ struct Book {
   mutable bool spot_floor_stale{false};
   mutable RunIndex free_runs;  // every run of every resting ask, for fixed-window bids (built by a walk)
   mutable std::uint32_t pools_numbered{0};  // LivePool::book_number given so far
+  // Bumped when group_for makes a group or gives a slot to another constraint set: the pools' lists of the
+  // groups they may satisfy (LivePool::groups_ok) are then out of date.
+  std::uint64_t groups_made{1};
   const MarketId* key{nullptr};  // its key in Impl::books (a std::map: the address is stable)
 };
 
@@ -1006,30 +1038,48 @@ inline bool in_runs(const Runs& runs, Seconds ws, Seconds we) {
 
 // The resting bids an ask's window can hold (`fits`, given the ask's start, end and min_duration and the time
 // `now`: every key returned fits) priced at `floor` or more, in one priority order (BidOrder): the
-// fixed-window bids as a list of candidates gathered from the BidIndex and sorted (copies: the caller's
-// changes to the index cannot disturb them; their keys carry no id: callers read the order through `lo`),
+// fixed-window bids as a list of candidates gathered from the BidIndex and sorted (copies of their index
+// entries: the caller's changes to the index cannot disturb them; the keys returned for them carry no id:
+// callers read the order through `lo`),
 // merged with a k-way merge of duration bid sets, each head of which skips the bids out of window in its
 // set's contiguous chunks before it goes back into the heap. Each head is advanced before its key is
 // returned, so the caller may erase or re-insert the key it was just given: the head it came from is put
 // back, re-sought by the key it was at, on the next call.
 class BidWalk {
  public:
-  BidWalk(Seconds a_start, Seconds a_end, Seconds a_min_duration, Seconds now, std::vector<BidKey>& fixed)
-      : from_(std::max(a_start, now)), to_(a_end), min_(a_min_duration), now_(now), fixed_(fixed) {
+  struct Head {
+    const BidSet* s{nullptr};
+    BidSet::const_iterator it;
+    BidKey key;  // *it once settled, kept to re-seek after the set changed
+    std::uint64_t version{0};
+  };
+  // A walk's vectors, the caller's, reused from walk to walk (fresh ones were a malloc and a free a walk).
+  struct Lists {
+    std::vector<BidEntry> fixed;
+    std::vector<Head> heads;
+  };
+  BidWalk(Seconds a_start, Seconds a_end, Seconds a_min_duration, Seconds now, Lists& lists)
+      : from_(std::max(a_start, now)), to_(a_end), min_(a_min_duration), now_(now), heads_(lists.heads),
+        fixed_(lists.fixed) {
+    heads_.clear();
     fixed_.clear();
   }
   Seconds from() const { return from_; }
   Seconds to() const { return to_; }
   Seconds min_duration() const { return min_; }
-  // Given the ask's runs (before start(); the caller's, taken again after each fill; kept alive), next()
-  // passes over the fixed-window bids whose window lies in none of them: the ask cannot serve those (a window
-  // has a lot free throughout exactly when it lies in one run), and after a fill most of a walk's candidates
-  // are such bids. It then sorts the candidates a batch at a time (sort_more), leaving out those the runs no
+  // Given the ask's runs (before the bids are added; the caller's, kept alive, and given again each time the
+  // caller takes them again, after a fill), next() passes over the fixed-window bids whose window lies in none
+  // of them: the ask cannot serve those (a window has a lot free throughout exactly when it lies in one run),
+  // and after a fill most of a walk's candidates are such bids. add_fixed leaves them out from the start; next()
+  // sorts the candidates a batch at a time (sort_more), first leaving out those that runs given since no
   // longer hold.
-  void serve(const Runs* runs) { runs_ = runs; }
+  void serve(const Runs* runs) {
+    runs_ = runs;
+    rest_served_ = false;
+  }
   // A fixed-window bid that fits, priced at the floor or more (the caller gathers them; start() sorts).
   void add_fixed(const BidEntry& e) {
-    fixed_.push_back(BidKey{e.price, e.priority, OrderId(), e.lo, e.start, e.end, Seconds(0)});
+    if (!runs_ || in_runs(*runs_, e.start, e.end)) fixed_.push_back(e);
   }
   // Duration sets whose best bid is below `floor` are left out (the same floor for every set of a walk).
   void add(const BidSet& s, Price floor) {
@@ -1040,9 +1090,10 @@ class BidWalk {
   }
   void start() {
     if (!runs_) {
-      std::sort(fixed_.begin(), fixed_.end(), before);
+      std::sort(fixed_.begin(), fixed_.end(), before<BidEntry, BidEntry>);
       sorted_ = fixed_.size();
     }
+    rest_served_ = true;  // add_fixed left out what the runs do not hold
     std::make_heap(heads_.begin(), heads_.end(), later);
   }
   std::optional<BidKey> next() {
@@ -1058,7 +1109,10 @@ class BidWalk {
         sort_more();
       }
     }
-    if (fpos_ < sorted_ && (!d || before(fixed_[fpos_], d->key))) return fixed_[fpos_++];
+    if (fpos_ < sorted_ && (!d || before(fixed_[fpos_], d->key))) {
+      const BidEntry& e = fixed_[fpos_++];
+      return BidKey{e.price, e.priority, OrderId(), e.lo, e.start, e.end, Seconds(0)};
+    }
     if (!d) return std::nullopt;
     if (pending_) {
       Head& h = *pending_;
@@ -1082,12 +1136,6 @@ class BidWalk {
   }
 
  private:
-  struct Head {
-    const BidSet* s{nullptr};
-    BidSet::const_iterator it;
-    BidKey key;  // *it once settled, kept to re-seek after the set changed
-    std::uint64_t version{0};
-  };
   // Whether the ask's window holds the bid's: [ws, we) (a duration bid's from now) inside [max(a_start, now),
   // a_end), non-empty and at least a_min_duration long.
   bool fits(const BidKey& b) const {
@@ -1121,43 +1169,55 @@ class BidWalk {
     }
     pending_.reset();
   }
-  // BidOrder, with a key's id read from its order (a fixed candidate's is not filled in yet) when the
-  // prices and priorities tie.
-  static bool before(const BidKey& x, const BidKey& y) {
+  // BidOrder, with a key's id read from its order (a fixed candidate carries none) when the prices and
+  // priorities tie.
+  template <class X, class Y>
+  static bool before(const X& x, const Y& y) {
     if (x.price != y.price) return x.price > y.price;
     if (x.priority != y.priority) return x.priority < y.priority;
     return x.lo->o.id < y.lo->o.id;
   }
   static bool later(const Head& x, const Head& y) { return BidOrder{}(y.key, x.key); }  // min-heap
-  // Given runs: drops from the candidates not yet sorted those whose window no run holds any more, then
-  // sorts the least `batch_` of the others (partial_sort) after the sorted ones, every one of which is less.
+  // Given runs: drops from the candidates not yet sorted those whose window no run holds any more (if runs
+  // were given since they were last judged), then sorts the least `batch_` of the others (partial_sort) after
+  // the sorted ones, every one of which is less.
   // A walk usually takes a few candidates, fills, and finds the rest unserved (~96 % of those gathered in
   // the realistic bench), which a full sort (~70 instructions a candidate) ordered for nothing; the batch
-  // doubles each time, so a walk that takes them all pays about a full sort's compares.
+  // doubles each time, so a walk that takes them all pays about a full sort's compares. The first batch is the
+  // least candidate alone, found by one linear pass: a walk takes ~2 candidates on average in the realistic
+  // bench, and a heap of 8 cost ~1,800 instructions a walk there.
   void sort_more() {
-    std::size_t kept = sorted_;
-    for (std::size_t i = sorted_; i < fixed_.size(); ++i) {
-      if (in_runs(*runs_, fixed_[i].start, fixed_[i].end)) fixed_[kept++] = fixed_[i];
+    if (!rest_served_) {
+      std::size_t kept = sorted_;
+      for (std::size_t i = sorted_; i < fixed_.size(); ++i) {
+        if (in_runs(*runs_, fixed_[i].start, fixed_[i].end)) fixed_[kept++] = fixed_[i];
+      }
+      fixed_.resize(kept);
+      rest_served_ = true;
     }
-    fixed_.resize(kept);
     const auto first = fixed_.begin() + static_cast<std::ptrdiff_t>(sorted_);
     const std::size_t n = std::min(batch_, fixed_.size() - sorted_);
-    std::partial_sort(first, first + static_cast<std::ptrdiff_t>(n), fixed_.end(), before);
+    if (n == 1) {
+      std::iter_swap(first, std::min_element(first, fixed_.end(), before<BidEntry, BidEntry>));
+    } else {
+      std::partial_sort(first, first + static_cast<std::ptrdiff_t>(n), fixed_.end(), before<BidEntry, BidEntry>);
+    }
     sorted_ += n;
-    batch_ *= 2;
+    batch_ = std::max<std::size_t>(8, batch_ * 2);
   }
   Seconds from_;
   Seconds to_;
   Seconds min_;
   Seconds now_;
   Price floor_;
-  std::vector<Head> heads_;
+  std::vector<Head>& heads_;
   std::optional<Head> pending_;
-  std::vector<BidKey>& fixed_;
+  std::vector<BidEntry>& fixed_;
   std::size_t fpos_{0};
   std::size_t sorted_{0};  // fixed_[0, sorted_) is sorted, and less than the rest
-  std::size_t batch_{8};
+  std::size_t batch_{1};  // the first batch is the least alone (a linear pass); then 8, 16, 32, ...
   const Runs* runs_{nullptr};
+  bool rest_served_{true};  // fixed_[sorted_, end) holds only bids that runs_ (as last given) holds
 };
 
 struct PriceHash {
@@ -2133,11 +2193,15 @@ struct Engine::Impl {
         const auto ws32 = static_cast<std::uint32_t>(ws.value);
         const auto we32 = static_cast<std::uint32_t>(we.value);
         const auto len32 = static_cast<std::uint32_t>((we - ws).value);
-        // The tiers pool_satisfies admits (it judges the tier again with the rest, per pool).
-        std::array<bool, kTiers> tier_ok{};
+        // The tiers pool_satisfies admits (it judges the tier again with the rest, per pool), listed: a cell's
+        // loop reads only theirs (most bids exclude spot).
+        std::array<std::size_t, kTiers> tiers{};
+        std::size_t n_tiers = 0;
         for (std::size_t t = 0; t < kTiers; ++t) {
           const Tier tier = static_cast<Tier>(t);
-          tier_ok[t] = (tier != Tier::spot || c.interruptible) && (c.tiers.empty() || contains_tier(c.tiers, tier));
+          if ((tier != Tier::spot || c.interruptible) && (c.tiers.empty() || contains_tier(c.tiers, tier))) {
+            tiers[n_tiers++] = t;
+          }
         }
         // The stop_after least (effective, priority) of the sure candidates so far (a max-heap), and the
         // greatest of them once there are that many: runs after it are left out (cells are sorted).
@@ -2154,8 +2218,9 @@ struct Engine::Impl {
           for (std::size_t i = ix.cell_of(r, we32); i < row.cells.size(); ++i) {
             const RunCell& cell = row.cells[i];
             if (cell.least > cut.first) continue;
-            for (std::size_t t = 0; t < kTiers; ++t) {
-              if (!tier_ok[t] || cell.cheapest[t] > cut.first) continue;
+            for (std::size_t k = 0; k < n_tiers; ++k) {
+              const std::size_t t = tiers[k];
+              if (cell.cheapest[t] > cut.first) continue;
               for (const std::vector<RunEntry>& chunk : cell.by_tier[t].chunks()) {
                 if (chunk.front().effective.value > cut.first) break;
                 for (const RunEntry& e : chunk) {
@@ -2269,6 +2334,7 @@ struct Engine::Impl {
           it->second = f;
         }
       }
+      ++b.groups_made;
       if (slot) {
         b.group_index.erase(constraint_key(slot->rep));
         fresh.gen = slot->gen + 1;
@@ -2350,14 +2416,30 @@ struct Engine::Impl {
     return std::max(b.duration_ceiling, b.fixed_ceiling);
   }
 
+  // The groups of `b` that `lp` may satisfy: those whose kept verdict admits it, and those that keep none (the
+  // caller judges them), listed again only when b's groups changed (Book::groups_made): an ask's walk then
+  // passes over none of the ~3 in 4 groups its pool fails (realistic bench: 7.6 admitted of 28).
+  const std::vector<std::uint32_t>& groups_of(const Book& b, const LivePool& lp) const {
+    if (lp.groups_seen != b.groups_made) {
+      lp.groups_ok.clear();
+      for (std::size_t i = 0; i < b.bid_groups.size(); ++i) {
+        const BidGroup& g = b.bid_groups[i];
+        if (!g.keeps_verdicts || group_admits(b, lp, g)) lp.groups_ok.push_back(static_cast<std::uint32_t>(i));
+      }
+      lp.groups_seen = b.groups_made;
+    }
+    return lp.groups_ok;
+  }
+
   void bids_for(const Book& b, const LivePool& lp, Price floor, bool with_duration, BidWalk& walk) const {
     const std::uint32_t region = lp.region;
     const auto add = [&](const BidSets& s) {
       if (with_duration) walk.add(s.duration, floor);
       gather_fixed(s.fixed, floor, walk);
     };
-    for (const BidGroup& g : b.bid_groups) {
-      if (g.resting == 0 || !group_admits(b, lp, g)) continue;
+    for (const std::uint32_t gi : groups_of(b, lp)) {
+      const BidGroup& g = b.bid_groups[gi];
+      if (g.resting == 0 || (!g.keeps_verdicts && !pool_satisfies(lp.p, g.rep))) continue;
       add(g.any);
       if (region < g.by_region.size() && g.by_region[region]) add(*g.by_region[region]);
     }
@@ -2373,10 +2455,12 @@ struct Engine::Impl {
     const Seconds min = walk.min_duration();
     if (ix.best < floor.value || to <= from) return;
     const std::int64_t last = run_slot(to);
-    for (auto row = ix.rows.lower_bound(run_slot(from)); row != ix.rows.end() && row->first <= last; ++row) {
-      for (auto cell = row->second.begin(); cell != row->second.end() && cell->first <= last; ++cell) {
-        if (cell->second.best < floor.value) continue;
-        for (const std::vector<BidEntry>& chunk : cell->second.bids.chunks()) {
+    for (auto row = ix.row_from(run_slot(from)); row != ix.rows.end() && row->start_week <= last; ++row) {
+      if (row->best < floor.value) continue;
+      for (const BidCell& cell : row->cells) {
+        if (cell.end_week > last) break;
+        if (cell.best < floor.value) continue;
+        for (const std::vector<BidEntry>& chunk : cell.bids.chunks()) {
           if (chunk.front().price < floor) break;
           for (const BidEntry& e : chunk) {
             if (e.price < floor) break;
@@ -2405,12 +2489,19 @@ struct Engine::Impl {
   }
   void index_bid(Book& b, const LiveOrder& lo) {
     const BidEntry e = bid_entry(lo);
+    const std::int64_t start_week = run_slot(e.start);
+    const std::int64_t end_week = run_slot(e.end);
     for_each_bid_index(b, lo, [&](BidIndex& ix) {
-      BidCell& cell = ix.rows[run_slot(e.start)][run_slot(e.end)];
-      const std::size_t n = cell.bids.size();
-      cell.bids.insert(e);
-      if (cell.bids.size() != n + 1) throw std::logic_error("fixed bid index: entry already in");
-      cell.best = std::max(cell.best, e.price.value);
+      auto row = ix.rows.begin() + (ix.row_from(start_week) - ix.rows.cbegin());
+      if (row == ix.rows.end() || row->start_week != start_week) row = ix.rows.insert(row, BidRow{start_week, kNoBid, {}});
+      auto cell = std::partition_point(row->cells.begin(), row->cells.end(),
+                                       [&](const BidCell& c) { return c.end_week < end_week; });
+      if (cell == row->cells.end() || cell->end_week != end_week) cell = row->cells.insert(cell, BidCell{end_week, {}, kNoBid});
+      const std::size_t n = cell->bids.size();
+      cell->bids.insert(e);
+      if (cell->bids.size() != n + 1) throw std::logic_error("fixed bid index: entry already in");
+      cell->best = std::max(cell->best, e.price.value);
+      row->best = std::max(row->best, e.price.value);
       ix.best = std::max(ix.best, e.price.value);
       ++ix.size;
     });
@@ -2418,27 +2509,31 @@ struct Engine::Impl {
   void unindex_bid(Book& b, const LiveOrder& lo) {
     const BidEntry e = bid_entry(lo);
     for_each_bid_index(b, lo, [&](BidIndex& ix) {
-      auto row = ix.rows.find(run_slot(e.start));
-      if (row == ix.rows.end()) throw std::logic_error("fixed bid index: no row");
-      auto cell = row->second.find(run_slot(e.end));
-      if (cell == row->second.end()) throw std::logic_error("fixed bid index: no cell");
-      BidCell& c = cell->second;
-      const std::size_t n = c.bids.size();
-      c.bids.erase(e);
-      if (c.bids.size() + 1 != n) throw std::logic_error("fixed bid index: no entry");
+      const auto [crow, ccell] = ix.find(run_slot(e.start), run_slot(e.end));
+      if (!ccell) throw std::logic_error("fixed bid index: no cell");
+      auto row = ix.rows.begin() + (crow - ix.rows.data());
+      auto cell = row->cells.begin() + (ccell - row->cells.data());
+      const std::size_t n = cell->bids.size();
+      cell->bids.erase(e);
+      if (cell->bids.size() + 1 != n) throw std::logic_error("fixed bid index: no entry");
       --ix.size;
-      if (c.bids.empty()) {
-        row->second.erase(cell);
-        if (row->second.empty()) ix.rows.erase(row);
+      if (cell->bids.empty()) {
+        row->cells.erase(cell);
       } else {
-        c.best = c.bids.begin()->price.value;
+        cell->best = cell->bids.begin()->price.value;
+      }
+      if (row->cells.empty()) {
+        ix.rows.erase(row);
+      } else if (e.price.value == row->best) {
+        row->refresh_best();  // it may have been the row's highest
       }
       if (e.price.value == ix.best) ix.refresh_best();  // it may have been the highest
     });
   }
 
-  // BidWalk's candidate lists, one per nesting depth, reused (a fresh vector per walk was a malloc).
-  mutable std::deque<std::vector<BidKey>> bid_lists;
+  // BidWalk's vectors (its candidates and its duration heads), one pair per nesting depth, reused (a fresh vector per
+  // walk was a malloc).
+  mutable std::deque<BidWalk::Lists> bid_lists;
   mutable std::size_t bid_depth{0};
   class BidList {
    public:
@@ -2449,11 +2544,11 @@ struct Engine::Impl {
     ~BidList() { --depth_; }
     BidList(const BidList&) = delete;
     BidList& operator=(const BidList&) = delete;
-    std::vector<BidKey>& get() { return *list_; }
+    BidWalk::Lists& get() { return *list_; }
 
    private:
     std::size_t& depth_;
-    std::vector<BidKey>* list_{nullptr};
+    BidWalk::Lists* list_{nullptr};
   };
 
   // Takes an order out of the book and the account sums before it changes. Returns whether it rested.
@@ -3364,6 +3459,7 @@ struct Engine::Impl {
       }
       execute_fill(bid, ask, q, ws, we, bid.o.request.price, Side::sell);
       ask_runs(ask.o, serve_runs);
+      walk.serve(&serve_runs);
       if (!spot_now(ask.o)) walk.drop_duration();  // nothing free now: no duration bid can use it
     }
   }
@@ -4097,13 +4193,9 @@ struct Engine::Impl {
           for (const BidSets* h : homes(g.any, g.by_region)) {
             const BidIndex* ix = &h->fixed;
             bool found = false;
-            auto row = ix->rows.find(run_slot(e.start));
-            if (row != ix->rows.end()) {
-              auto cell = row->second.find(run_slot(e.end));
-              if (cell != row->second.end()) {
-                auto it = cell->second.bids.lower_bound(e);
-                found = it != cell->second.bids.end() && *it == e;
-              }
+            if (const BidCell* cell = ix->find(run_slot(e.start), run_slot(e.end)).second) {
+              auto it = cell->bids.lower_bound(e);
+              found = it != cell->bids.end() && *it == e;
             }
             if (!found) fail("fixed bid " + std::to_string(o.id.value) + " not indexed");
             ++fixed_entries[&b];
@@ -4169,6 +4261,19 @@ struct Engine::Impl {
       const std::size_t live = pool_leases[id];
       if (lp.leases.size() != live || lp.spot_leases.size() != (lp.p.spec.tier == Tier::spot ? live : 0)) {
         fail("pool " + std::to_string(id.value) + " lists other leases than its live ones");
+      }
+      // Its list of the groups it may satisfy, when current, holds every group it satisfies, each once.
+      if (const Book& pb = books.at(lp.p.spec.market); lp.groups_seen == pb.groups_made) {
+        std::vector<bool> listed(pb.bid_groups.size(), false);
+        for (std::uint32_t gi : lp.groups_ok) {
+          if (gi >= listed.size() || listed[gi]) fail("group list of pool " + std::to_string(id.value) + " wrong");
+          listed[gi] = true;
+        }
+        for (std::size_t i = 0; i < pb.bid_groups.size(); ++i) {
+          if (!listed[i] && pool_satisfies(lp.p, pb.bid_groups[i].rep)) {
+            fail("group list of pool " + std::to_string(id.value) + " misses group " + std::to_string(i));
+          }
+        }
       }
       Steps used = lp.used.to_steps();
       used.trim_before(now);
@@ -4327,21 +4432,28 @@ struct Engine::Impl {
       std::size_t bid_entries = 0;
       const auto check_bids = [&](const BidIndex& ix) {
         std::size_t n = 0;
-        std::int64_t top = std::numeric_limits<std::int64_t>::min();
-        for (const auto& [start_week, row] : ix.rows) {
-          if (row.empty()) fail("fixed bid index: empty row");
-          for (const auto& [end_week, cell] : row) {
+        std::int64_t top = kNoBid;
+        for (std::size_t r = 0; r < ix.rows.size(); ++r) {
+          const BidRow& row = ix.rows[r];
+          if (row.cells.empty()) fail("fixed bid index: empty row");
+          if (r > 0 && ix.rows[r - 1].start_week >= row.start_week) fail("fixed bid index: rows out of order");
+          std::int64_t row_top = kNoBid;
+          for (std::size_t c = 0; c < row.cells.size(); ++c) {
+            const BidCell& cell = row.cells[c];
             if (cell.bids.empty()) fail("fixed bid index: empty cell");
+            if (c > 0 && row.cells[c - 1].end_week >= cell.end_week) fail("fixed bid index: cells out of order");
             if (!cell.bids.empty() && cell.best != cell.bids.begin()->price.value) fail("fixed bid index: best out of step");
-            top = std::max(top, cell.best);
+            row_top = std::max(row_top, cell.best);
             const BidEntry* prev = nullptr;
             for (const BidEntry& e : cell.bids) {
               if (prev && !BidEntryLess{}(*prev, e)) fail("fixed bid index: cell out of order");
-              if (run_slot(e.start) != start_week || run_slot(e.end) != end_week) fail("fixed bid index: wrong cell");
+              if (run_slot(e.start) != row.start_week || run_slot(e.end) != cell.end_week) fail("fixed bid index: wrong cell");
               prev = &e;
               ++n;
             }
           }
+          if (row_top != row.best) fail("fixed bid index: a row's best out of step");
+          top = std::max(top, row_top);
         }
         if (n != ix.size) fail("fixed bid index: size out of step");
         if (top != ix.best) fail("fixed bid index: its best out of step");
