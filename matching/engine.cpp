@@ -2656,7 +2656,10 @@ struct Engine::Impl {
   void hook(LiveOrder& lo, bool into_book) {
     RestOrder& o = lo.o;
     if (o.is_open()) {
-      if (!lo.counted) {  // counted and unchanged since (an incoming order entering the book): as it is
+      // Counted and not unhooked since on(PlaceOrder) (an incoming order entering the book): its sums are in,
+      // and an ask's accounting is as on(PlaceOrder) set it, at this `now`.
+      const bool as_placed = lo.counted;
+      if (!as_placed) {
         account_add(lo, +1);
         lo.counted = true;
       }
@@ -2716,7 +2719,7 @@ struct Engine::Impl {
         }
         lo.in_book = true;
       }
-      refresh_ask_accounting(o);
+      if (!as_placed) refresh_ask_accounting(o);
       refresh_view(lo);
       schedule_order(lo);
       return;
