@@ -325,6 +325,10 @@ struct LiveOrder {
 static_assert(offsetof(LiveOrder, in_book) < offsetof(LiveOrder, shown) + sizeof(Shown),
               "in_book sits in the tail padding of shown");
 
+// v.push_back(&lo) with its fast path inlined here (always_inline, flatten): GCC leaves vector's push_back
+// and emplace_back out of line, ~23 instructions a call where the append itself is ~6.
+[[gnu::always_inline, gnu::flatten]] inline void append(std::vector<LiveOrder*>& v, LiveOrder& lo) { v.push_back(&lo); }
+
 // Open orders in no particular order, with O(1) insert and erase (each order keeps its slot). Callers
 // that need id order sort ids().
 struct OrderList {
@@ -332,7 +336,7 @@ struct OrderList {
 
   void add(LiveOrder& lo, std::uint32_t LiveOrder::*slot) {
     lo.*slot = static_cast<std::uint32_t>(items.size());
-    items.push_back(&lo);
+    append(items, lo);
   }
   void remove(LiveOrder& lo, std::uint32_t LiveOrder::*slot) {
     const std::uint32_t i = lo.*slot;
@@ -2710,7 +2714,7 @@ struct Engine::Impl {
           }
           AskPool& ap = b.ask_pools[lp.ask_pool_slot];
           lo.book_slot = static_cast<std::uint32_t>(ap.asks.size());
-          ap.asks.push_back(&lo);
+          append(ap.asks, lo);
           if (lo.in_spot) {
             lp.book_spot_asks.insert(k);
             count_spot(b, ap, k);
