@@ -1966,7 +1966,7 @@ struct Engine::Impl {
   // fn(key) returns false to stop; like a walk of one set, fn may erase or re-insert the ask of the key it
   // was given (a fill changes only that ask), never another; pool attributes do not change during a walk.
   //
-  // A duration bid: a k-way merge over the admitted pools' book_spot_asks, each head already moved past
+  // A duration bid: a k-way merge over the admitted pools' book_spot_asks (joined by cheapest price), each head already moved past
   // keys that do not fit; the head of the set fn changed is re-sought by the key it was at (ChunkedSet's
   // iterators do not survive a change), and a head whose set had no other fitting key was dropped before
   // fn ran. A fixed-window bid: every slot of every admitted pool is tested from contiguous memory, those
@@ -1986,8 +1986,13 @@ struct Engine::Impl {
   };
   // walk_asks' heaps, one pair of vectors per nesting depth, reused: a fresh vector per walk was a malloc
   // per placement (and, reserved, a page-faulting one).
+  struct PendingPool {
+    Price cheapest;  // its spot_cheapest
+    const LivePool* lp{nullptr};
+  };
   struct WalkScratch {
     std::vector<AskHead> heads;
+    std::vector<PendingPool> pools;  // a duration bid's admitted pools not yet in the merge (a heap on cheapest)
     std::vector<AskCandidate> candidates;
     std::vector<std::uint32_t> regions;  // the numbers of the bid's regions (pool_admits)
   };
@@ -2141,16 +2146,32 @@ struct Engine::Impl {
       }
       return false;
     };
+    // The admitted pools join the merge in the order of their cheapest spot key, each only once the merge's
+    // least key is priced at that or more (none of its keys can come before): a walk that fn stops early
+    // (most that cross) reads no key of the pools priced above the keys it was given. A pending pool is held by
+    // its LivePool, whose keys fn does not change (it changes only the ask it was given, of an open pool).
+    std::vector<PendingPool>& pending = scratch.pools;
+    pending.clear();
     for (const AskPool& ap : b.ask_pools) {
       if (ap.spot_cheapest > limit || !ap.spot_runs.may_fit(ws, we)) continue;
-      const LivePool* lp = ap.lp;
-      const AskSet& s = lp->book_spot_asks;
-      if (!pool_admits(b, *lp, group, c, regions)) continue;
-      Head h{&s, s.begin(), {}, 0};
-      if (settle(h)) heads.push_back(h);
+      if (!pool_admits(b, *ap.lp, group, c, regions)) continue;
+      pending.push_back(PendingPool{ap.spot_cheapest, ap.lp});
     }
+    const auto dearer = [](const PendingPool& x, const PendingPool& y) { return y.cheapest < x.cheapest; };
+    std::make_heap(pending.begin(), pending.end(), dearer);
     const auto later = [](const Head& x, const Head& y) { return y.key < x.key; };  // min-heap on key
-    std::make_heap(heads.begin(), heads.end(), later);
+    const auto open_pools = [&] {
+      while (!pending.empty() && (heads.empty() || pending.front().cheapest <= heads.front().key.effective)) {
+        std::pop_heap(pending.begin(), pending.end(), dearer);
+        const AskSet& s = pending.back().lp->book_spot_asks;
+        pending.pop_back();
+        Head h{&s, s.begin(), {}, 0};
+        if (!settle(h)) continue;
+        heads.push_back(h);
+        std::push_heap(heads.begin(), heads.end(), later);
+      }
+    };
+    open_pools();
     while (!heads.empty()) {
       std::pop_heap(heads.begin(), heads.end(), later);
       Head h = heads.back();
@@ -2164,6 +2185,7 @@ struct Engine::Impl {
         heads.push_back(h);
         std::push_heap(heads.begin(), heads.end(), later);
       }
+      if (!pending.empty()) open_pools();
     }
   }
 
