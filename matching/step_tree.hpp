@@ -97,7 +97,8 @@ class StepTree {
 
   // sum = left sum + delta + right sum; maxpre = the largest of the left's maxpre, the running sum at this
   // node (left sum + delta) and that plus the right's maxpre (each child's terms only if it exists).
-  void pull(int i) {
+  // Inlined into bump's path (always_inline): GCC kept it out of line, a call per node of the path.
+  [[gnu::always_inline]] void pull(int i) {
     Node& x = n(i);
     std::int64_t here = x.delta;
     std::int64_t best;
