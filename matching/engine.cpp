@@ -1346,7 +1346,8 @@ struct Engine::Impl {
   std::map<CidKey, Finished> finished_cids;
   std::vector<LiveOrder*> dead;  // closed this command: erased at its end (addresses are stable until then)
   // Ask records of erased orders, reused with their room (a placement then allocates neither the record nor
-  // its free capacity's array).
+  // its free capacity's array); at most kSpareAsks kept, so that a mass cancel does not hold its records.
+  static constexpr std::size_t kSpareAsks = 4096;
   std::vector<Owned<AskSide>> spare_asks;
   EventSink* sink_{nullptr};
   mutable std::deque<Order> query_orders;  // Engine::order()'s answers, until the next apply()
@@ -1826,14 +1827,14 @@ struct Engine::Impl {
   Seconds bid_end(const RestOrder& b) const { return b.is_duration_bid() ? now + *b.request.duration() : b.window_end; }
   static Seconds min_piece(const RestOrder& a) { return std::max(a.request.min_duration, Seconds(1)); }
 
-  Bucket trade_bucket(Seconds start) const {
-    return start - now <= cfg.spot_horizon ? Bucket::spot() : month_bucket(start);
-  }
+  // Whether a trade starting at `start` is a spot trade (within the spot horizon), not one of its month.
+  bool spot_start(Seconds start) const { return start - now <= cfg.spot_horizon; }
+  Bucket trade_bucket(Seconds start) const { return spot_start(start) ? Bucket::spot() : month_bucket(start); }
 
   // Whether an order's bucket is spot now; else it is the month of its window's start. An order's window never
   // changes and time only moves on, so its month bucket can only give way to spot, once (refresh_view).
   bool in_spot_bucket(const RestOrder& o) const {
-    if (o.is_buy()) return o.is_duration_bid() || o.window_start - now <= cfg.spot_horizon;
+    if (o.is_buy()) return o.is_duration_bid() || spot_start(o.window_start);  // as trade_bucket
     return o.window_start <= now;
   }
   Bucket order_bucket(const RestOrder& o) const {
@@ -4085,7 +4086,7 @@ struct Engine::Impl {
     std::visit([&](const auto& body) { on(cmd, body); }, cmd.body);
     flush_views();
     for (LiveOrder* lo : dead) {
-      if (lo->o.ask) spare_asks.push_back(std::move(lo->o.ask));
+      if (lo->o.ask && spare_asks.size() < kSpareAsks) spare_asks.push_back(std::move(lo->o.ask));
       orders.erase(lo->o.id);
     }
     dead.clear();
