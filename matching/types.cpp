@@ -1,9 +1,20 @@
 // Names of the enums as they appear on the wire, and calendar buckets.
 #include "matching/types.hpp"
 
+#include <algorithm>
 #include <cstdio>
+#include <stdexcept>
 
 namespace gpuex::matching {
+
+MarketId::MarketId(std::string_view name) {
+  if (name.size() > kMaxSize) {
+    throw std::length_error("market name of " + std::to_string(name.size()) + " bytes (at most " +
+                            std::to_string(kMaxSize) + "): " + std::string(name));
+  }
+  std::copy(name.begin(), name.end(), chars_.begin());
+  size_ = static_cast<std::uint8_t>(name.size());
+}
 
 Bucket month_bucket(Seconds t) {
   // Howard Hinnant's civil_from_days.
