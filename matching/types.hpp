@@ -1,15 +1,13 @@
 // Strong value types of the market: money, quantities, time, ids, and the small enums every file shares.
 #pragma once
 
-#include <array>
 #include <compare>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
-#include <type_traits>
 
 namespace gpuex::matching {
 
@@ -61,32 +59,33 @@ using AccountId = Id<AccountTag>;    // assigned by the server
 using Seq = std::int64_t;            // command sequence number, strictly increasing
 using Micros = std::int64_t;         // a money total in micro-dollars
 
-// A market key such as "H100-SXM-80G", at most kMaxSize bytes (the markets table's rule), kept inline:
-// every order, trade, lease and book delta carries one, and a std::string's copy was ~39 instructions where
-// these 48 bytes are three moves. Compared and ordered by name, as the std::string it replaces.
+// A market key such as "H100-SXM-80G", at most kMaxSize bytes (the markets table's rule): a pointer to its name
+// in a process-wide table that only grows. Every order, trade, lease and book delta carries one, and a
+// std::string's copy was ~39 instructions where this is one move. Equal names are one entry, so `==` compares
+// pointers; `<=>` compares the names, as the std::string it replaces did (maps and sorted outputs keep their order).
 class MarketId {
  public:
   static constexpr std::size_t kMaxSize = 40;
 
-  MarketId() = default;
-  // Throws std::length_error for a longer name (never truncates it): no market has one, and every entry
-  // point refuses one first with its own answer.
+  MarketId() = default;  // the empty name
+  // Enters `name` in the table (once). Throws std::length_error for a longer name (never truncated). For names
+  // the process trusts (its markets, its command log and snapshots, tests): the table is never freed.
   explicit MarketId(std::string_view name);
+  // The id of a name already in the table, else none: for names from clients, who must not grow it.
+  static std::optional<MarketId> existing(std::string_view name);
 
-  std::string_view value() const { return {chars_.data(), size_}; }
-  bool empty() const { return size_ == 0; }
+  std::string_view value() const { return name_ ? std::string_view(*name_) : std::string_view(); }
+  bool empty() const { return name_ == nullptr; }
 
-  // Every byte past the name is zero, so equal names are equal objects.
-  friend bool operator==(const MarketId& a, const MarketId& b) { return std::memcmp(&a, &b, sizeof a) == 0; }
-  friend std::strong_ordering operator<=>(const MarketId& a, const MarketId& b) { return a.value() <=> b.value(); }
+  friend bool operator==(MarketId a, MarketId b) { return a.name_ == b.name_; }
+  friend std::strong_ordering operator<=>(MarketId a, MarketId b) {
+    return a.name_ == b.name_ ? std::strong_ordering::equal : a.value() <=> b.value();
+  }
 
  private:
-  // 47 bytes (7 of them past kMaxSize) pad MarketId to 48: its 8-byte-aligned neighbours would leave the
-  // same room unused, and the copy is three 16-byte moves.
-  std::array<char, 47> chars_{};
-  std::uint8_t size_{0};
+  explicit MarketId(const std::string* name) : name_(name) {}
+  const std::string* name_{nullptr};  // null: the empty name
 };
-static_assert(sizeof(MarketId) == 48 && std::has_unique_object_representations_v<MarketId>);
 
 // Delivery bucket of a book view or trade: spot (0) or a UTC month written yyyymm (202701 = "2027-01").
 struct Bucket {

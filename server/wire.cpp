@@ -111,7 +111,11 @@ OrderRequest read_order_request(JsonFields& f) {
   if (auto e = f.time("end", r.side == Side::sell ? Need::required : Need::optional)) r.end = Seconds(*e);
 
   if (r.side == Side::buy) {
-    if (auto m = f.string("market", Need::required, MarketId::kMaxSize)) r.market = MarketId{*m};
+    // A name no market has stays empty (the routes answer not_found): a client's names must not grow MarketId's
+    // table.
+    if (auto m = f.string("market", Need::required, MarketId::kMaxSize)) {
+      r.market = MarketId::existing(*m).value_or(MarketId());
+    }
     if (auto d = f.integer("duration", Need::optional, 60, kMaxWindowSeconds)) r.duration = Seconds(*d);
     auto& c = r.constraints;
     if (auto tiers = f.strings("tiers", Need::optional, 3, 16)) {
@@ -173,7 +177,9 @@ OrderRequest read_order_request(JsonFields& f) {
 
 PoolSpec read_pool_spec(JsonFields& f) {
   PoolSpec p;
-  if (auto m = f.string("market", Need::required, MarketId::kMaxSize)) p.market = MarketId{*m};
+  if (auto m = f.string("market", Need::required, MarketId::kMaxSize)) {
+    p.market = MarketId::existing(*m).value_or(MarketId());  // as an order's
+  }
   if (auto r = f.string("region", Need::required, 2)) {
     if (is_region(*r)) p.region = *r;
     else f.fail("invalid_field", "region", "region must be an ISO 3166 code such as \"DE\"");

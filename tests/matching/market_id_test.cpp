@@ -1,5 +1,6 @@
-// MarketId: an inline name that compares and orders exactly as the std::string it replaced (maps and sets
-// keyed by market, and every sorted output, keep their order), and refuses a name it cannot hold.
+// MarketId: an interned name that compares and orders exactly as the std::string it replaced (maps and sets
+// keyed by market, and every sorted output, keep their order), refuses a name longer than a market's, and is
+// found without entering the table for names from clients.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -33,4 +34,13 @@ TEST_CASE("a market id holds 40 bytes and refuses a longer name", "[market_id]")
   const std::string longest(MarketId::kMaxSize, 'X');
   CHECK(MarketId{longest}.value() == longest);
   CHECK_THROWS_AS(MarketId{longest + "X"}, std::length_error);
+}
+
+TEST_CASE("a name from a client finds a market id only if the process named it", "[market_id]") {
+  CHECK_FALSE(MarketId::existing("market-id-test-unnamed").has_value());
+  CHECK_FALSE(MarketId::existing("market-id-test-unnamed").has_value());  // the lookup did not enter it
+  const MarketId named{"market-id-test-named"};
+  REQUIRE(MarketId::existing("market-id-test-named").has_value());
+  CHECK(*MarketId::existing("market-id-test-named") == named);
+  CHECK(MarketId::existing("") == MarketId{});
 }
