@@ -1422,7 +1422,7 @@ struct Engine::Impl {
   // a const method: quote() builds a transient order that only reads its book.
   Book* book_of(const MarketId& m) const {
     auto it = books.find(m);
-    if (it == books.end()) throw std::out_of_range("unknown market " + m.value);
+    if (it == books.end()) throw std::out_of_range("unknown market " + std::string(m.value()));
     return const_cast<Book*>(&it->second);
   }
 
@@ -1510,7 +1510,7 @@ struct Engine::Impl {
     rq.cons = intern(q.constraints);
     r.book = book;
     using MK = RestRequest::MarketKind;
-    rq.market_kind = q.market.value.empty() ? MK::empty : q.market == *book->key ? MK::resolved : MK::cold;
+    rq.market_kind = q.market.empty() ? MK::empty : q.market == *book->key ? MK::resolved : MK::cold;
     if (!q.client_order_id.empty() || rq.market_kind == MK::cold || q.expire_at || both || cold_end || hash != 0) {
       auto cold = std::make_unique<RestCold>();
       cold->client_order_id = q.client_order_id;
@@ -4529,11 +4529,11 @@ struct Engine::Impl {
     for (const auto& [k, v] : views) {
       const View& f = fresh[k];
       if (f.bids != v.bids || f.asks != v.asks || !(f.constrained == v.constrained)) {
-        fail("view " + k.market.value + " " + to_string(k.bucket) + " differs from its orders");
+        fail("view " + std::string(k.market.value()) + " " + to_string(k.bucket) + " differs from its orders");
       }
     }
     for (const auto& [k, v] : fresh) {
-      if (!views.count(k) && (!v.bids.empty() || !v.asks.empty())) fail("missing view " + k.market.value);
+      if (!views.count(k) && (!v.bids.empty() || !v.asks.empty())) fail("missing view " + std::string(k.market.value()));
     }
     return err;
   }
@@ -4689,9 +4689,9 @@ struct Engine::Impl {
       h.i64(lim.max_open_notional);
       h.i64(lim.max_open_orders);
     }
-    for (const MarketId& m : s.halted_markets) h.str(m.value);
+    for (const MarketId& m : s.halted_markets) h.str(m.value());
     for (const ViewSequence& v : s.view_sequences) {
-      h.str(v.market.value);
+      h.str(v.market.value());
       h.i64(v.bucket.yyyymm);
       h.i64(static_cast<std::int64_t>(v.sequence));
     }

@@ -38,7 +38,7 @@ std::string to_string(const Order& x) {
   std::ostringstream o;
   const OrderRequest& r = x.request;
   o << "order{id=" << x.id.value << " acct=" << x.account.value << " cid=" << r.client_order_id << ' '
-    << to_string(r.side) << ' ' << x.market.value;
+    << to_string(r.side) << ' ' << x.market.value();
   if (x.is_sell()) o << " pool=" << r.pool.value;
   o << " price=" << r.price.value << " eff=" << x.effective_price.value << " disc=" << x.green_discount_bps
     << " qty=" << r.quantity.value << " start=" << opt(r.start) << " end=" << opt(r.end)
@@ -76,7 +76,7 @@ std::string to_string(const Lease& x) {
   std::ostringstream o;
   o << "lease{id=" << x.id.value << " trade=" << x.trade.value << " split_from=" << x.split_from.value
     << " buyer=" << x.buyer.value << " provider=" << x.provider.value << " pool=" << x.pool.value << ' '
-    << x.market.value << " buy=" << x.buy_order.value << " sell=" << x.sell_order.value
+    << x.market.value() << " buy=" << x.buy_order.value << " sell=" << x.sell_order.value
     << " qty=" << x.quantity.value << " [" << x.start.value << ',' << x.end.value << ") price=" << x.price.value
     << " list=" << x.list_price.value << " disc=" << x.green_discount_bps << " intr=" << x.interruptible
     << ' ' << to_string(x.status) << " preempted_at=" << opt(x.preempted_at) << " ends_at=" << opt(x.ends_at)
@@ -89,7 +89,7 @@ std::string to_string(const Lease& x) {
 
 std::string to_string(const Trade& x) {
   std::ostringstream o;
-  o << "trade{id=" << x.id.value << ' ' << x.market.value << ' ' << to_string(x.bucket) << " t=" << x.time.value
+  o << "trade{id=" << x.id.value << ' ' << x.market.value() << ' ' << to_string(x.bucket) << " t=" << x.time.value
     << " buy=" << x.buy_order.value << " sell=" << x.sell_order.value << " buyer=" << x.buyer.value
     << " seller=" << x.seller.value << " pool=" << x.pool.value << " lease=" << x.lease.value
     << " qty=" << x.quantity.value << " [" << x.start.value << ',' << x.end.value << ") price=" << x.price.value
@@ -102,7 +102,7 @@ std::string to_string(const Trade& x) {
 std::string to_string(const Pool& x) {
   std::ostringstream o;
   const PoolSpec& s = x.spec;
-  o << "pool{id=" << x.id.value << " provider=" << x.provider.value << ' ' << s.market.value << ' ' << s.region
+  o << "pool{id=" << x.id.value << " provider=" << x.provider.value << ' ' << s.market.value() << ' ' << s.region
     << ' ' << to_string(s.tier) << ' ' << s.gpus_per_node << 'x' << s.nodes << " nvl=" << s.nvlink << ' '
     << to_string(s.fabric) << '/' << s.fabric_gbps << " sla=" << s.sla_pct_x1000
     << " pue=" << s.energy.pue_x1000 << " ren=" << s.energy.renewable_pct_x100
@@ -137,7 +137,7 @@ std::string to_string(const Event& e) {
                  " at=" + std::to_string(v.preempted_at.value) + " ends=" + std::to_string(v.ends_at.value) +
                  " by_trade=" + std::to_string(v.by_trade.value) + "}";
         } else if constexpr (std::is_same_v<T, BookDelta>) {
-          std::string s = "BookDelta{" + v.market.value + ' ' + to_string(v.bucket) +
+          std::string s = "BookDelta{" + std::string(v.market.value()) + ' ' + to_string(v.bucket) +
                           " seq=" + std::to_string(v.sequence) + " changes=";
           for (const LevelChange& c : v.changes) {
             s += std::string(to_string(c.side)) + '@' + std::to_string(c.price.value) + '=' +
@@ -148,7 +148,7 @@ std::string to_string(const Event& e) {
         } else if constexpr (std::is_same_v<T, PoolChanged>) {
           return "PoolChanged " + to_string(v.pool);
         } else if constexpr (std::is_same_v<T, MarketHaltChanged>) {
-          return "MarketHaltChanged{" + v.market.value + (v.halted ? " halted}" : " resumed}");
+          return "MarketHaltChanged{" + std::string(v.market.value()) + (v.halted ? " halted}" : " resumed}");
         } else if constexpr (std::is_same_v<T, LimitsChanged>) {
           return "LimitsChanged{acct=" + std::to_string(v.account.value) +
                  " gpus=" + std::to_string(v.limits.max_open_gpus.value) +

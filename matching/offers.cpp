@@ -75,8 +75,12 @@ std::string market_of(std::string_view gpu, std::string_view ram_mb) {
 }  // namespace
 
 std::vector<MarketId> offer_markets() {
-  return {{"A100-PCIE-40G"}, {"A100-PCIE-80G"}, {"H100-PCIE-80G"}, {"H100-SXM-80G"}, {"H200-SXM-141G"},
-          {"H200-NVL-141G"}, {"L40S-48G"},      {"RTX4090-24G"},   {"V100-SXM2-32G"}, {"V100-16G"}};
+  std::vector<MarketId> markets;
+  for (std::string_view m : {"A100-PCIE-40G", "A100-PCIE-80G", "H100-PCIE-80G", "H100-SXM-80G", "H200-SXM-141G",
+                             "H200-NVL-141G", "L40S-48G", "RTX4090-24G", "V100-SXM2-32G", "V100-16G"}) {
+    markets.emplace_back(m);
+  }
+  return markets;
 }
 
 std::vector<Offer> parse_offers(std::string_view csv, std::uint64_t seed) {

@@ -29,7 +29,7 @@ std::uint64_t body_hash(const OrderRequest& r) {
   Fnv1a h;
   h.i64(static_cast<std::int64_t>(r.side));
   h.str(r.client_order_id);
-  h.str(r.market.value);
+  h.str(r.market.value());
   h.i64(r.pool.value);
   h.i64(r.price.value);
   h.i64(r.quantity.value);

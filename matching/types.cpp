@@ -1,9 +1,50 @@
-// Names of the enums as they appear on the wire, and calendar buckets.
+// Names of the enums as they appear on the wire, calendar buckets, and the table of market names.
 #include "matching/types.hpp"
 
 #include <cstdio>
+#include <mutex>
+#include <set>
+#include <stdexcept>
 
 namespace gpuex::matching {
+
+namespace {
+
+// The names MarketIds point to. Never destroyed: a MarketId in a static object may be read after any
+// destructor of this file's statics ran.
+struct MarketNames {
+  std::mutex mutex;
+  std::set<std::string, std::less<>> names;  // a set's nodes never move
+};
+
+MarketNames& market_names() {
+  static auto* const names = new MarketNames;
+  return *names;
+}
+
+}  // namespace
+
+MarketId::MarketId(std::string_view name) {
+  if (name.size() > kMaxSize) {
+    throw std::length_error("market name of " + std::to_string(name.size()) + " bytes (at most " +
+                            std::to_string(kMaxSize) + "): " + std::string(name));
+  }
+  if (name.empty()) return;
+  MarketNames& t = market_names();
+  std::lock_guard lock(t.mutex);
+  auto it = t.names.find(name);
+  if (it == t.names.end()) it = t.names.emplace(name).first;
+  name_ = &*it;
+}
+
+std::optional<MarketId> MarketId::existing(std::string_view name) {
+  if (name.empty()) return MarketId();
+  MarketNames& t = market_names();
+  std::lock_guard lock(t.mutex);
+  auto it = t.names.find(name);
+  if (it == t.names.end()) return std::nullopt;
+  return MarketId(&*it);
+}
 
 Bucket month_bucket(Seconds t) {
   // Howard Hinnant's civil_from_days.

@@ -197,9 +197,9 @@ int serve(const ServerConfig& config) {
     }
     auto rows = db.exec("SELECT id, tick_size_micros, round(perf_factor * 1000)::int FROM markets ORDER BY id");
     for (int i = 0; i < rows.rows(); ++i) {
-      matching::MarketSpec m{matching::MarketId{std::string(rows.text(i, 0))}, matching::Price(rows.integer(i, 1)),
+      matching::MarketSpec m{matching::MarketId{rows.text(i, 0)}, matching::Price(rows.integer(i, 1)),
                              static_cast<std::int32_t>(rows.integer(i, 2))};
-      markets.emplace(m.id.value, m);
+      markets.emplace(rows.text(i, 0), m);
       engine_config.markets.push_back(m);
     }
   }

@@ -8,10 +8,10 @@ namespace gpuex {
 using namespace matching;
 
 void BookViews::reset(const Engine& engine) {
-  std::map<std::pair<std::string, std::int32_t>, View> fresh;
+  std::map<std::pair<MarketId, std::int32_t>, View> fresh;
   for (const auto& vs : engine.snapshot().view_sequences) {
     Depth d = engine.depth(vs.market, vs.bucket, std::numeric_limits<int>::max());
-    View& v = fresh[{vs.market.value, vs.bucket.yyyymm}];
+    View& v = fresh[{vs.market, vs.bucket.yyyymm}];
     v.sequence = d.sequence;
     for (const auto& l : d.bids) v.bids[l.price.value] = l.quantity.value;
     for (const auto& l : d.asks) v.asks[l.price.value] = l.quantity.value;
@@ -23,7 +23,7 @@ void BookViews::reset(const Engine& engine) {
 
 void BookViews::apply(const BookDelta& delta) {
   std::lock_guard lock(mutex_);
-  View& v = views_[{delta.market.value, delta.bucket.yyyymm}];
+  View& v = views_[{delta.market, delta.bucket.yyyymm}];
   v.sequence = delta.sequence;
   for (const auto& c : delta.changes) {
     auto set = [&](auto& side) {
@@ -39,7 +39,7 @@ void BookViews::apply(const BookDelta& delta) {
 Depth BookViews::get(const MarketId& market, Bucket bucket, std::size_t levels) const {
   Depth d;
   std::lock_guard lock(mutex_);
-  auto it = views_.find({market.value, bucket.yyyymm});
+  auto it = views_.find({market, bucket.yyyymm});
   if (it == views_.end()) return d;
   const View& v = it->second;
   d.sequence = v.sequence;
@@ -56,8 +56,8 @@ Depth BookViews::get(const MarketId& market, Bucket bucket, std::size_t levels) 
 std::vector<Bucket> BookViews::buckets(const MarketId& market) const {
   std::vector<Bucket> out;
   std::lock_guard lock(mutex_);
-  for (auto it = views_.lower_bound({market.value, std::numeric_limits<std::int32_t>::min()});
-       it != views_.end() && it->first.first == market.value; ++it) {
+  for (auto it = views_.lower_bound({market, std::numeric_limits<std::int32_t>::min()});
+       it != views_.end() && it->first.first == market; ++it) {
     out.push_back(Bucket{it->first.second});
   }
   return out;

@@ -31,7 +31,7 @@ class BookViews {
     matching::ConstrainedBids constrained;
   };
   mutable std::mutex mutex_;
-  std::map<std::pair<std::string, std::int32_t>, View> views_;
+  std::map<std::pair<matching::MarketId, std::int32_t>, View> views_;
 };
 
 }  // namespace gpuex

@@ -245,8 +245,9 @@ class Replay {
     std::map<std::pair<std::int64_t, std::string>, std::size_t> by_machine;
     std::vector<matching::Offer> machines;
     for (auto& offer : offers) {
-      if (!ticks_.count(offer.pool.market.value)) continue;
-      auto key = std::make_pair(offer.machine, offer.pool.market.value);
+      std::string market(offer.pool.market.value());
+      if (!ticks_.count(market)) continue;
+      auto key = std::make_pair(offer.machine, std::move(market));
       auto it = by_machine.find(key);
       if (it == by_machine.end()) {
         by_machine.emplace(key, machines.size());
@@ -262,7 +263,7 @@ class Replay {
     }
 
     for (const auto& offer : machines) {
-      pools_.push_back({offer.pool.market.value, offer.pool.region, offer.pool.tier,
+      pools_.push_back({std::string(offer.pool.market.value()), offer.pool.region, offer.pool.tier,
                         std::int64_t{offer.pool.gpus_per_node} * offer.pool.nodes, offer.price.value});
     }
     if (reuse_accounts()) return false;

@@ -111,7 +111,11 @@ OrderRequest read_order_request(JsonFields& f) {
   if (auto e = f.time("end", r.side == Side::sell ? Need::required : Need::optional)) r.end = Seconds(*e);
 
   if (r.side == Side::buy) {
-    if (auto m = f.string("market", Need::required, 40)) r.market = MarketId{*m};
+    // A name no market has stays empty (the routes answer not_found): a client's names must not grow MarketId's
+    // table.
+    if (auto m = f.string("market", Need::required, MarketId::kMaxSize)) {
+      r.market = MarketId::existing(*m).value_or(MarketId());
+    }
     if (auto d = f.integer("duration", Need::optional, 60, kMaxWindowSeconds)) r.duration = Seconds(*d);
     auto& c = r.constraints;
     if (auto tiers = f.strings("tiers", Need::optional, 3, 16)) {
@@ -173,7 +177,9 @@ OrderRequest read_order_request(JsonFields& f) {
 
 PoolSpec read_pool_spec(JsonFields& f) {
   PoolSpec p;
-  if (auto m = f.string("market", Need::required, 40)) p.market = MarketId{*m};
+  if (auto m = f.string("market", Need::required, MarketId::kMaxSize)) {
+    p.market = MarketId::existing(*m).value_or(MarketId());  // as an order's
+  }
   if (auto r = f.string("region", Need::required, 2)) {
     if (is_region(*r)) p.region = *r;
     else f.fail("invalid_field", "region", "region must be an ISO 3166 code such as \"DE\"");
@@ -237,7 +243,7 @@ json::object order_request_body(const OrderRequest& r) {
   if (r.start) j["start"] = time_string(*r.start);
   if (r.end) j["end"] = time_string(*r.end);
   if (r.side == Side::buy) {
-    j["market"] = r.market.value;
+    j["market"] = r.market.value();
     if (r.duration) j["duration"] = r.duration->value;
     for (auto& kv : constraints_json(r.constraints)) j[kv.key()] = kv.value();
   } else {
@@ -249,7 +255,7 @@ json::object order_request_body(const OrderRequest& r) {
 
 json::object pool_spec_body(const PoolSpec& s) {
   return {
-      {"market", s.market.value},
+      {"market", s.market.value()},
       {"region", s.region},
       {"tier", to_string(s.tier)},
       {"gpus_per_node", s.gpus_per_node},
@@ -273,7 +279,7 @@ json::object order_json(const Order& o) {
   j["id"] = std::to_string(o.id.value);
   j["client_order_id"] = r.client_order_id.empty() ? json::value(nullptr) : json::value(r.client_order_id);
   j["side"] = to_string(r.side);
-  j["market"] = o.market.value;
+  j["market"] = o.market.value();
   j["status"] = to_string(o.status);
   if (o.reason != Reason::none) j["reject_reason"] = to_string(o.reason);
   j["price"] = price_string(r.price);
@@ -340,7 +346,7 @@ json::object lease_json(const Lease& l, AccountId account) {
   return {
       {"id", std::to_string(l.id.value)},
       {"role", l.buyer == account ? "buyer" : "provider"},
-      {"market", l.market.value},
+      {"market", l.market.value()},
       {"pool_id", std::to_string(l.pool.value)},
       {"provider", std::to_string(l.provider.value)},
       {"trade_id", std::to_string(l.trade.value)},
@@ -365,7 +371,7 @@ json::object fill_json(const Trade& t, Side side) {
       {"order_id", std::to_string((side == Side::buy ? t.buy_order : t.sell_order).value)},
       {"lease_id", std::to_string(t.lease.value)},
       {"side", to_string(side)},
-      {"market", t.market.value},
+      {"market", t.market.value()},
       {"price", price_string(t.price)},
       {"list_price", price_string(t.list_price)},
       {"green_discount_bps", t.green_discount_bps},

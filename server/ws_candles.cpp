@@ -49,7 +49,7 @@ void CandlePublisher::request(CandleRequest r) {
 }
 
 void CandlePublisher::merge(const CandleRequest& r) {
-  Pending& p = pending_[{r.market.value, to_string(r.bucket)}];
+  Pending& p = pending_[{std::string(r.market.value()), to_string(r.bucket)}];
   if (r.snapshot) {
     if (!p.snapshot) p.snapshot = r;  // read as of the time it is read (run())
   } else if (!p.update) {
@@ -104,9 +104,10 @@ bool CandlePublisher::read(const CandleRequest& r) {
       db_.reset();
       db_.emplace(store::PgConnection::connect(dsn_));
     }
-    auto perf = perf_.find(r.market.value);
-    if (perf == perf_.end()) perf = perf_.emplace(r.market.value, analytics::perf_e6(*db_, r.market.value)).first;
-    std::vector<store::Param> params{r.market.value, bucket_name};
+    const std::string market(r.market.value());
+    auto perf = perf_.find(market);
+    if (perf == perf_.end()) perf = perf_.emplace(market, analytics::perf_e6(*db_, market)).first;
+    std::vector<store::Param> params{market, bucket_name};
     for (auto interval : analytics::kIntervals) {
       params.push_back(std::to_string(floor_to(r.from, interval)));
       params.push_back(std::to_string(floor_to(r.at, interval)));
@@ -116,7 +117,7 @@ bool CandlePublisher::read(const CandleRequest& r) {
       candles[rows.integer(i, 8)].push_back(analytics::candle_json(analytics::candle_row(rows, i), perf->second));
     }
   } catch (const std::exception& e) {
-    spdlog::warn("candles of {}:{} not read ({}); asking again in {} s", r.market.value, bucket_name, e.what(),
+    spdlog::warn("candles of {}:{} not read ({}); asking again in {} s", r.market.value(), bucket_name, e.what(),
                  kRetryAfter.count());
     db_.reset();
     return false;

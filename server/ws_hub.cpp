@@ -276,7 +276,7 @@ bool Hub::has_candle_listeners(const std::string& market, const std::string& buc
 void Hub::publish_candle(const MarketId& market, const Bucket& bucket, std::int64_t interval, json::value candle,
                          bool snapshot) {
   std::unique_lock lock(mutex_);
-  auto it = channels_.find("candles:" + market.value + ":" + to_string(bucket) + ":" +
+  auto it = channels_.find("candles:" + std::string(market.value()) + ":" + to_string(bucket) + ":" +
                            std::string(analytics::interval_name(interval)));
   if (it == channels_.end()) return;
   Listeners& l = it->second;
@@ -317,7 +317,7 @@ void Hub::publish(const store::Batch& batch) {
             using E = std::decay_t<decltype(e)>;
             if constexpr (std::is_same_v<E, BookDelta>) {
               views_.apply(e);
-              send("book:" + e.market.value + ":" + to_string(e.bucket), "delta",
+              send("book:" + std::string(e.market.value()) + ":" + to_string(e.bucket), "delta",
                    [&e] {
                      json::array changes;
                      for (const auto& c : e.changes) {
@@ -330,11 +330,11 @@ void Hub::publish(const store::Batch& batch) {
                    e.sequence);
             } else if constexpr (std::is_same_v<E, TradeEvent>) {
               const Trade& t = e.trade;
-              send("trades:" + t.market.value, "trade", [&t] { return json::object{{"trade", wire::print_json(t)}}; });
+              send("trades:" + std::string(t.market.value()), "trade", [&t] { return json::object{{"trade", wire::print_json(t)}}; });
               send_private(t.buyer, Channel::Kind::fills, "fill", [&t] { return json::object{{"fill", wire::fill_json(t, Side::buy)}}; });
               send_private(t.seller, Channel::Kind::fills, "fill", [&t] { return json::object{{"fill", wire::fill_json(t, Side::sell)}}; });
               if (candle_feed_) {
-                auto key = std::pair{t.market.value, to_string(t.bucket)};
+                auto key = std::pair{std::string(t.market.value()), to_string(t.bucket)};
                 if (auto f = candles.find(key); f != candles.end()) {
                   f->second.include(t.time.value, t.time.value);
                 } else if (has_candle_listeners(key.first, key.second)) {

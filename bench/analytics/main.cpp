@@ -142,7 +142,7 @@ void copy_line(std::string& out, const matching::Trade& t) {
                       format_rfc3339(t.start.value) + "\", \"end\": \"" + format_rfc3339(t.end.value) +
                       "\", \"gpu_hours\": \"" + hours + "\", \"tier\": \"" + tier + "\", \"region\": \"" + t.region +
                       "\", \"green_tier\": \"" + green + "\", \"preemption\": false}";
-  out += num(t.id.value) + '\t' + num(t.time.value) + '\t' + t.market.value + '\t' + bucket + '\t' +
+  out += num(t.id.value) + '\t' + num(t.time.value) + '\t' + std::string(t.market.value()) + '\t' + bucket + '\t' +
          num(t.buy_order.value) + '\t' + num(t.sell_order.value) + '\t' + num(t.buyer.value) + '\t' +
          num(t.seller.value) + '\t' + num(t.pool.value) + '\t' + num(t.lease.value) + '\t' + num(t.quantity.value) +
          '\t' + num(t.start.value) + '\t' + num(t.end.value) + '\t' + num(t.price.value) + '\t' +

@@ -404,9 +404,9 @@ Result realistic(std::int64_t commands, bool by_kind, bool faults) {
   d.resting.keep_sides = by_kind;
   Rng rng{11};
   // Reference price per market: the median offer price.
-  std::map<std::string, std::vector<std::int64_t>> prices;
-  for (const auto& o : offers) prices[o.pool.market.value].push_back(o.price.value);
-  std::map<std::string, std::int64_t> ref;
+  std::map<MarketId, std::vector<std::int64_t>> prices;
+  for (const auto& o : offers) prices[o.pool.market].push_back(o.price.value);
+  std::map<MarketId, std::int64_t> ref;
   for (auto& [m, v] : prices) {
     std::sort(v.begin(), v.end());
     ref[m] = v[v.size() / 2];
@@ -446,7 +446,7 @@ Result realistic(std::int64_t commands, bool by_kind, bool faults) {
     o.side = Side::buy;
     o.market = market;
     o.quantity = Qty(rng.between(1, 8));
-    o.price = Price(round_tick(ref[market.value] * (crossing ? 150 : rng.between(70, 99)) / 100));
+    o.price = Price(round_tick(ref[market] * (crossing ? 150 : rng.between(70, 99)) / 100));
     if (rng.chance(40)) {
       o.duration = Seconds(rng.between(1, 72) * 3600);
     } else {

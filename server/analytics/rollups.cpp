@@ -227,7 +227,7 @@ void Rollups::load_days(store::PgConnection& conn, std::span<const Trade* const>
   std::vector<std::pair<std::string, std::int64_t>> missing;
   for (const Trade* t : trades) {
     if (!t->bucket.is_spot()) continue;
-    std::pair<std::string, std::int64_t> key{t->market.value, floor_to(t->time.value, 86400)};
+    std::pair<std::string, std::int64_t> key{std::string(t->market.value()), floor_to(t->time.value, 86400)};
     if (ladders_.count(key) || std::find(missing.begin(), missing.end(), key) != missing.end()) continue;
     markets.add(key.first), days.add(key.second);
     missing.push_back(std::move(key));
@@ -259,16 +259,17 @@ std::size_t Rollups::write_rows(store::Pipeline& pipe, std::span<const Trade* co
     std::map<std::pair<std::string, std::string>, std::tuple<std::int64_t, std::int64_t, std::int64_t>> last;
     std::map<std::tuple<std::string, std::int64_t, std::int64_t>, std::pair<Int128, std::int64_t>> index_prices;
     for (const Trade* t : trades) {
+      const std::string market(t->market.value());
       std::string bucket = to_string(t->bucket);
       for (auto interval : kIntervals) {
-        candles[{t->market.value, bucket, interval, floor_to(t->time.value, interval)}].add(*t);
+        candles[{market, bucket, interval, floor_to(t->time.value, interval)}].add(*t);
       }
-      auto& l = last[{t->market.value, bucket}];
+      auto& l = last[{market, bucket}];
       if (std::tie(t->time.value, t->id.value) > std::tie(std::get<0>(l), std::get<1>(l))) {
         l = {t->time.value, t->id.value, t->price.value};
       }
       if (t->bucket.is_spot()) {
-        auto& p = index_prices[{t->market.value, floor_to(t->time.value, 86400), t->price.value}];
+        auto& p = index_prices[{market, floor_to(t->time.value, 86400), t->price.value}];
         p.first += t->gpu_seconds();
         ++p.second;
       }
@@ -328,7 +329,7 @@ std::size_t Rollups::write_rows(store::Pipeline& pipe, std::span<const Trade* co
     for (const Lease* l : leases) last_state[l->id.value] = l;
     Array a[5];
     for (const auto& [id, l] : last_state) {
-      a[0].add(id), a[1].add(l->market.value), a[2].add(to_string(l->bucket));
+      a[0].add(id), a[1].add(l->market.value()), a[2].add(to_string(l->bucket));
       a[3].add_i128(Int128(l->quantity.value) * (l->end - l->start).value);
       a[4].add(l->status == LeaseStatus::reserved);
     }

@@ -67,7 +67,7 @@ json::object command_body_json(const CommandBody& body) {
           [](const PlaceOrder& c) { return wire::order_request_body(c.order); },
           [](const Cancel& c) { return json::object{{"order", c.order.value}}; },
           [](const CancelAll& c) {
-            return c.market ? json::object{{"market", c.market->value}} : json::object{};
+            return c.market ? json::object{{"market", c.market->value()}} : json::object{};
           },
           [](const Amend& c) {
             json::object o{{"order", c.order.value}};
@@ -76,7 +76,7 @@ json::object command_body_json(const CommandBody& body) {
             return o;
           },
           [](const ReleaseLease& c) { return json::object{{"lease", c.lease.value}}; },
-          [](const HaltMarket& c) { return json::object{{"market", c.market.value}, {"halted", c.halted}}; },
+          [](const HaltMarket& c) { return json::object{{"market", c.market.value()}, {"halted", c.halted}}; },
           [](const SetLimits& c) {
             return json::object{{"account", c.account.value},
                                 {"max_open_gpus", c.limits.max_open_gpus.value},

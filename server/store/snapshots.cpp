@@ -92,7 +92,7 @@ json::object order_json(const Order& o) {
   return {{"id", o.id.value},
           {"account", o.account.value},
           {"request", wire::order_request_body(o.request)},
-          {"market", o.market.value},
+          {"market", o.market.value()},
           {"window_start", o.window_start.value},
           {"window_end", o.window_end.value},
           {"effective_price", o.effective_price.value},
@@ -154,7 +154,7 @@ json::object lease_json(const Lease& l) {
           {"buyer", l.buyer.value},
           {"provider", l.provider.value},
           {"pool", l.pool.value},
-          {"market", l.market.value},
+          {"market", l.market.value()},
           {"buy_order", l.buy_order.value},
           {"sell_order", l.sell_order.value},
           {"quantity", l.quantity.value},
@@ -247,9 +247,9 @@ std::string snapshot_json(const EngineState& s) {
                           [](const std::pair<AccountId, Limits>& l) {
                             return command_body_json(SetLimits{l.first, l.second});
                           })},
-      {"halted_markets", array_of(s.halted_markets, [](const MarketId& m) { return json::value(m.value); })},
+      {"halted_markets", array_of(s.halted_markets, [](const MarketId& m) { return json::value(m.value()); })},
       {"view_sequences", array_of(s.view_sequences, [](const ViewSequence& v) {
-         return json::object{{"market", v.market.value}, {"bucket", v.bucket.yyyymm}, {"sequence", v.sequence}};
+         return json::object{{"market", v.market.value()}, {"bucket", v.bucket.yyyymm}, {"sequence", v.sequence}};
        })},
       {"finished", array_of(s.finished, [](const FinishedOrder& f) {
          return json::object{{"order", order_json(f.order)},

@@ -356,7 +356,7 @@ std::size_t Writer::write(Pipeline& pipe, const std::vector<Batch>& batches, con
   if (!rows.pools.empty()) {
     BinaryArray id(T::int8), provider(T::int8), market(T::text), retired(T::boolean), doc(T::jsonb);
     for (const auto& [pid, p] : rows.pools) {
-      id.add(pid.value), provider.add(p->provider.value), market.add(p->spec.market.value), retired.add(p->retired);
+      id.add(pid.value), provider.add(p->provider.value), market.add(p->spec.market.value()), retired.add(p->retired);
       doc.add(json::serialize(wire::pool_json(*p, p->updated_at)));
     }
     pipe.send(kUpsertPools, {&id, &provider, &market, &retired, &doc});
@@ -380,7 +380,7 @@ std::size_t Writer::write(Pipeline& pipe, const std::vector<Batch>& batches, con
         cid.add(o->request.client_order_id);
         hash.add(std::string_view(reinterpret_cast<const char*>(digest.data()), digest.size()));
       }
-      side.add(to_string(o->request.side)), market.add(o->market.value), status.add(to_string(o->status));
+      side.add(to_string(o->request.side)), market.add(o->market.value()), status.add(to_string(o->status));
       doc.add(json::serialize(wire::order_json(*o))), created.add(o->created_at.value), updated.add(o->updated_at.value);
     }
     if (!rows.new_orders.empty()) {
@@ -399,7 +399,7 @@ std::size_t Writer::write(Pipeline& pipe, const std::vector<Batch>& batches, con
       c.emplace_back(type);
     }
     for (const Trade* t : rows.trades) {
-      c[0].add(t->id.value), c[1].add(t->time.value), c[2].add(t->market.value), c[3].add(to_string(t->bucket));
+      c[0].add(t->id.value), c[1].add(t->time.value), c[2].add(t->market.value()), c[3].add(to_string(t->bucket));
       c[4].add(t->buy_order.value), c[5].add(t->sell_order.value), c[6].add(t->buyer.value), c[7].add(t->seller.value);
       c[8].add(t->pool.value), c[9].add(t->lease.value), c[10].add(t->quantity.value), c[11].add(t->start.value);
       c[12].add(t->end.value), c[13].add(t->price.value), c[14].add(t->list_price.value);
@@ -418,12 +418,12 @@ std::size_t Writer::write(Pipeline& pipe, const std::vector<Batch>& batches, con
         doc(T::jsonb);
     for (const auto& [lid, l] : rows.leases) {
       id.add(lid.value), buyer.add(l->buyer.value), provider.add(l->provider.value), pool.add(l->pool.value);
-      market.add(l->market.value), status.add(to_string(l->status)), doc.add(json::serialize(wire::lease_json(*l, l->buyer)));
+      market.add(l->market.value()), status.add(to_string(l->status)), doc.add(json::serialize(wire::lease_json(*l, l->buyer)));
     }
     pipe.send(kUpsertLeases, {&id, &buyer, &provider, &pool, &market, &status, &doc});
     written += rows.leases.size();
   }
-  for (const auto& [market, halted] : rows.halts) pipe.send(kSetHalted, {market.value, boolean(halted)});
+  for (const auto& [market, halted] : rows.halts) pipe.send(kSetHalted, {std::string(market.value()), boolean(halted)});
   written += rows.halts.size();
   for (const auto* idem : keys) {
     pipe.send(kInsertIdempotency, {num(idem->account_id), idem->key, idem->request_sha256, num(idem->status), idem->body});

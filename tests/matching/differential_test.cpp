@@ -32,7 +32,7 @@ std::string describe_request(const OrderRequest& r) {
   std::ostringstream s;
   s << to_string(r.side) << " price=" << format_price(r.price) << " qty=" << r.quantity.value;
   if (r.side == Side::sell) s << " pool=" << r.pool.value << " min_duration=" << r.min_duration.value;
-  else s << " market=" << r.market.value;
+  else s << " market=" << r.market.value();
   if (r.start) s << " start=" << r.start->value;
   if (r.end) s << " end=" << r.end->value;
   if (r.duration) s << " duration=" << r.duration->value;
@@ -72,7 +72,7 @@ std::string describe(const Command& c) {
         using T = std::decay_t<decltype(b)>;
         if constexpr (std::is_same_v<T, AddPool>) {
           const PoolSpec& p = b.spec;
-          s << "AddPool market=" << p.market.value << " region=" << p.region << " tier=" << to_string(p.tier)
+          s << "AddPool market=" << p.market.value() << " region=" << p.region << " tier=" << to_string(p.tier)
             << " gpus_per_node=" << p.gpus_per_node << " nodes=" << p.nodes << " nvlink=" << p.nvlink
             << " fabric=" << to_string(p.fabric) << " gbps=" << p.fabric_gbps << " sla=" << p.sla_pct_x1000
             << " energy=" << p.energy.pue_x1000 << "/" << p.energy.renewable_pct_x100 << "/"
@@ -88,7 +88,7 @@ std::string describe(const Command& c) {
         } else if constexpr (std::is_same_v<T, Cancel>) {
           s << "Cancel order=" << b.order.value;
         } else if constexpr (std::is_same_v<T, CancelAll>) {
-          s << "CancelAll market=" << (b.market ? b.market->value : "*");
+          s << "CancelAll market=" << (b.market ? b.market->value() : "*");
         } else if constexpr (std::is_same_v<T, Amend>) {
           s << "Amend order=" << b.order.value;
           if (b.quantity) s << " qty=" << b.quantity->value;
@@ -96,7 +96,7 @@ std::string describe(const Command& c) {
         } else if constexpr (std::is_same_v<T, ReleaseLease>) {
           s << "ReleaseLease lease=" << b.lease.value;
         } else if constexpr (std::is_same_v<T, HaltMarket>) {
-          s << "HaltMarket market=" << b.market.value << " halted=" << b.halted;
+          s << "HaltMarket market=" << b.market.value() << " halted=" << b.halted;
         } else if constexpr (std::is_same_v<T, SetLimits>) {
           s << "SetLimits account=" << b.account.value << " orders=" << b.limits.max_open_orders
             << " gpus=" << b.limits.max_open_gpus.value << " notional=" << b.limits.max_open_notional;
@@ -340,7 +340,7 @@ std::string check_invariants(const Engine& engine, const ReferenceMatcher& ref) 
     for (Bucket b : buckets) {
       const Depth d = engine.depth(m.id, b, 1000);
       const Depth r = ref.depth(m.id, b);
-      if (!(d == r)) fail << "depth of " << m.id.value << " " << to_string(b) << " differs from the reference\n";
+      if (!(d == r)) fail << "depth of " << m.id.value() << " " << to_string(b) << " differs from the reference\n";
     }
   }
   return fail.str();

@@ -60,7 +60,7 @@ MarketId RandomCommands::random_market() {
 // Prices in ten-thousandths of a USD in [lo4, hi4], on a coarse grid so that levels collide; rarely off-tick.
 Price RandomCommands::random_price(std::int64_t lo4, std::int64_t hi4, const MarketId& m) {
   std::int64_t micros = range(lo4 / 500, hi4 / 500) * 500 * 100;
-  if (m.value == "L40S") micros = micros / 1000 * 1000;
+  if (m.value() == "L40S") micros = micros / 1000 * 1000;
   if (chance(2)) micros += 37;  // off_tick
   return Price(micros);
 }
@@ -196,7 +196,7 @@ CommandBody RandomCommands::place_buy(AccountId& account) {
     const OrderInfo& ask = pick(asks);
     r.market = ask.market;
     r.price = Price(std::max<std::int64_t>(100, ask.price.value / 500 / 100 * 500 * 100 + range(-2, 4) * 500 * 100));
-    if (r.market.value == "L40S") r.price = Price(r.price.value / 1000 * 1000);
+    if (r.market.value() == "L40S") r.price = Price(r.price.value / 1000 * 1000);
     const std::int64_t from = std::max(ask.window_start, now_);
     const std::int64_t start = from + range(0, std::max<std::int64_t>(0, (ask.window_end - from) / 2));
     const std::int64_t end = std::min(ask.window_end, start + range(1, 8) * kHour);

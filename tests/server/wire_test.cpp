@@ -76,6 +76,8 @@ TEST_CASE("bad order bodies name the field at fault") {
            Case{R"({"side": "sell", "pool_id": "x7", "price": "1", "quantity": 1, "start": "2027-01-01T00:00:00Z",
                     "end": "2027-01-02T00:00:00Z"})", "invalid_field", "pool_id"},
            Case{R"({"side": "hold", "market": "M", "price": "1", "quantity": 1, "duration": 3600})", "invalid_field", "side"},
+           Case{R"({"side": "buy", "market": "X1234567890123456789012345678901234567890", "price": "1", "quantity": 1,
+                    "duration": 3600})", "invalid_field", "market"},
        }) {
     INFO(c.body);
     auto r = read_order(c.body);
