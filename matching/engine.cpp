@@ -43,6 +43,12 @@ struct Qty32 {
 };
 static_assert(kMaxQuantity <= std::numeric_limits<std::int32_t>::max());
 
+// The most GPUs a pool may have (gpus_per_node x nodes; AddPool and ResizePool refuse more, gpuexd's own bounds are
+// far below). A pool's commitments (LivePool::used) then lie in 0..kMaxPoolGpus, give or take one change of at most
+// kMaxQuantity on its way in, and StepTree keeps them, and any difference of two, in 32 bits.
+constexpr std::int64_t kMaxPoolGpus = 1'000'000'000;
+static_assert(kMaxPoolGpus + 2 * kMaxQuantity <= std::numeric_limits<std::int32_t>::max());
+
 struct LiveOrder;
 struct LivePool;
 struct Account;
@@ -3957,7 +3963,9 @@ struct Engine::Impl {
     const PoolSpec& s = c.spec;
     auto book = books.find(s.market);
     if (book == books.end()) return reject_command(Reason::not_found, cmd.seq);
-    if (s.gpus_per_node <= 0 || s.nodes < 0 || s.region.empty()) return reject_command(Reason::invalid_field, cmd.seq);
+    if (s.gpus_per_node <= 0 || s.nodes < 0 || s.region.empty() || std::int64_t{s.gpus_per_node} * s.nodes > kMaxPoolGpus) {
+      return reject_command(Reason::invalid_field, cmd.seq);
+    }
     LivePool& lp = pools[PoolId(cmd.seq)];
     lp.p.id = PoolId(cmd.seq);
     lp.p.provider = cmd.account;
@@ -3979,8 +3987,8 @@ struct Engine::Impl {
   void on(const Command& cmd, const ResizePool& c) {
     LivePool* lp = own_pool(cmd, c.pool);
     if (!lp) return reject_command(Reason::not_found, c.pool.value);
-    if (c.nodes < 0) return reject_command(Reason::invalid_field, c.pool.value);
     const std::int64_t gpus = std::int64_t{lp->p.spec.gpus_per_node} * c.nodes;
+    if (c.nodes < 0 || gpus > kMaxPoolGpus) return reject_command(Reason::invalid_field, c.pool.value);
     if (lp->used.max(now, kForever) > gpus) return reject_command(Reason::pool_busy, c.pool.value);
     lp->p.spec.nodes = c.nodes;
     lp->p.updated_at = now;
@@ -4581,6 +4589,41 @@ struct Engine::Impl {
     return s;
   }
 
+  // A snapshot's pools within kMaxPoolGpus, and what each pool's asks and leases hold within 0..kMaxPoolGpus at
+  // every instant (what LivePool::used may hold; every snapshot the engine writes passes).
+  static void check_commitments(const EngineState& s) {
+    std::map<PoolId, std::vector<std::pair<Seconds, std::int64_t>>> changes;
+    for (const Pool& p : s.pools) {
+      if (std::int64_t{p.spec.gpus_per_node} * p.spec.nodes > kMaxPoolGpus) {
+        throw std::invalid_argument("snapshot: pool " + std::to_string(p.id.value) + " has more GPUs than a pool may");
+      }
+    }
+    for (const Lease& l : s.leases) {
+      const Seconds held_end = l.status == LeaseStatus::preempted && l.ends_at ? std::min(*l.ends_at, l.end) : l.end;
+      if (l.start < held_end) {
+        changes[l.pool].emplace_back(l.start, l.quantity.value);
+        changes[l.pool].emplace_back(held_end, -l.quantity.value);
+      }
+    }
+    for (const Order& o : s.open_orders) {
+      if (!o.is_sell()) continue;
+      for (const Step& p : o.free.pieces()) {
+        changes[o.request.pool].emplace_back(p.from, p.gpus);
+        changes[o.request.pool].emplace_back(p.to, -p.gpus);
+      }
+    }
+    for (auto& [pool, c] : changes) {
+      std::sort(c.begin(), c.end());  // at one instant, what ends before what starts
+      Int128 held = 0;
+      for (const auto& [t, d] : c) {
+        held += d;
+        if (held < 0 || held > kMaxPoolGpus) {
+          throw std::invalid_argument("snapshot: pool " + std::to_string(pool.value) + " holds more GPUs than a pool may");
+        }
+      }
+    }
+  }
+
   void restore(const EngineState& s) {
     last_seq = s.last_seq;
     now = s.now;
@@ -4594,6 +4637,7 @@ struct Engine::Impl {
     }
     for (const MarketId& m : s.halted_markets) books.at(m).halted = true;
     for (const ViewSequence& v : s.view_sequences) views[ViewKey{v.market, v.bucket}].sequence = v.sequence;
+    check_commitments(s);
     for (const Pool& p : s.pools) {
       LivePool& lp = pools[p.id];
       lp.p = p;
