@@ -43,6 +43,12 @@ struct Qty32 {
 };
 static_assert(kMaxQuantity <= std::numeric_limits<std::int32_t>::max());
 
+// The most GPUs a pool may have (gpus_per_node x nodes; AddPool and ResizePool refuse more, gpuexd's own bounds are
+// far below). A pool's commitments (LivePool::used) then lie in 0..kMaxPoolGpus, give or take one change of at most
+// kMaxQuantity on its way in, and StepTree keeps them, and any difference of two, in 32 bits.
+constexpr std::int64_t kMaxPoolGpus = 1'000'000'000;
+static_assert(kMaxPoolGpus + 2 * kMaxQuantity <= std::numeric_limits<std::int32_t>::max());
+
 struct LiveOrder;
 struct LivePool;
 struct Account;
@@ -445,7 +451,7 @@ class SlabMap {
   // Inserts `lo` under `id` (its id is set to it) unless present.
   std::pair<iterator, bool> emplace(K id, V lo) {
     if (iterator it = find(id); it != end()) return {it, false};
-    if ((count_ + 1) * 2 > table_.size()) grow();
+    if (needs_room()) grow();
     const std::uint32_t s = take_slot();
     SlabKey<V>::of(lo) = id;
     std::construct_at(slot(s), std::move(lo));
@@ -455,7 +461,7 @@ class SlabMap {
   // its slot: no temporary moved in.
   // One probe: the run from the id's home is searched for it and ends at the empty entry it goes into.
   V& emplace_new(K id) {
-    if ((count_ + 1) * 2 > table_.size()) grow();
+    if (needs_room()) grow();
     const std::uint32_t t = tag(id.value);
     std::size_t h = home(t);
     for (; table_[h].slot != kEmpty; h = (h + 1) & mask_) {
@@ -525,6 +531,11 @@ class SlabMap {
     std::uint32_t slot{kEmpty};
   };
   static std::uint32_t tag(std::int64_t id) { return static_cast<std::uint32_t>(static_cast<std::uint64_t>(id)); }
+  // The table is kept at most 4/5 full (it doubles before one more entry would pass that), not half full: ids are
+  // command sequence numbers, which the Fibonacci hash (home) spreads almost evenly, so probe runs stay short at
+  // that load; half full, a book of 100,000 orders took a 262,144-entry table (2 MiB, ~21 bytes an order) where
+  // 131,072 entries (1 MiB) hold it.
+  bool needs_room() const { return (count_ + 1) * 5 > table_.size() * 4; }
   struct Storage {
     alignas(value_type) unsigned char bytes[sizeof(value_type)];
   };
@@ -608,17 +619,19 @@ struct RunBounds {
   }
 };
 
-// A live lease in the engine's compact form (168 bytes against the public Lease's 248): what a Lease holds
-// except what its pool gives (id, provider, market and tier are a pool's for life), `ends_at` and
-// `preempted_at` without their optionals' flags words (in `has`), and one amount for `owed` and `billed`
-// (a lease is billed when it ends, and owes nothing from then on). to_lease() builds the public Lease
-// (events, queries, snapshots), as to_order() builds an Order.
+// A live lease in the engine's compact form (160 bytes against the public Lease's 248): what a Lease holds
+// except what its pool gives (id, provider, market and tier are a pool's for life), `ends_at` without its
+// optional's flags word (in `has`), `split_from` and `preempted_at`, which only a preemption sets, apart
+// (Impl::rare_leases; `has` says which a lease has), and one amount for `owed` and `billed` (a lease is billed
+// when it ends, and owes nothing from then on). to_lease() builds the public Lease (events, queries,
+// snapshots), as to_order() builds an Order.
 struct LiveLease {
   static constexpr std::uint8_t kPreemptedAt = 1;
   static constexpr std::uint8_t kEndsAt = 2;
+  static constexpr std::uint8_t kSplitFrom = 4;
+  static constexpr std::uint8_t kRare = kPreemptedAt | kSplitFrom;
   LeaseId id;
   TradeId trade;
-  LeaseId split_from;
   AccountId buyer;
   LivePool* lp{nullptr};  // Impl::pools never erases a pool
   OrderId buy_order;
@@ -629,7 +642,6 @@ struct LiveLease {
   Seconds end;
   Price price;
   Price list_price;
-  Seconds preempted_at_;
   Seconds ends_at_;
   Micros amount{0};  // owed while not ended, then billed
   Seconds ask_window_start;
@@ -651,10 +663,14 @@ struct LiveLease {
     ends_at_ = t;
     has |= kEndsAt;
   }
-  void set_preempted_at(Seconds t) {
-    preempted_at_ = t;
-    has |= kPreemptedAt;
-  }
+};
+// 1,024 of them fill one of jemalloc's size classes (160 KiB) exactly: SlabMap's blocks are a power of two.
+static_assert(sizeof(LiveLease) == 160);
+
+// What few leases have (LiveLease::kRare), apart from the lease's slot.
+struct LeaseRare {
+  LeaseId split_from;
+  Seconds preempted_at;
 };
 
 template <>
@@ -1332,6 +1348,7 @@ struct Engine::Impl {
   OrderMap orders;  // open orders (terminal ones until the command ends)
   std::map<PoolId, LivePool> pools;
   SlabMap<LeaseId, LiveLease> leases;  // not ended (iteration in no order: leases_by_id() sorts)
+  std::map<LeaseId, LeaseRare> rare_leases;  // of the leases in `leases` with LiveLease::kRare flags
   std::map<AccountId, Account> accounts;
   std::map<ViewKey, View> views;
   std::map<std::pair<const MarketId*, Bucket>, View*> view_of;  // views by interned market (no string compared)
@@ -1534,11 +1551,12 @@ struct Engine::Impl {
     return out;
   }
 
-  static Lease to_lease(const LiveLease& l) {
+  Lease to_lease(const LiveLease& l) const {
     const Pool& p = l.lp->p;
+    const LeaseRare rare = (l.has & LiveLease::kRare) ? rare_leases.at(l.id) : LeaseRare{};
     return Lease{.id = l.id,
                  .trade = l.trade,
-                 .split_from = l.split_from,
+                 .split_from = rare.split_from,
                  .buyer = l.buyer,
                  .provider = p.provider,
                  .pool = p.id,
@@ -1553,7 +1571,7 @@ struct Engine::Impl {
                  .green_discount_bps = l.green_discount_bps,
                  .interruptible = l.interruptible,
                  .status = l.status,
-                 .preempted_at = (l.has & LiveLease::kPreemptedAt) ? std::optional(l.preempted_at_) : std::nullopt,
+                 .preempted_at = (l.has & LiveLease::kPreemptedAt) ? std::optional(rare.preempted_at) : std::nullopt,
                  .ends_at = (l.has & LiveLease::kEndsAt) ? std::optional(l.ends_at_) : std::nullopt,
                  .billed = l.ended ? l.amount : 0,
                  .owed = l.owed(),
@@ -1569,10 +1587,25 @@ struct Engine::Impl {
 
   // A LeaseChanged built in place, as emit_order's events (the Lease straight into the event).
   struct LeaseOf {
+    const Impl& impl;
     const LiveLease& l;
-    operator Lease() const { return to_lease(l); }  // NOLINT(google-explicit-constructor): by design
+    operator Lease() const { return impl.to_lease(l); }  // NOLINT(google-explicit-constructor): by design
   };
-  void emit_lease(const LiveLease& l) { sink_->emplace_back(std::in_place_type<LeaseChanged>, LeaseOf{l}); }
+  void emit_lease(const LiveLease& l) { sink_->emplace_back(std::in_place_type<LeaseChanged>, LeaseOf{*this, l}); }
+
+  void set_preempted_at(LiveLease& l, Seconds t) {
+    rare_leases[l.id].preempted_at = t;
+    l.has |= LiveLease::kPreemptedAt;
+  }
+  void set_split_from(LiveLease& l, LeaseId from) {
+    rare_leases[l.id].split_from = from;
+    l.has |= LiveLease::kSplitFrom;
+  }
+  // Erases lease `id` (`l`) from `leases`, with what it kept apart.
+  void erase_lease(LeaseId id, const LiveLease& l) {
+    if (l.has & LiveLease::kRare) rare_leases.erase(id);
+    leases.erase(id);
+  }
 
   // A new ask's record: `qty` GPUs free over [from, to), nothing lapsed, cancelled or sold; a spare one
   // when there is one.
@@ -3227,10 +3260,10 @@ struct Engine::Impl {
     if (q < pre.quantity) {
       LiveLease rest = fresh_copy;
       rest.id = LeaseId(next_lease++);
-      rest.split_from = pre.id;
       rest.quantity = Qty32(Qty(pre.quantity) - q);
       rest.amount = 0;
       LiveLease& r = *leases.emplace(rest.id, rest).first;
+      set_split_from(r, pre.id);  // a preempted lease is never preempted again: `old` had no preempted_at
       set_owed(r, cost(r.price, r.quantity, r.end - r.start));
       add_to_pool(r);
       schedule_lease(r);
@@ -3239,7 +3272,7 @@ struct Engine::Impl {
       emit_lease(r);
     }
     pre.status = LeaseStatus::preempted;
-    pre.set_preempted_at(now);
+    set_preempted_at(pre, now);
     pre.set_ends_at(ends_at);
     const Seconds used = std::max(Seconds(0), std::min(ends_at, pre.end) - pre.start);
     set_owed(pre, cost(pre.price, pre.quantity, used));
@@ -3608,7 +3641,7 @@ struct Engine::Impl {
       }
       if (changed) emit_lease(l);
       if (l.ended) {
-        leases.erase(id);
+        erase_lease(id, l);
       } else {
         schedule_lease(l);
       }
@@ -3952,7 +3985,9 @@ struct Engine::Impl {
     const PoolSpec& s = c.spec;
     auto book = books.find(s.market);
     if (book == books.end()) return reject_command(Reason::not_found, cmd.seq);
-    if (s.gpus_per_node <= 0 || s.nodes < 0 || s.region.empty()) return reject_command(Reason::invalid_field, cmd.seq);
+    if (s.gpus_per_node <= 0 || s.nodes < 0 || s.region.empty() || std::int64_t{s.gpus_per_node} * s.nodes > kMaxPoolGpus) {
+      return reject_command(Reason::invalid_field, cmd.seq);
+    }
     LivePool& lp = pools[PoolId(cmd.seq)];
     lp.p.id = PoolId(cmd.seq);
     lp.p.provider = cmd.account;
@@ -3974,8 +4009,8 @@ struct Engine::Impl {
   void on(const Command& cmd, const ResizePool& c) {
     LivePool* lp = own_pool(cmd, c.pool);
     if (!lp) return reject_command(Reason::not_found, c.pool.value);
-    if (c.nodes < 0) return reject_command(Reason::invalid_field, c.pool.value);
     const std::int64_t gpus = std::int64_t{lp->p.spec.gpus_per_node} * c.nodes;
+    if (c.nodes < 0 || gpus > kMaxPoolGpus) return reject_command(Reason::invalid_field, c.pool.value);
     if (lp->used.max(now, kForever) > gpus) return reject_command(Reason::pool_busy, c.pool.value);
     lp->p.spec.nodes = c.nodes;
     lp->p.updated_at = now;
@@ -4031,7 +4066,7 @@ struct Engine::Impl {
     set_owed(l, cost(l.price, l.quantity, billed));
     end_lease(l);
     emit_lease(l);
-    leases.erase(it->id);
+    erase_lease(it->id, l);
   }
 
   void on(const Command&, const HaltMarket& c) {
@@ -4576,6 +4611,41 @@ struct Engine::Impl {
     return s;
   }
 
+  // A snapshot's pools within kMaxPoolGpus, and what each pool's asks and leases hold within 0..kMaxPoolGpus at
+  // every instant (what LivePool::used may hold; every snapshot the engine writes passes).
+  static void check_commitments(const EngineState& s) {
+    std::map<PoolId, std::vector<std::pair<Seconds, std::int64_t>>> changes;
+    for (const Pool& p : s.pools) {
+      if (std::int64_t{p.spec.gpus_per_node} * p.spec.nodes > kMaxPoolGpus) {
+        throw std::invalid_argument("snapshot: pool " + std::to_string(p.id.value) + " has more GPUs than a pool may");
+      }
+    }
+    for (const Lease& l : s.leases) {
+      const Seconds held_end = l.status == LeaseStatus::preempted && l.ends_at ? std::min(*l.ends_at, l.end) : l.end;
+      if (l.start < held_end) {
+        changes[l.pool].emplace_back(l.start, l.quantity.value);
+        changes[l.pool].emplace_back(held_end, -l.quantity.value);
+      }
+    }
+    for (const Order& o : s.open_orders) {
+      if (!o.is_sell()) continue;
+      for (const Step& p : o.free.pieces()) {
+        changes[o.request.pool].emplace_back(p.from, p.gpus);
+        changes[o.request.pool].emplace_back(p.to, -p.gpus);
+      }
+    }
+    for (auto& [pool, c] : changes) {
+      std::sort(c.begin(), c.end());  // at one instant, what ends before what starts
+      Int128 held = 0;
+      for (const auto& [t, d] : c) {
+        held += d;
+        if (held < 0 || held > kMaxPoolGpus) {
+          throw std::invalid_argument("snapshot: pool " + std::to_string(pool.value) + " holds more GPUs than a pool may");
+        }
+      }
+    }
+  }
+
   void restore(const EngineState& s) {
     last_seq = s.last_seq;
     now = s.now;
@@ -4589,6 +4659,7 @@ struct Engine::Impl {
     }
     for (const MarketId& m : s.halted_markets) books.at(m).halted = true;
     for (const ViewSequence& v : s.view_sequences) views[ViewKey{v.market, v.bucket}].sequence = v.sequence;
+    check_commitments(s);
     for (const Pool& p : s.pools) {
       LivePool& lp = pools[p.id];
       lp.p = p;
@@ -4609,7 +4680,6 @@ struct Engine::Impl {
       LiveLease& ref = leases.emplace_new(l.id);
       ref = LiveLease{.id = l.id,
                       .trade = l.trade,
-                      .split_from = l.split_from,
                       .buyer = l.buyer,
                       .lp = &lp,
                       .buy_order = l.buy_order,
@@ -4620,7 +4690,6 @@ struct Engine::Impl {
                       .end = l.end,
                       .price = l.price,
                       .list_price = l.list_price,
-                      .preempted_at_ = l.preempted_at.value_or(Seconds(0)),
                       .ends_at_ = l.ends_at.value_or(Seconds(0)),
                       .amount = l.owed,
                       .ask_window_start = l.ask_window_start,
@@ -4633,8 +4702,9 @@ struct Engine::Impl {
                       .interruptible = l.interruptible,
                       .ended = false,
                       .ask_withdrawn = l.ask_withdrawn,
-                      .has = static_cast<std::uint8_t>((l.preempted_at ? LiveLease::kPreemptedAt : 0) |
-                                                       (l.ends_at ? LiveLease::kEndsAt : 0))};
+                      .has = static_cast<std::uint8_t>(l.ends_at ? LiveLease::kEndsAt : 0)};
+      if (l.preempted_at) set_preempted_at(ref, *l.preempted_at);
+      if (l.split_from) set_split_from(ref, l.split_from);
       add_to_pool(ref);
       const Seconds held_end = l.status == LeaseStatus::preempted ? std::min(*l.ends_at, l.end) : l.end;
       lp.used.add(l.start, held_end, l.quantity.value);
@@ -4770,13 +4840,13 @@ std::vector<Order> Engine::open_orders(AccountId account, const std::optional<Ma
 const Lease* Engine::lease(LeaseId id) const {
   auto it = impl_->leases.find(id);
   if (it == impl_->leases.end()) return nullptr;
-  return &impl_->query_leases.emplace_back(Impl::to_lease(*it));
+  return &impl_->query_leases.emplace_back(impl_->to_lease(*it));
 }
 
 std::vector<Lease> Engine::leases(AccountId account) const {
   std::vector<Lease> out;
   for (const LiveLease* l : impl_->leases_by_id()) {
-    if (l->buyer == account || l->lp->p.provider == account) out.push_back(Impl::to_lease(*l));
+    if (l->buyer == account || l->lp->p.provider == account) out.push_back(impl_->to_lease(*l));
   }
   return out;
 }

@@ -71,17 +71,23 @@ class StepTree {
   }
 
  private:
+  // The values in 32 bits (32-byte nodes, not 40): each is a running sum of the function or the difference of two,
+  // and the engine keeps a pool's function between -kMaxQuantity and its GPUs + kMaxQuantity (at most kMaxPoolGpus
+  // + kMaxQuantity, the bounds in engine.cpp: the GPUs it holds, plus one change on its way in), inside 2^31 - 1.
+  // Changes come in 64 bits and are stored narrowed (narrow).
   struct Node {
     std::int64_t key{0};
-    std::int64_t delta{0};
-    std::int64_t sum{0};     // of the subtree's deltas
-    std::int64_t maxpre{0};  // largest running sum of the subtree's deltas in key order (non-empty prefixes)
+    std::int32_t delta{0};
+    std::int32_t sum{0};     // of the subtree's deltas
+    std::int32_t maxpre{0};  // largest running sum of the subtree's deltas in key order (non-empty prefixes)
     int l{-1};
     int r{-1};
   };
+  static_assert(sizeof(Node) == 32);
+  static std::int32_t narrow(std::int64_t v) { return static_cast<std::int32_t>(v); }
 
   // A node's treap priority: a fixed bijective mix of its index (murmur3's finalizer), so a node stores none
-  // (40 bytes, not 48). Distinct nodes have distinct priorities, independent of their keys.
+  // (8 bytes less a node). Distinct nodes have distinct priorities, independent of their keys.
   static std::uint32_t prio(int i) {
     auto x = static_cast<std::uint32_t>(i);
     x ^= x >> 16;
@@ -98,10 +104,11 @@ class StepTree {
   // sum = left sum + delta + right sum; maxpre = the largest of the left's maxpre, the running sum at this
   // node (left sum + delta) and that plus the right's maxpre (each child's terms only if it exists).
   // Inlined into bump's path (always_inline): GCC kept it out of line, a call per node of the path.
+  // In 32 bits: every term is a running sum or the difference of two, inside the bounds above.
   [[gnu::always_inline]] void pull(int i) {
     Node& x = n(i);
-    std::int64_t here = x.delta;
-    std::int64_t best;
+    std::int32_t here = x.delta;
+    std::int32_t best;
     if (x.l >= 0) {
       const Node& l = n(x.l);
       here += l.sum;
@@ -128,7 +135,7 @@ class StepTree {
       i = static_cast<int>(nodes_.size());
       nodes_.emplace_back();
     }
-    n(i) = Node{key, delta, delta, delta, -1, -1};
+    n(i) = Node{key, narrow(delta), narrow(delta), narrow(delta), -1, -1};
     return i;
   }
 
@@ -183,7 +190,7 @@ class StepTree {
     if (t >= 0) {  // found: update it (a change that drops to 0 leaves, its children merged in its place)
       int& ref = depth == 0 ? root_ : (key < n(path[depth - 1]).key ? n(path[depth - 1]).l : n(path[depth - 1]).r);
       Node& x = n(t);
-      x.delta += d;
+      x.delta = narrow(x.delta + d);
       if (x.delta == 0) {
         ref = merge(x.l, x.r);
         free_.push_back(t);
@@ -221,7 +228,7 @@ class StepTree {
     if (t < 0) return false;
     Node& x = n(t);
     if (key == x.key) {
-      x.delta += d;
+      x.delta = narrow(x.delta + d);
       if (x.delta == 0) {
         const int gone = t;
         t = merge(x.l, x.r);
@@ -242,7 +249,7 @@ class StepTree {
     for (int t = root_; t >= 0;) {
       const Node& x = n(t);
       if (x.key <= key) {
-        s += (x.l < 0 ? 0 : n(x.l).sum) + x.delta;
+        s += std::int64_t{x.l < 0 ? 0 : n(x.l).sum} + x.delta;
         t = x.r;
       } else {
         t = x.l;

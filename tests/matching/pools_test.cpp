@@ -29,6 +29,30 @@ TEST_CASE("resize never goes below what asks and leases hold", "[pools]") {
   CHECK(of_type<CommandRejected>(f.events()).at(0).reason == Reason::not_found);
 }
 
+TEST_CASE("a pool has at most 1,000,000,000 GPUs, when registered and when resized", "[pools]") {
+  Fixture f;
+  f.run(kProvider, AddPool{pool_spec(64, 15'625'001)});  // 1,000,000,064
+  CHECK(of_type<CommandRejected>(f.events()).at(0).reason == Reason::invalid_field);
+  const PoolId pool = f.add_pool(kProvider, pool_spec(64, 15'625'000));  // 1,000,000,000
+  CHECK(f.engine().pool(pool)->gpus() == Qty(1'000'000'000));
+  f.run(kProvider, ResizePool{pool, 15'625'001});
+  CHECK(of_type<CommandRejected>(f.events()).at(0).reason == Reason::invalid_field);
+  f.run(kProvider, ResizePool{pool, 2});
+  CHECK(of_type<PoolChanged>(f.events()).at(0).pool.spec.nodes == 2);
+  // A snapshot is held to the same bound: a pool over it, or asks holding more than it, are refused.
+  f.place(kProvider, sell(pool, usd4(20000), 128, T0, T0 + H));
+  EngineState s = f.engine().snapshot();
+  REQUIRE(s.pools.size() == 1);
+  REQUIRE(s.open_orders.size() == 1);
+  CHECK_NOTHROW(Engine::restore(Fixture::default_config(), s));
+  EngineState big_pool = s;
+  big_pool.pools[0].spec.nodes = 15'625'001;
+  CHECK_THROWS_AS(Engine::restore(Fixture::default_config(), big_pool), std::invalid_argument);
+  EngineState big_ask = s;
+  big_ask.open_orders[0].free = Steps(Seconds(T0), Seconds(T0 + H), 1'000'000'001);
+  CHECK_THROWS_AS(Engine::restore(Fixture::default_config(), big_ask), std::invalid_argument);
+}
+
 TEST_CASE("retire only when nothing is open on the pool", "[pools]") {
   Fixture f;
   const PoolId pool = f.add_pool(kProvider);

@@ -314,9 +314,11 @@ void ReferenceMatcher::apply(const Command& cmd, EventSink& out) {
         using T = std::decay_t<decltype(body)>;
         if constexpr (std::is_same_v<T, AddPool>) {
           // A pool is "a set of identical nodes in one place" of one market: at least one GPU per node, a node count
-          // that is not negative, a region; malformed fields first, then an unknown market (as for orders).
+          // that is not negative, a region, "at most 1,000,000,000 GPUs"; malformed fields first, then an unknown
+          // market (as for orders).
           const PoolSpec& spec = body.spec;
-          if (spec.gpus_per_node <= 0 || spec.nodes < 0 || spec.region.empty()) {
+          if (spec.gpus_per_node <= 0 || spec.nodes < 0 || spec.region.empty() ||
+              std::int64_t{spec.gpus_per_node} * spec.nodes > 1'000'000'000) {
             out.push_back(CommandRejected{cmd.seq, Reason::invalid_field, cmd.seq});
             return;
           }
@@ -338,8 +340,8 @@ void ReferenceMatcher::apply(const Command& cmd, EventSink& out) {
             out.push_back(CommandRejected{cmd.seq, Reason::not_found, body.pool.value});
             return;
           }
-          // "A pool can grow, shrink": to no nodes at all too, if nothing is held on it.
-          if (body.nodes < 0) {
+          // "A pool can grow, shrink": to no nodes at all too, if nothing is held on it; to at most 1,000,000,000 GPUs.
+          if (body.nodes < 0 || std::int64_t{p->spec.gpus_per_node} * body.nodes > 1'000'000'000) {
             out.push_back(CommandRejected{cmd.seq, Reason::invalid_field, body.pool.value});
             return;
           }
