@@ -1991,8 +1991,25 @@ struct Engine::Impl {
 
   // Whether a trade starting at `start` is a spot trade (within the spot horizon), not one of its month.
   bool spot_start(Seconds start) const { return start - now <= cfg.spot_horizon; }
-  Bucket trade_bucket(Seconds start) const { return spot_start(start) ? Bucket::spot() : month_bucket(start); }
-
+  Bucket trade_bucket(Seconds start) const { return spot_start(start) ? Bucket::spot() : month_of(start); }
+  // month_bucket(t), kept by day for kMonthDays days from the first one asked for: the calendar arithmetic is
+  // ~85 instructions, and every trade and every order placed outside the spot horizon asks for one, of a day a
+  // few months from now (1.4 M instructions in the realistic bench's 20,000 commands).
+  static constexpr std::int64_t kDay = 86'400;
+  static constexpr std::uint64_t kMonthDays = 4096;
+  mutable std::int64_t month_days_from{0};
+  mutable std::vector<Bucket> month_days;  // by day from month_days_from; a spot bucket: not computed yet
+  Bucket month_of(Seconds t) const {
+    if (t.value < 0) return month_bucket(t);
+    if (month_days.empty()) {
+      month_days.assign(kMonthDays, Bucket::spot());
+      month_days_from = t.value / kDay;
+    }
+    const auto i = static_cast<std::uint64_t>(t.value / kDay - month_days_from);
+    if (i >= kMonthDays) return month_bucket(t);
+    if (month_days[i].is_spot()) month_days[i] = month_bucket(t);
+    return month_days[i];
+  }
   // Whether an order's bucket is spot now; else it is the month of its window's start. An order's window never
   // changes and time only moves on, so its month bucket can only give way to spot, once (refresh_view).
   bool in_spot_bucket(const RestOrder& o) const {
@@ -2000,7 +2017,7 @@ struct Engine::Impl {
     return o.window_start <= now;
   }
   Bucket order_bucket(const RestOrder& o) const {
-    return in_spot_bucket(o) ? Bucket::spot() : month_bucket(o.window_start);
+    return in_spot_bucket(o) ? Bucket::spot() : month_of(o.window_start);
   }
 
   // GPUs an ask offers for at least its minimum piece from its reference instant, down to its lot.
