@@ -2583,11 +2583,22 @@ struct Engine::Impl {
   }
 
   // pool_satisfies(lp.p, c), from the kept verdicts of c's group `g` (regions apart) and the numbers of c's
-  // regions (region_numbers_of) when g is given.
-  bool pool_admits(const Book& b, const LivePool& lp, const BidGroup* g, const BidConstraints& c,
-                   const std::vector<std::uint32_t>& regions) const {
+  // regions (region_numbers_of) when g is given. The kept verdict is read inline: a bid's walk asks for ~100
+  // pools (realistic bench), ~50 instructions a call out of line.
+  [[gnu::always_inline]] bool pool_admits(const Book& b, const LivePool& lp, const BidGroup* g,
+                                          const BidConstraints& c, const std::vector<std::uint32_t>& regions) const {
+    if (g && g->keeps_verdicts && lp.book_number < g->verdicts.size()) {
+      const std::int8_t v = g->verdicts[lp.book_number];
+      if (v >= 0) return v == 1 && in_regions(lp, regions);
+    }
+    return judge_pool(b, lp, g, c, regions);
+  }
+  [[gnu::noinline]] bool judge_pool(const Book& b, const LivePool& lp, const BidGroup* g, const BidConstraints& c,
+                                    const std::vector<std::uint32_t>& regions) const {
     if (!g) return pool_satisfies(lp.p, c);
-    if (!group_admits(b, lp, *g)) return false;
+    return group_admits(b, lp, *g) && in_regions(lp, regions);
+  }
+  static bool in_regions(const LivePool& lp, const std::vector<std::uint32_t>& regions) {
     return regions.empty() || std::find(regions.begin(), regions.end(), lp.region) != regions.end();
   }
 
