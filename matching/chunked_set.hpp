@@ -34,6 +34,9 @@ class ChunkedSet {
       return *this;
     }
     bool operator==(const const_iterator& o) const { return c_ == o.c_ && i_ == o.i_; }
+    // Its place: the chunk (in chunks()) and the key's index in it.
+    std::size_t chunk() const { return c_; }
+    std::size_t index() const { return i_; }
 
    private:
     friend class ChunkedSet;
