@@ -1478,9 +1478,10 @@ struct Engine::Impl {
   }
 
   // The request part of rest_into(): r.request and r.book from `q` and its market's book, and
-  // the order's body hash; `window_end`: the order's (where its request's end is kept when they are equal).
+  // the order's body hash; `window_end`: the order's (where its request's end is kept when they are equal);
+  // `named`: q.market is known to be the book's key (validate() found the book by it: no second compare).
   void request_into(RestOrder& r, const OrderRequest& q, Book* book,
-                    std::uint64_t hash, Seconds window_end) const {
+                    std::uint64_t hash, Seconds window_end, bool named = false) const {
     RestRequest& rq = r.request;
     rq.side = q.side;
     rq.time_in_force = q.time_in_force;
@@ -1510,7 +1511,9 @@ struct Engine::Impl {
     rq.cons = intern(q.constraints);
     r.book = book;
     using MK = RestRequest::MarketKind;
-    rq.market_kind = q.market.value.empty() ? MK::empty : q.market == *book->key ? MK::resolved : MK::cold;
+    rq.market_kind = q.market.value.empty()           ? MK::empty
+                     : named || q.market == *book->key ? MK::resolved
+                                                       : MK::cold;
     if (!q.client_order_id.empty() || rq.market_kind == MK::cold || q.expire_at || both || cold_end || hash != 0) {
       auto cold = std::make_unique<RestCold>();
       cold->client_order_id = q.client_order_id;
@@ -3646,6 +3649,7 @@ struct Engine::Impl {
     Seconds window_end;
     Qty remaining;
     LivePool* pool{nullptr};  // sell: its pool
+    bool named{false};        // the request's market is its book's key (a bid's book is found by that name)
   };
 
   // The book of the market a bid named last (books are never erased): most placements name the same one.
@@ -3676,6 +3680,7 @@ struct Engine::Impl {
         if (b == books.end()) return Reason::not_found;
         market = last_book = &b->second;
       }
+      o.named = true;
     } else {
       if (!r.start || !r.end || r.duration) return Reason::invalid_field;
       if (*r.end <= *r.start) return Reason::invalid_field;
@@ -3779,7 +3784,7 @@ struct Engine::Impl {
     }
     LiveOrder& lo = orders.emplace_new(OrderId(cmd.seq));
     RestOrder& o = lo.o;
-    request_into(o, r, market, h, g.window_end);
+    request_into(o, r, market, h, g.window_end, g.named);
     stamp_placed(o, cmd, r, h);
     o.window_start = g.window_start;
     o.window_end = g.window_end;
