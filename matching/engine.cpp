@@ -1969,6 +1969,8 @@ struct Engine::Impl {
   }
 
   // Adds `n_orders` orders and `gpus` GPUs to the level (or the constrained count) that `s` is shown at.
+  // The usual change, of a level that stays, here; a level that appears or goes in level_in_or_out (out of
+  // line: its map node's allocation and free kept view_add's every call saving registers for them).
   void view_add(const Shown& s, const MarketId* m, int n_orders, std::int64_t gpus) {
     Touched& t = touch(m, s.bucket);
     View& v = *t.view;
@@ -1977,16 +1979,19 @@ struct Engine::Impl {
       v.constrained.gpus += Qty(gpus);
       return;
     }
-    auto& levels = s.side == Side::buy ? v.bids : v.asks;
-    auto lvl = levels.find(s.price);
+    Levels& levels = s.side == Side::buy ? v.bids : v.asks;
+    const auto lvl = levels.find(s.price);
+    if (lvl == levels.end() || lvl->second.value + gpus == 0) return level_in_or_out(t, levels, s, gpus);
+    const Qty before = lvl->second;
+    lvl->second = before + Qty(gpus);
+    note_level(t, s.side, s.price, before, lvl->second);
+  }
+
+  [[gnu::noinline]] void level_in_or_out(Touched& t, Levels& levels, const Shown& s, std::int64_t gpus) {
+    const auto lvl = levels.find(s.price);
     const Qty before = lvl == levels.end() ? Qty(0) : lvl->second;
     const Qty after = before + Qty(gpus);
-    const auto same = [&](const LevelBefore& b) { return b.side == s.side && b.price == s.price; };
-    if (auto b = std::find_if(t.before.begin(), t.before.end(), same); b != t.before.end()) {
-      b->now = after;
-    } else {
-      t.before.push_back(LevelBefore{s.side, s.price, before, after});
-    }
+    note_level(t, s.side, s.price, before, after);
     if (after.value == 0) {
       if (lvl != levels.end()) levels.erase(lvl);
     } else if (lvl != levels.end()) {
@@ -1994,6 +1999,18 @@ struct Engine::Impl {
     } else {
       levels.emplace(s.price, after);
     }
+  }
+
+  // A level's change in the command's record: its quantity before the command (kept from its first change)
+  // and now.
+  static void note_level(Touched& t, Side side, Price price, Qty before, Qty after) {
+    for (LevelBefore& b : t.before) {
+      if (b.side == side && b.price == price) {
+        b.now = after;
+        return;
+      }
+    }
+    t.before.push_back(LevelBefore{side, price, before, after});
   }
 
   void refresh_view(LiveOrder& lo) {
