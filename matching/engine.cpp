@@ -2952,7 +2952,9 @@ struct Engine::Impl {
         } else {
           LivePool& lp = *lo.pool;
           const AskKey k = ask_key(lo, lp);
-          lo.in_spot = spot_now(o);
+          // An ask as placed offers its quantity over all of its window, which has not ended (validate()): it
+          // is spot now when its window has started (spot_now() without its read of the free capacity).
+          lo.in_spot = as_placed ? o.window_start <= now : spot_now(o);
           if (lp.book_count++ == 0) {
             lp.ask_pool_slot = b.ask_pools.size();
             b.ask_pools.push_back(AskPool{&lp, {}, Price(std::numeric_limits<std::int64_t>::max()), {}});
