@@ -1845,10 +1845,13 @@ struct Engine::Impl {
   }
 
   // GPUs an ask offers for at least its minimum piece from its reference instant, down to its lot.
-  Qty ask_view_qty(const RestOrder& a) const {
+  // `as_placed`: no fill has touched it since on(PlaceOrder) (hook()'s as_placed), so its free capacity is its
+  // quantity, a whole number of lots, over all of its window: no read of it.
+  Qty ask_view_qty(const RestOrder& a, bool as_placed = false) const {
     const Seconds ref = std::max(now, a.window_start);
     const Seconds md = min_piece(a);
     if (ref + md > a.window_end) return Qty(0);
+    if (as_placed) return Qty(a.request.quantity);
     // Over one second (min_duration 0 or 1) the least is the value at its start: pieces start and end on whole seconds.
     const std::int64_t f = md == Seconds(1) ? a.ask->free.at(ref) : a.ask->free.min(ref, ref + md);
     const std::int64_t lot = a.request.min_chunk.value;
@@ -1921,7 +1924,7 @@ struct Engine::Impl {
 
   // ---------------------------------------------------------------- book views
 
-  Shown compute_shown(const LiveOrder& lo) const {
+  Shown compute_shown(const LiveOrder& lo, bool as_placed = false) const {
     Shown s;
     const RestOrder& o = lo.o;
     if (!lo.in_book || !o.is_open()) return s;
@@ -1933,7 +1936,7 @@ struct Engine::Impl {
       s.qty = o.remaining;
     } else {
       s.price = o.effective_price;
-      s.qty = ask_view_qty(o);
+      s.qty = ask_view_qty(o, as_placed);
     }
     s.shown = s.constrained || s.qty.value > 0;
     return s;
@@ -2014,10 +2017,11 @@ struct Engine::Impl {
     t.before.push_back(LevelBefore{side, price, before, after});
   }
 
-  void refresh_view(LiveOrder& lo) {
+  // `as_placed`: as ask_view_qty()'s.
+  void refresh_view(LiveOrder& lo, bool as_placed = false) {
     // The month set at placement or restore (order_bucket) stays until the order turns spot: no month computed.
     if (!lo.o.bucket.is_spot() && in_spot_bucket(lo.o)) lo.o.bucket = Bucket::spot();
-    const Shown s = compute_shown(lo);
+    const Shown s = compute_shown(lo, as_placed);
     if (s == lo.shown) return;
     const Shown& was = lo.shown;
     if (s.shown && was.shown && s.constrained == was.constrained && s.side == was.side && s.bucket == was.bucket &&
@@ -2971,7 +2975,7 @@ struct Engine::Impl {
         lo.in_book = true;
       }
       if (!as_placed) refresh_ask_accounting(o);
-      refresh_view(lo);
+      refresh_view(lo, as_placed);
       schedule_order(lo);
       return;
     }
