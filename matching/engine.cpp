@@ -2017,8 +2017,9 @@ struct Engine::Impl {
     t.before.push_back(LevelBefore{side, price, before, after});
   }
 
-  // `as_placed`: as ask_view_qty()'s.
-  void refresh_view(LiveOrder& lo, bool as_placed = false) {
+  // `as_placed`: as ask_view_qty()'s. `flatten`: view_add(), called only here (through view_apply), inlined at
+  // its three calls (GCC kept it out of line: a call with the Shown passed in memory on every change).
+  [[gnu::flatten]] void refresh_view(LiveOrder& lo, bool as_placed = false) {
     // The month set at placement or restore (order_bucket) stays until the order turns spot: no month computed.
     if (!lo.o.bucket.is_spot() && in_spot_bucket(lo.o)) lo.o.bucket = Bucket::spot();
     const Shown s = compute_shown(lo, as_placed);
