@@ -1973,9 +1973,8 @@ struct Engine::Impl {
 
   // Adds `n_orders` orders and `gpus` GPUs to the level (or the constrained count) that `s` is shown at.
   // The usual change, of a level that stays, here; a level that appears or goes in level_in_or_out (out of
-  // line: its map node's allocation and free kept view_add's every call saving registers for them). `flatten`:
-  // GCC left the level map's find out of line here, a call on every change.
-  [[gnu::flatten]] void view_add(const Shown& s, const MarketId* m, int n_orders, std::int64_t gpus) {
+  // line: its map node's allocation and free kept view_add's every call saving registers for them).
+  void view_add(const Shown& s, const MarketId* m, int n_orders, std::int64_t gpus) {
     Touched& t = touch(m, s.bucket);
     View& v = *t.view;
     if (s.constrained) {
