@@ -1813,7 +1813,9 @@ struct Engine::Impl {
 
   // The full Order of a compact one, every field initialized once (designated, in declaration order: a
   // field left out here would silently keep its default, so every one is named).
-  static Order make_order(const RestOrder& r) {
+  // `flatten`: the strings' copies (client_order_id, the two markets) and the constraints' copy inlined (GCC
+  // called basic_string's out-of-line _M_construct for each string).
+  [[gnu::flatten]] static Order make_order(const RestOrder& r) {
     const RestRequest& rq = r.request;
     using MK = RestRequest::MarketKind;
     return Order{
@@ -2054,10 +2056,13 @@ struct Engine::Impl {
   }
 
   // GPUs an ask offers for at least its minimum piece from its reference instant, down to its lot.
-  Qty ask_view_qty(const RestOrder& a) const {
+  // `as_placed`: no fill has touched it since on(PlaceOrder) (hook()'s as_placed), so its free capacity is its
+  // quantity, a whole number of lots, over all of its window: no read of it.
+  Qty ask_view_qty(const RestOrder& a, bool as_placed = false) const {
     const Seconds ref = std::max(now, a.window_start);
     const Seconds md = min_piece(a);
     if (ref + md > a.window_end) return Qty(0);
+    if (as_placed) return Qty(a.request.quantity);
     // Over one second (min_duration 0 or 1) the least is the value at its start: pieces start and end on whole seconds.
     const std::int64_t f = md == Seconds(1) ? a.ask->free.at(ref) : a.ask->free.min(ref, ref + md);
     const std::int64_t lot = a.request.min_chunk.value;
@@ -2130,7 +2135,7 @@ struct Engine::Impl {
 
   // ---------------------------------------------------------------- book views
 
-  Shown compute_shown(const LiveOrder& lo) const {
+  Shown compute_shown(const LiveOrder& lo, bool as_placed = false) const {
     Shown s;
     const RestOrder& o = lo.o;
     if (!lo.in_book || !o.is_open()) return s;
@@ -2142,7 +2147,7 @@ struct Engine::Impl {
       s.qty = o.remaining;
     } else {
       s.price = o.effective_price;
-      s.qty = ask_view_qty(o);
+      s.qty = ask_view_qty(o, as_placed);
     }
     s.shown = s.constrained || s.qty.value > 0;
     return s;
@@ -2178,6 +2183,8 @@ struct Engine::Impl {
   }
 
   // Adds `n_orders` orders and `gpus` GPUs to the level (or the constrained count) that `s` is shown at.
+  // The usual change, of a level that stays, here; a level that appears or goes in level_in_or_out (out of
+  // line: its map node's allocation and free kept view_add's every call saving registers for them).
   void view_add(const Shown& s, const MarketId* m, int n_orders, std::int64_t gpus) {
     Touched& t = touch(m, s.bucket);
     View& v = *t.view;
@@ -2186,16 +2193,19 @@ struct Engine::Impl {
       v.constrained.gpus += Qty(gpus);
       return;
     }
-    auto& levels = s.side == Side::buy ? v.bids : v.asks;
-    auto lvl = levels.find(s.price);
+    Levels& levels = s.side == Side::buy ? v.bids : v.asks;
+    const auto lvl = levels.find(s.price);
+    if (lvl == levels.end() || lvl->second.value + gpus == 0) return level_in_or_out(t, levels, s, gpus);
+    const Qty before = lvl->second;
+    lvl->second = before + Qty(gpus);
+    note_level(t, s.side, s.price, before, lvl->second);
+  }
+
+  [[gnu::noinline]] void level_in_or_out(Touched& t, Levels& levels, const Shown& s, std::int64_t gpus) {
+    const auto lvl = levels.find(s.price);
     const Qty before = lvl == levels.end() ? Qty(0) : lvl->second;
     const Qty after = before + Qty(gpus);
-    const auto same = [&](const LevelBefore& b) { return b.side == s.side && b.price == s.price; };
-    if (auto b = std::find_if(t.before.begin(), t.before.end(), same); b != t.before.end()) {
-      b->now = after;
-    } else {
-      t.before.push_back(LevelBefore{s.side, s.price, before, after});
-    }
+    note_level(t, s.side, s.price, before, after);
     if (after.value == 0) {
       if (lvl != levels.end()) levels.erase(lvl);
     } else if (lvl != levels.end()) {
@@ -2205,10 +2215,24 @@ struct Engine::Impl {
     }
   }
 
-  void refresh_view(LiveOrder& lo) {
+  // A level's change in the command's record: its quantity before the command (kept from its first change)
+  // and now.
+  static void note_level(Touched& t, Side side, Price price, Qty before, Qty after) {
+    for (LevelBefore& b : t.before) {
+      if (b.side == side && b.price == price) {
+        b.now = after;
+        return;
+      }
+    }
+    t.before.push_back(LevelBefore{side, price, before, after});
+  }
+
+  // `as_placed`: as ask_view_qty()'s. `flatten`: view_add(), called only here (through view_apply), inlined at
+  // its three calls (GCC kept it out of line: a call with the Shown passed in memory on every change).
+  [[gnu::flatten]] void refresh_view(LiveOrder& lo, bool as_placed = false) {
     // The month set at placement or restore (order_bucket) stays until the order turns spot: no month computed.
     if (!lo.o.bucket.is_spot() && in_spot_bucket(lo.o)) lo.o.bucket = Bucket::spot();
-    const Shown s = compute_shown(lo);
+    const Shown s = compute_shown(lo, as_placed);
     if (s == lo.shown) return;
     const Shown& was = lo.shown;
     if (s.shown && was.shown && s.constrained == was.constrained && s.side == was.side && s.bucket == was.bucket &&
@@ -2225,7 +2249,9 @@ struct Engine::Impl {
 
   // One BookDelta per changed view, in (market, bucket) order; in each, the changed levels, buys by price
   // descending then sells by price ascending.
-  void flush_views() {
+  // `flatten`: the BookDelta's construction in the sink inlined, its MarketId copy with it (GCC called
+  // basic_string's out-of-line _M_construct for it, one call a delta).
+  [[gnu::flatten]] void flush_views() {
     if (n_touched > 1) {
       std::sort(touched.begin(), touched.begin() + static_cast<std::ptrdiff_t>(n_touched),
                 [](const Touched& a, const Touched& b) {
@@ -3130,7 +3156,9 @@ struct Engine::Impl {
         } else {
           LivePool& lp = *lo.pool;
           const AskKey k = ask_key(lo, lp);
-          lo.in_spot = spot_now(o);
+          // An ask as placed offers its quantity over all of its window, which has not ended (validate()): it
+          // is spot now when its window has started (spot_now() without its read of the free capacity).
+          lo.in_spot = as_placed ? o.window_start <= now : spot_now(o);
           if (lp.book_count++ == 0) {
             lp.ask_pool_slot = b.ask_pools.size();
             b.ask_pools.push_back(AskPool{&lp, {}, Price(std::numeric_limits<std::int64_t>::max()), {}});
@@ -3147,7 +3175,7 @@ struct Engine::Impl {
         lo.in_book = true;
       }
       if (!as_placed) refresh_ask_accounting(o);
-      refresh_view(lo);
+      refresh_view(lo, as_placed);
       schedule_order(lo);
       return;
     }
@@ -3931,51 +3959,60 @@ struct Engine::Impl {
     if constexpr (std::is_same_v<O, Order>) o.body_hash = h;  // a RestOrder's: request_into()
   }
 
+  // A placement whose client_order_id the account used before: a duplicate or a conflict (true), else false.
+  [[gnu::noinline]] bool place_repeat(const Command& cmd, const OrderRequest& r, std::uint64_t h) {
+    const CidKey k{cmd.account, r.client_order_id};
+    if (auto it = open_cids.find(k); it != open_cids.end()) {
+      const LiveOrder& lo = orders.at(it->second);
+      if (lo.o.body_hash() == h) {
+        RestOrder current = lo.o;
+        refresh_ask_accounting(current);
+        emit(OrderDuplicate{to_order(current)});
+      } else {
+        reject_command(Reason::idempotency_conflict, lo.o.id.value);
+      }
+      return true;
+    }
+    if (auto it = finished_cids.find(k); it != finished_cids.end()) {
+      if (it->second.body_hash == h) {
+        emit(OrderDuplicate{it->second.order});
+      } else {
+        reject_command(Reason::idempotency_conflict, it->second.order.id.value);
+      }
+      return true;
+    }
+    return false;
+  }
+
+  // A placement validate() refused with `bad` (`market`: its book, if known).
+  [[gnu::noinline]] void place_rejected(const Command& cmd, const OrderRequest& r, std::uint64_t h, const Book* market,
+                                        Reason bad) {
+    Order o;
+    stamp_placed(o, cmd, r, h);
+    o.request = r;
+    if (market) o.market = *market->key;
+    o.status = OrderStatus::rejected;
+    o.reason = bad;
+    o.remaining = o.is_buy() ? r.quantity : Qty(0);  // filled + remaining = quantity, always
+    o.window_start = Seconds(0);
+    o.window_end = Seconds(0);
+    emit(OrderRejected{o});
+    if (!r.client_order_id.empty()) finished_cids[CidKey{cmd.account, r.client_order_id}] = Finished{o, h, seq};
+  }
+
+  // The repeat and the refusal out of line (place_repeat, place_rejected): their Order, RestOrder and map code
+  // made every placement's frame and register saves larger.
   void on(const Command& cmd, const PlaceOrder& c) {
     const OrderRequest& r = c.order;
     // Only a client_order_id's repeats compare the hash; without one it stays 0 (see Order::body_hash).
     const std::uint64_t h = r.client_order_id.empty() ? 0 : body_hash(r);
-    if (!r.client_order_id.empty()) {
-      const CidKey k{cmd.account, r.client_order_id};
-      if (auto it = open_cids.find(k); it != open_cids.end()) {
-        const LiveOrder& lo = orders.at(it->second);
-        if (lo.o.body_hash() == h) {
-          RestOrder current = lo.o;
-          refresh_ask_accounting(current);
-          emit(OrderDuplicate{to_order(current)});
-        } else {
-          reject_command(Reason::idempotency_conflict, lo.o.id.value);
-        }
-        return;
-      }
-      if (auto it = finished_cids.find(k); it != finished_cids.end()) {
-        if (it->second.body_hash == h) {
-          emit(OrderDuplicate{it->second.order});
-        } else {
-          reject_command(Reason::idempotency_conflict, it->second.order.id.value);
-        }
-        return;
-      }
-    }
+    if (!r.client_order_id.empty() && place_repeat(cmd, r, h)) return;
     // No staging Order: validate() works out the geometry, and an accepted order is built in its slot.
     Geometry g;
     Book* market = nullptr;
     Account& acct = account(cmd.account);
     const Reason bad = validate(r, g, cmd, market, acct);
-    if (bad != Reason::none) {
-      Order o;
-      stamp_placed(o, cmd, r, h);
-      o.request = r;
-      if (market) o.market = *market->key;
-      o.status = OrderStatus::rejected;
-      o.reason = bad;
-      o.remaining = o.is_buy() ? r.quantity : Qty(0);  // filled + remaining = quantity, always
-      o.window_start = Seconds(0);
-      o.window_end = Seconds(0);
-      emit(OrderRejected{o});
-      if (!r.client_order_id.empty()) finished_cids[CidKey{cmd.account, r.client_order_id}] = Finished{o, h, seq};
-      return;
-    }
+    if (bad != Reason::none) return place_rejected(cmd, r, h, market, bad);
     LiveOrder& lo = orders.emplace_new(OrderId(cmd.seq));
     RestOrder& o = lo.o;
     request_into(o, r, market, h, g.window_end);

@@ -188,10 +188,10 @@ class StepTree {
       t = key < n(t).key ? n(t).l : n(t).r;
     }
     if (t >= 0) {  // found: update it (a change that drops to 0 leaves, its children merged in its place)
-      int& ref = depth == 0 ? root_ : (key < n(path[depth - 1]).key ? n(path[depth - 1]).l : n(path[depth - 1]).r);
       Node& x = n(t);
       x.delta = narrow(x.delta + d);
       if (x.delta == 0) {
+        int& ref = depth == 0 ? root_ : (key < n(path[depth - 1]).key ? n(path[depth - 1]).l : n(path[depth - 1]).r);
         ref = merge(x.l, x.r);
         free_.push_back(t);
       } else {
