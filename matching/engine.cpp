@@ -1813,8 +1813,9 @@ struct Engine::Impl {
 
   // The full Order of a compact one, every field initialized once (designated, in declaration order: a
   // field left out here would silently keep its default, so every one is named).
-  // `flatten`: the strings' copies (client_order_id, the two markets) and the constraints' copy inlined (GCC
-  // called basic_string's out-of-line _M_construct for each string).
+  // `flatten`: the client_order_id's and the constraints' copies inlined (out of line, GCC called
+  // basic_string's _M_construct for each string). Without this and flush_views' flatten: plain +0.2 %, realistic
+  // +0.6 % instructions (with MarketId interned, session 18).
   [[gnu::flatten]] static Order make_order(const RestOrder& r) {
     const RestRequest& rq = r.request;
     using MK = RestRequest::MarketKind;
@@ -2249,8 +2250,7 @@ struct Engine::Impl {
 
   // One BookDelta per changed view, in (market, bucket) order; in each, the changed levels, buys by price
   // descending then sells by price ascending.
-  // `flatten`: the BookDelta's construction in the sink inlined, its MarketId copy with it (GCC called
-  // basic_string's out-of-line _M_construct for it, one call a delta).
+  // `flatten`: the BookDelta's construction in the sink inlined (a call a delta otherwise).
   [[gnu::flatten]] void flush_views() {
     if (n_touched > 1) {
       std::sort(touched.begin(), touched.begin() + static_cast<std::ptrdiff_t>(n_touched),
