@@ -182,7 +182,7 @@ int serve(const ServerConfig& config) {
 
   // The database must be there and current before we take traffic.
   matching::EngineConfig engine_config;
-  std::map<std::string, matching::MarketSpec> markets;
+  MarketTable markets;
   {
     auto db = connect_with_wait(config);
     auto pending = store::pending_migrations(db);

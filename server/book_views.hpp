@@ -6,11 +6,16 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "matching/engine.hpp"
 
 namespace gpuex {
+
+// The markets by id (the markets table, loaded at start), looked up by a string_view of a name (std::less<>):
+// a request's market name, or MarketId::value(), without a string built for it.
+using MarketTable = std::map<std::string, matching::MarketSpec, std::less<>>;
 
 class BookViews {
  public:

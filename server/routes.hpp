@@ -30,7 +30,7 @@ struct Services {
   store::Writer& writer;
   BookViews& views;
   ws::Hub& hub;
-  std::map<std::string, matching::MarketSpec> markets;  // by id
+  MarketTable markets;
   bool test_clock = false;
   std::size_t max_pools_per_provider = 1'000;  // not retired
 };

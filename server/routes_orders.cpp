@@ -218,7 +218,7 @@ void add_order_routes(http::Router& router, Services& services) {
     OrderRequest request = wire::read_order_request(fields);
     if (auto err = fields.finish()) return respond(std::move(*err));
     if (!has_scope(ctx.principal->scopes, scope_for(request.side))) return respond(forbidden_side(request.side));
-    if (request.side == Side::buy && !services.markets.count(std::string(request.market.value()))) {
+    if (request.side == Side::buy && !services.markets.count(request.market.value())) {
       return respond(not_found("market", "market"));
     }
     if (request.client_order_id.empty()) return place(services, ctx, std::move(request), std::chrono::steady_clock::now(), respond);

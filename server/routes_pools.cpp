@@ -120,7 +120,7 @@ void add_pool_routes(http::Router& router, Services& services) {
     JsonFields fields(std::get<json::object>(body));
     PoolSpec spec = wire::read_pool_spec(fields);
     if (auto err = fields.finish()) return respond(std::move(*err));
-    if (!services.markets.count(std::string(spec.market.value()))) return respond(not_found("market", "market"));
+    if (!services.markets.count(spec.market.value())) return respond(not_found("market", "market"));
     const std::size_t limit = services.max_pools_per_provider;
     run_command(
         services, ctx, AddPool{std::move(spec)},

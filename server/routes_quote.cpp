@@ -78,7 +78,7 @@ void add_quote_routes(http::Router& router, Services& services) {
     if (auto v = fields.measure("egress_gb_per_gpu_hour", Need::optional, 3, 0, kMaxGbX1000)) usage.egress_gb_x1000 = *v;
     if (auto v = fields.measure("storage_gb", Need::optional, 3, 0, kMaxGbX1000)) usage.storage_gb_x1000 = *v;
     if (auto err = fields.finish()) return respond(std::move(*err));
-    auto market = services.markets.find(std::string(request.market.value()));
+    auto market = services.markets.find(request.market.value());
     if (market == services.markets.end()) return respond(not_found("market", "market"));
     const Price tick = market->second.tick;
 

@@ -57,13 +57,13 @@ Message text_frame(std::string_view json) {
 std::string Channel::key() const { return is_private() ? private_key(kind, account) : name; }
 
 std::variant<Channel, ChannelError> parse_channel(std::string_view name,
-                                                  const std::map<std::string, MarketSpec>& markets,
+                                                  const MarketTable& markets,
                                                   std::int64_t account, bool may_read) {
   Channel c;
   c.name = std::string(name);
   auto colon = name.find(':');
   auto head = name.substr(0, colon);
-  auto market_known = [&](std::string_view m) { return markets.count(std::string(m)) > 0; };
+  auto market_known = [&](std::string_view m) { return markets.count(m) > 0; };
 
   if (head == "orders" || head == "fills" || head == "leases") {
     if (colon != std::string_view::npos) {

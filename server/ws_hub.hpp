@@ -57,7 +57,7 @@ struct ChannelError {
 // "fills", "leases". `account` is the
 // authenticated account (0 if none) and `may_read` whether its key has the read scope.
 std::variant<Channel, ChannelError> parse_channel(std::string_view name,
-                                                  const std::map<std::string, matching::MarketSpec>& markets,
+                                                  const MarketTable& markets,
                                                   std::int64_t account, bool may_read);
 
 // A connection that listens. deliver() runs under the hub's lock (on the writer's completion thread, the candle

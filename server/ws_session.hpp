@@ -34,7 +34,7 @@ struct Context {
   DeadMansSwitches& switches;
   RateLimiter& per_ip;
   RateLimiter& key_lookups;  // store lookups of keys not cached, per IP (as for HTTP: gate.hpp)
-  const std::map<std::string, matching::MarketSpec>& markets;
+  const MarketTable& markets;
   const ServerConfig& config;
   // Where plain-TCP connections run once upgraded (null: on the HTTP connections' io_context). A fan-out
   // is a handler per subscriber; on the threads that also read HTTP requests and write their answers,
