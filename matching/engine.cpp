@@ -2196,22 +2196,21 @@ struct Engine::Impl {
     }
     Levels& levels = s.side == Side::buy ? v.bids : v.asks;
     const auto lvl = levels.find(s.price);
-    if (lvl == levels.end() || lvl->second.value + gpus == 0) return level_in_or_out(t, levels, s, gpus);
+    if (lvl == levels.end() || lvl->second.value + gpus == 0) return level_in_or_out(t, levels, lvl, s, gpus);
     const Qty before = lvl->second;
     lvl->second = before + Qty(gpus);
     note_level(t, s.side, s.price, before, lvl->second);
   }
 
-  [[gnu::noinline]] void level_in_or_out(Touched& t, Levels& levels, const Shown& s, std::int64_t gpus) {
-    const auto lvl = levels.find(s.price);
+  // `lvl`: the level, which the change empties, or end(): a level that appears (unless the change is 0).
+  [[gnu::noinline]] void level_in_or_out(Touched& t, Levels& levels, Levels::iterator lvl, const Shown& s,
+                                         std::int64_t gpus) {
     const Qty before = lvl == levels.end() ? Qty(0) : lvl->second;
     const Qty after = before + Qty(gpus);
     note_level(t, s.side, s.price, before, after);
-    if (after.value == 0) {
-      if (lvl != levels.end()) levels.erase(lvl);
-    } else if (lvl != levels.end()) {
-      lvl->second = after;
-    } else {
+    if (lvl != levels.end()) {
+      levels.erase(lvl);
+    } else if (after.value != 0) {
       levels.emplace(s.price, after);
     }
   }
