@@ -1861,7 +1861,7 @@ struct Engine::Impl {
         .lapsed_gpu_seconds = r.ask ? r.ask->lapsed_gpu_seconds : 0,
         .free_gpu_seconds = r.free_seconds(),
         .cancelled_gpu_seconds = r.ask ? r.ask->cancelled_gpu_seconds : 0,
-        .free = r.ask ? r.ask->free : Steps(),
+        .free = r.ask ? SmallSteps(r.ask->free) : SmallSteps(),
         .body_hash = r.body_hash(),
     };
   }

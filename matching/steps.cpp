@@ -32,8 +32,8 @@ bool Steps::operator==(const Steps& o) const { return std::ranges::equal(pieces(
 void Steps::splice(std::uint32_t at, std::uint32_t old_n, std::span<const Step> with) {
   const auto new_n = static_cast<std::uint32_t>(with.size());
   const std::uint32_t n = n_ - old_n + new_n;
-  if (n > cap_) {
-    const std::uint32_t cap = std::max(n, 2 * cap_);
+  if (n > capacity()) {
+    const std::uint32_t cap = std::max(n, 2 * capacity());
     Step* q = allocate(cap);
     for (std::uint32_t i = 0; i < at; ++i) q[i] = p_[i];
     for (std::uint32_t i = at + old_n; i < n_; ++i) q[i - old_n + new_n] = p_[i];
@@ -47,6 +47,16 @@ void Steps::splice(std::uint32_t at, std::uint32_t old_n, std::span<const Step> 
   }
   for (std::uint32_t i = 0; i < new_n; ++i) p_[at + i] = with[i];
   n_ = n;
+}
+
+void Steps::own() {
+  const Step* from = p_;
+  p_ = nullptr;
+  cap_ = 0;
+  if (n_ == 0) return;
+  p_ = allocate(n_);
+  cap_ = n_;
+  std::copy(from, from + n_, p_);
 }
 
 void Steps::erase_front(std::uint32_t k) {

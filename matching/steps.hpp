@@ -27,11 +27,14 @@ class Steps {
   Steps(Seconds from, Seconds to, std::int64_t gpus) { add(from, to, gpus); }
   // Inline, as std::vector's: every Order an event or a query builds copies, moves and destroys one.
   Steps(const Steps& o) { *this = o; }
+  // A SmallSteps' inline piece is not taken: it is copied (one piece: the array's move would dangle).
   Steps(Steps&& o) noexcept
-      : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)), cap_(std::exchange(o.cap_, 0)) {}
+      : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)), cap_(std::exchange(o.cap_, 0)) {
+    if (cap_ & kBorrowed) [[unlikely]] own();
+  }
   Steps& operator=(const Steps& o) {
     if (this == &o) return *this;
-    if (o.n_ > cap_) {
+    if (o.n_ > capacity()) {
       release();
       p_ = allocate(o.n_);
       cap_ = o.n_;
@@ -42,6 +45,11 @@ class Steps {
   }
   Steps& operator=(Steps&& o) noexcept {
     if (this != &o) {
+      if (o.cap_ & kBorrowed) [[unlikely]] {
+        *this = static_cast<const Steps&>(o);
+        o.n_ = 0;
+        return *this;
+      }
       release();
       p_ = std::exchange(o.p_, nullptr);
       n_ = std::exchange(o.n_, 0);
@@ -76,15 +84,85 @@ class Steps {
   // order holds one: an ask's free capacity; a bid's stays empty).
   // Room for `n` pieces, not constructed (a Step is an aggregate: its objects begin where a copy writes them).
   static Step* allocate(std::uint32_t n) { return static_cast<Step*>(::operator new(sizeof(Step) * n)); }
-  // Sized, as std::allocator's: jemalloc frees without looking the size up; no call for none (a bid's).
+  // Sized, as std::allocator's: jemalloc frees without looking the size up; no call for none (a bid's), nor
+  // for a SmallSteps' inline piece.
   void release() {
-    if (p_) ::operator delete(p_, sizeof(Step) * cap_);
+    if (p_ && !(cap_ & kBorrowed)) ::operator delete(p_, sizeof(Step) * cap_);
   }
+  // The pieces moved from a borrowed place (a SmallSteps' inline piece) into an array of this one's own.
+  void own();
   void splice(std::uint32_t at, std::uint32_t old_n, std::span<const Step> with);
   void erase_front(std::uint32_t k);
+
+ protected:
+  // cap_'s top bit: p_ points into storage this Steps does not own (a SmallSteps' inline piece; capacity 1).
+  static constexpr std::uint32_t kBorrowed = 0x8000'0000u;
+  std::uint32_t capacity() const { return cap_ & ~kBorrowed; }
   Step* p_{nullptr};
   std::uint32_t n_{0};
   std::uint32_t cap_{0};
+};
+
+// A Steps with room for one piece inline: an Order's free capacity. Every order event copies its ask's
+// free capacity, which is one piece until a fill splits it; kept inline, that copy allocates nothing (and
+// the event's consumer frees nothing). The engine's own Steps stay 16 bytes. Read it as a Steps; moved or
+// copied into a plain Steps, the inline piece is copied into an array.
+class SmallSteps : public Steps {
+ public:
+  SmallSteps() = default;
+  // NOLINTNEXTLINE(google-explicit-constructor): an Order's free capacity is set from a Steps.
+  SmallSteps(const Steps& o) { copy_from(o); }
+  SmallSteps(const SmallSteps& o) : Steps() { copy_from(o); }
+  SmallSteps(SmallSteps&& o) noexcept : Steps() { take(o); }
+  SmallSteps& operator=(const Steps& o) {
+    if (this != &o) {
+      release_own();
+      copy_from(o);
+    }
+    return *this;
+  }
+  SmallSteps& operator=(const SmallSteps& o) { return *this = static_cast<const Steps&>(o); }
+  SmallSteps& operator=(SmallSteps&& o) noexcept {
+    if (this != &o) {
+      release_own();
+      take(o);
+    }
+    return *this;
+  }
+  ~SmallSteps() = default;
+
+ private:
+  // Pieces that fit inline go inline; more are in an array as a Steps' (copied by Steps' assignment).
+  void copy_from(const Steps& o) {
+    const std::span<const Step> v = o.pieces();
+    if (v.size() <= 1) {
+      point_inline();
+      if (!v.empty()) one_ = v[0];
+      n_ = static_cast<std::uint32_t>(v.size());
+    } else {
+      Steps::operator=(o);
+    }
+  }
+  void take(SmallSteps& o) noexcept {
+    if (o.cap_ & kBorrowed) {
+      point_inline();
+      one_ = o.one_;
+      n_ = std::exchange(o.n_, 0);
+    } else {
+      p_ = std::exchange(o.p_, nullptr);
+      n_ = std::exchange(o.n_, 0);
+      cap_ = std::exchange(o.cap_, 0);
+    }
+  }
+  // Back to empty, with no array of its own.
+  void release_own() noexcept {
+    Steps::operator=(Steps());
+  }
+  void point_inline() {
+    p_ = &one_;
+    cap_ = kBorrowed | 1;
+  }
+  Step one_{};
 };
 
 }  // namespace gpuex::matching

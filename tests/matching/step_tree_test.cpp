@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "matching/step_tree.hpp"
@@ -97,4 +98,55 @@ TEST_CASE("Steps::add agrees with a value per second and keeps one representatio
     }
     for (int t = 0; t < kSpan; ++t) REQUIRE(s.at(Seconds(t)) == v[static_cast<std::size_t>(t)]);
   }
+}
+
+TEST_CASE("SmallSteps holds one piece inline and behaves as the Steps it copies", "[steps]") {
+  const Steps one(Seconds(10), Seconds(20), 5);
+  Steps two = one;
+  two.add(Seconds(12), Seconds(14), -2);  // three pieces
+  REQUIRE(two.pieces().size() == 3);
+
+  SmallSteps a = one;  // inline
+  CHECK(a == one);
+  CHECK(a.pieces().size() == 1);
+  SmallSteps b = two;  // an array
+  CHECK(b == two);
+
+  // Copies and moves keep the values, inline or not, and leave no piece pointing into another object.
+  SmallSteps c = a;
+  SmallSteps d = std::move(c);
+  CHECK(d == one);
+  SmallSteps e = b;
+  SmallSteps f = std::move(e);
+  CHECK(f == two);
+  f = d;
+  CHECK(f == one);
+  d = two;
+  CHECK(d == two);
+
+  // Into a plain Steps (an ask restored from an Order): the inline piece is copied, the source may go.
+  Steps g;
+  {
+    SmallSteps h = one;
+    g = std::move(h);
+  }
+  CHECK(g == one);
+  Steps i = [&] {
+    SmallSteps h = one;
+    return Steps(std::move(h));
+  }();
+  CHECK(i == one);
+
+  // Growing past the inline piece moves the pieces to an array.
+  SmallSteps j = one;
+  j.add(Seconds(12), Seconds(14), -2);
+  CHECK(j == two);
+  j.add(Seconds(30), Seconds(40), 1);
+  Steps expect = two;
+  expect.add(Seconds(30), Seconds(40), 1);
+  CHECK(j == expect);
+  SmallSteps k;
+  CHECK(k.empty());
+  k.add(Seconds(1), Seconds(2), 3);
+  CHECK(k == Steps(Seconds(1), Seconds(2), 3));
 }
