@@ -59,6 +59,17 @@ void Steps::own() {
   std::copy(from, from + n_, p_);
 }
 
+void Steps::assign_pieces(std::span<const Step> v) {
+  const auto n = static_cast<std::uint32_t>(v.size());
+  if (n > capacity() || (cap_ & kBorrowed)) {
+    release();
+    p_ = allocate(n);
+    cap_ = n;
+  }
+  std::copy(v.begin(), v.end(), p_);
+  n_ = n;
+}
+
 void Steps::erase_front(std::uint32_t k) {
   if (k == 0) return;
   for (std::uint32_t i = k; i < n_; ++i) p_[i - k] = p_[i];

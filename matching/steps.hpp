@@ -98,6 +98,9 @@ class Steps {
   // cap_'s top bit: p_ points into storage this Steps does not own (a SmallSteps' inline piece; capacity 1).
   static constexpr std::uint32_t kBorrowed = 0x8000'0000u;
   std::uint32_t capacity() const { return cap_ & ~kBorrowed; }
+  Steps(Step* p, std::uint32_t n, std::uint32_t cap) : p_(p), n_(n), cap_(cap) {}
+  // Replaces the pieces with `v`'s, in an array of its own.
+  void assign_pieces(std::span<const Step> v);
   Step* p_{nullptr};
   std::uint32_t n_{0};
   std::uint32_t cap_{0};
@@ -109,15 +112,19 @@ class Steps {
 // copied into a plain Steps, the inline piece is copied into an array.
 class SmallSteps : public Steps {
  public:
-  SmallSteps() = default;
+  SmallSteps() {}  // NOLINT(modernize-use-equals-default): one_ stays unset until it holds a piece
   // NOLINTNEXTLINE(google-explicit-constructor): an Order's free capacity is set from a Steps.
-  SmallSteps(const Steps& o) { copy_from(o); }
-  SmallSteps(const SmallSteps& o) : Steps() { copy_from(o); }
-  SmallSteps(SmallSteps&& o) noexcept : Steps() { take(o); }
+  SmallSteps(const Steps& o) : SmallSteps(o.pieces()) {}
+  SmallSteps(const SmallSteps& o) : SmallSteps(o.pieces()) {}
+  SmallSteps(SmallSteps&& o) noexcept { take(o); }
   SmallSteps& operator=(const Steps& o) {
     if (this != &o) {
       release_own();
-      copy_from(o);
+      if (o.pieces().size() <= 1) {
+        point_inline(o.pieces());
+      } else {
+        assign_pieces(o.pieces());
+      }
     }
     return *this;
   }
@@ -132,22 +139,21 @@ class SmallSteps : public Steps {
   ~SmallSteps() = default;
 
  private:
-  // Pieces that fit inline go inline; more are in an array as a Steps' (copied by Steps' assignment).
-  void copy_from(const Steps& o) {
-    const std::span<const Step> v = o.pieces();
-    if (v.size() <= 1) {
-      point_inline();
-      if (!v.empty()) one_ = v[0];
-      n_ = static_cast<std::uint32_t>(v.size());
-    } else {
-      Steps::operator=(o);
+  // Pieces that fit inline go inline; more are copied into an array (out of line: the callers, make_order
+  // among them, keep only the inline copy's few instructions). Each member written once.
+  explicit SmallSteps(std::span<const Step> v)
+      : Steps(v.size() <= 1 ? &one_ : nullptr, v.size() <= 1 ? static_cast<std::uint32_t>(v.size()) : 0,
+              v.size() <= 1 ? kBorrowed | 1 : 0) {
+    if (v.size() == 1) {
+      one_ = v[0];
+    } else if (v.size() > 1) {
+      assign_pieces(v);
     }
   }
   void take(SmallSteps& o) noexcept {
     if (o.cap_ & kBorrowed) {
-      point_inline();
-      one_ = o.one_;
-      n_ = std::exchange(o.n_, 0);
+      point_inline(o.pieces());
+      o.n_ = 0;
     } else {
       p_ = std::exchange(o.p_, nullptr);
       n_ = std::exchange(o.n_, 0);
@@ -155,14 +161,17 @@ class SmallSteps : public Steps {
     }
   }
   // Back to empty, with no array of its own.
-  void release_own() noexcept {
-    Steps::operator=(Steps());
-  }
-  void point_inline() {
+  void release_own() noexcept { Steps::operator=(Steps()); }
+  // `v` (at most one piece) into the inline piece.
+  void point_inline(std::span<const Step> v) noexcept {
+    if (!v.empty()) one_ = v[0];
     p_ = &one_;
+    n_ = static_cast<std::uint32_t>(v.size());
     cap_ = kBorrowed | 1;
   }
-  Step one_{};
+  union {
+    Step one_;  // the piece while cap_ is kBorrowed | 1 and n_ is 1; unset otherwise
+  };
 };
 
 }  // namespace gpuex::matching
