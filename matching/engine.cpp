@@ -1540,8 +1540,9 @@ struct Engine::Impl {
     }
   }
 
-  // The sink's growth, out of line (doubling, as emplace_back's own).
-  [[gnu::noinline]] void grow_sink() { sink_->reserve(std::max<std::size_t>(16, 2 * sink_->capacity())); }
+  // The sink's growth, out of line: as emplace_back's own (1, then doubling; the server's sink is a fresh
+  // vector per command, kept until its commit).
+  [[gnu::noinline]] void grow_sink() { sink_->reserve(std::max<std::size_t>(1, 2 * sink_->capacity())); }
   // Appends an event of type E built from `args` in the sink's variant (no temporary Event moved through the
   // variant's visitor). The room is made first, out of line, and GCC told there is room: vector's emplace_back
   // then keeps none of its reallocation inline, whose register saves every event paid for (an out-of-line
