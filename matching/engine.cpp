@@ -3564,7 +3564,9 @@ struct Engine::Impl {
       return true;
     }, bid.o.request.min_chunk.value == 1 ? bid.o.remaining.value : 0);
     if (stopped) return;
-    if (bid.o.remaining.value > 0) {
+    // Only an interruptible bid preempts (preempt_candidates' first test, here: its call set up a frame for its
+    // vector and sort for every bid that rested).
+    if (bid.o.remaining.value > 0 && c.interruptible) {
       for (const PreemptCandidate& pc : preempt_candidates(bid.o)) {
         if (bid.o.remaining.value == 0) break;
         const std::int64_t lot = pc.lot.value;
