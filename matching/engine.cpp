@@ -2836,11 +2836,20 @@ struct Engine::Impl {
     return was;
   }
 
-  // A resting ask's key in its book sets, with its free runs summarized.
-  static AskKey ask_key(LiveOrder& lo, LivePool& lp) {
+  // A resting ask's key in its book sets, with its free runs summarized. `as_placed` (hook()'s): its free capacity
+  // is its quantity, a whole number of lots, over all of its window, so its one run is the window: no pass over
+  // its pieces (summarize_runs() would find the same).
+  static AskKey ask_key(LiveOrder& lo, LivePool& lp, bool as_placed = false) {
     const RestOrder& o = lo.o;
     AskKey k{o.effective_price, o.priority, o.id, &lo, &lp, o.window_start, o.window_end, o.request.min_duration};
-    summarize_runs(o, k);
+    if (as_placed) {
+      const std::int64_t longest = (o.window_end - o.window_start).value;
+      k.run_lead = 0;
+      k.run_tail = 0;
+      k.max_run = longest >= kAnyRun ? kAnyRun : static_cast<std::int32_t>(longest);
+    } else {
+      summarize_runs(o, k);
+    }
     return k;
   }
 
@@ -3162,7 +3171,7 @@ struct Engine::Impl {
           }
         } else {
           LivePool& lp = *lo.pool;
-          const AskKey k = ask_key(lo, lp);
+          const AskKey k = ask_key(lo, lp, as_placed);
           // An ask as placed offers its quantity over all of its window, which has not ended (validate()): it
           // is spot now when its window has started (spot_now() without its read of the free capacity).
           lo.in_spot = as_placed ? o.window_start <= now : spot_now(o);
