@@ -3231,8 +3231,21 @@ struct Engine::Impl {
     AskSide& s = *a.ask;
     LivePool& lp = *lo.pool;
     const Seconds from = std::max(now, a.window_start);
-    const std::int64_t past = s.free.integral(a.window_start, std::min(from, a.window_end));
-    const std::int64_t rest = s.free.integral(from, a.window_end);
+    std::int64_t past;
+    std::int64_t rest;
+    if (s.free.pieces().size() == 1) {
+      // One piece (an ask no fill has split, most of those cancelled): its two integrals by hand, not two calls
+      // of Steps::integral (~50 instructions each).
+      const Step& p = s.free.pieces().front();
+      const auto over = [&](Seconds x, Seconds y) {
+        return p.gpus * std::max<std::int64_t>(0, (std::min(y, p.to) - std::max(x, p.from)).value);
+      };
+      past = over(a.window_start, std::min(from, a.window_end));
+      rest = over(from, a.window_end);
+    } else {
+      past = s.free.integral(a.window_start, std::min(from, a.window_end));
+      rest = s.free.integral(from, a.window_end);
+    }
     for (const Step& p : s.free.pieces()) {
       if (p.to <= from) continue;
       lp.used.add(std::max(p.from, from), p.to, -p.gpus);
