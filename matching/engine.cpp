@@ -1531,6 +1531,8 @@ struct Engine::Impl {
   EventSink* sink_{nullptr};
   mutable std::deque<Order> query_orders;  // Engine::order()'s answers, until the next apply()
   mutable std::deque<Lease> query_leases;  // Engine::lease()'s answers, until the next apply()
+  // Set when either holds an answer: apply() reads one flag, not the two deques' ends (~8 instructions a command).
+  mutable bool query_answers{false};
 
   explicit Impl(EngineConfig c) : cfg(std::move(c)), policy(cfg.policy) {
     for (const MarketSpec& m : cfg.markets) {
@@ -1672,8 +1674,10 @@ struct Engine::Impl {
 
   // The request part of rest_into(): r.request and r.book from `q` and its market's book, and
   // the order's body hash; `window_end`: the order's (where its request's end is kept when they are equal).
-  void request_into(RestOrder& r, const OrderRequest& q, Book* book,
-                    std::uint64_t hash, Seconds window_end) const {
+  // Inlined (always_inline; GCC kept it out of line: a call saving registers for each placement); the rare cold
+  // part out of line (request_cold).
+  [[gnu::always_inline]] void request_into(RestOrder& r, const OrderRequest& q, Book* book,
+                                           std::uint64_t hash, Seconds window_end) const {
     RestRequest& rq = r.request;
     rq.side = q.side;
     rq.time_in_force = q.time_in_force;
@@ -1705,15 +1709,21 @@ struct Engine::Impl {
     using MK = RestRequest::MarketKind;
     rq.market_kind = q.market.empty() ? MK::empty : q.market == *book->key ? MK::resolved : MK::cold;
     if (!q.client_order_id.empty() || rq.market_kind == MK::cold || q.expire_at || both || cold_end || hash != 0) {
-      auto cold = std::make_unique<RestCold>();
-      cold->client_order_id = q.client_order_id;
-      if (rq.market_kind == MK::cold) cold->request_market = q.market;
-      if (q.expire_at) cold->expire_at = *q.expire_at;
-      if (both) cold->duration = *q.duration;
-      if (cold_end) cold->end = *q.end;
-      cold->body_hash = hash;
-      rq.cold = ColdRef(std::move(cold));
+      request_cold(rq, q, hash, both, cold_end);
     }
+  }
+
+  // The request's rare fields (RestCold), for request_into().
+  [[gnu::noinline]] static void request_cold(RestRequest& rq, const OrderRequest& q, std::uint64_t hash, bool both,
+                                             bool cold_end) {
+    auto cold = std::make_unique<RestCold>();
+    cold->client_order_id = q.client_order_id;
+    if (rq.market_kind == RestRequest::MarketKind::cold) cold->request_market = q.market;
+    if (q.expire_at) cold->expire_at = *q.expire_at;
+    if (both) cold->duration = *q.duration;
+    if (cold_end) cold->end = *q.end;
+    cold->body_hash = hash;
+    rq.cold = ColdRef(std::move(cold));
   }
 
   static Order to_order(const RestOrder& r) { return make_order(r); }
@@ -1929,8 +1939,14 @@ struct Engine::Impl {
   // of its sums, then out of its list; a fill takes the bid out, bills the buyer, puts the bid back).
   AccountSlot last_account;
 
+  // The repeat inline, the probe (and a new account) out of line (account_slow): a call of ~15 instructions for
+  // an answer already at hand.
   Account& account(AccountId id) {
     if (last_account.a && last_account.id == id.value) return *last_account.a;
+    return account_slow(id);
+  }
+
+  [[gnu::noinline]] Account& account_slow(AccountId id) {
     if (!account_index.empty()) {
       const std::size_t mask = account_index.size() - 1;
       for (std::size_t h = account_home(id.value, mask); account_index[h].a; h = (h + 1) & mask) {
@@ -2856,11 +2872,20 @@ struct Engine::Impl {
     return was;
   }
 
-  // A resting ask's key in its book sets, with its free runs summarized.
-  static AskKey ask_key(LiveOrder& lo, LivePool& lp) {
+  // A resting ask's key in its book sets, with its free runs summarized. `as_placed` (hook()'s): its free capacity
+  // is its quantity, a whole number of lots, over all of its window, so its one run is the window: no pass over
+  // its pieces (summarize_runs() would find the same).
+  static AskKey ask_key(LiveOrder& lo, LivePool& lp, bool as_placed = false) {
     const RestOrder& o = lo.o;
     AskKey k{o.effective_price, o.priority, o.id, &lo, &lp, o.window_start, o.window_end, o.request.min_duration};
-    summarize_runs(o, k);
+    if (as_placed) {
+      const std::int64_t longest = (o.window_end - o.window_start).value;
+      k.run_lead = 0;
+      k.run_tail = 0;
+      k.max_run = longest >= kAnyRun ? kAnyRun : static_cast<std::int32_t>(longest);
+    } else {
+      summarize_runs(o, k);
+    }
     return k;
   }
 
@@ -3182,7 +3207,7 @@ struct Engine::Impl {
           }
         } else {
           LivePool& lp = *lo.pool;
-          const AskKey k = ask_key(lo, lp);
+          const AskKey k = ask_key(lo, lp, as_placed);
           // An ask as placed offers its quantity over all of its window, which has not ended (validate()): it
           // is spot now when its window has started (spot_now() without its read of the free capacity).
           lo.in_spot = as_placed ? o.window_start <= now : spot_now(o);
@@ -3234,8 +3259,21 @@ struct Engine::Impl {
     AskSide& s = *a.ask;
     LivePool& lp = *lo.pool;
     const Seconds from = std::max(now, a.window_start);
-    const std::int64_t past = s.free.integral(a.window_start, std::min(from, a.window_end));
-    const std::int64_t rest = s.free.integral(from, a.window_end);
+    std::int64_t past;
+    std::int64_t rest;
+    if (s.free.pieces().size() == 1) {
+      // One piece (an ask no fill has split, most of those cancelled): its two integrals by hand, not two calls
+      // of Steps::integral (~50 instructions each).
+      const Step& p = s.free.pieces().front();
+      const auto over = [&](Seconds x, Seconds y) {
+        return p.gpus * std::max<std::int64_t>(0, (std::min(y, p.to) - std::max(x, p.from)).value);
+      };
+      past = over(a.window_start, std::min(from, a.window_end));
+      rest = over(from, a.window_end);
+    } else {
+      past = s.free.integral(a.window_start, std::min(from, a.window_end));
+      rest = s.free.integral(from, a.window_end);
+    }
     for (const Step& p : s.free.pieces()) {
       if (p.to <= from) continue;
       lp.used.add(std::max(p.from, from), p.to, -p.gpus);
@@ -3584,7 +3622,9 @@ struct Engine::Impl {
       return true;
     }, bid.o.request.min_chunk.value == 1 ? bid.o.remaining.value : 0);
     if (stopped) return;
-    if (bid.o.remaining.value > 0) {
+    // Only an interruptible bid preempts (preempt_candidates' first test, here: its call set up a frame for its
+    // vector and sort for every bid that rested).
+    if (bid.o.remaining.value > 0 && c.interruptible) {
       for (const PreemptCandidate& pc : preempt_candidates(bid.o)) {
         if (bid.o.remaining.value == 0) break;
         const std::int64_t lot = pc.lot.value;
@@ -3806,9 +3846,15 @@ struct Engine::Impl {
 
   // ---------------------------------------------------------------- the time step
 
+  // The clock moved to `t`; what came due, in run_due(). Apart (out of line): inlined or called whole, its sets
+  // and loop made every command set up and tear down its frame for the rare command that has timers due.
   void advance(Seconds t) {
     if (t > now) now = t;
     if (timers.empty() || timers.front().at > now) return;  // nothing due (most commands)
+    run_due();
+  }
+
+  [[gnu::noinline]] void run_due() {
     std::set<OrderId> due_orders;
     std::set<LeaseId> due_leases;
     std::set<PoolId> due_pools;
@@ -4340,12 +4386,13 @@ struct Engine::Impl {
   [[gnu::noinline]] void drop_query_answers() {
     query_orders.clear();
     query_leases.clear();
+    query_answers = false;
   }
 
   void apply(const Command& cmd, EventSink& sink) {
     sink_ = &sink;
     // The queries' answers live until the next apply(), an empty tick's included (it does not move last_seq).
-    if (!query_orders.empty() || !query_leases.empty()) [[unlikely]] drop_query_answers();
+    if (query_answers) [[unlikely]] drop_query_answers();
     seq = cmd.seq;
     advance(cmd.now);
     std::visit([&](const auto& body) { on(cmd, body); }, cmd.body);
@@ -5030,6 +5077,7 @@ const Order* Engine::order(OrderId id) const {
   auto it = impl_->orders.find(id);
   if (it == impl_->orders.end() || !it->o.is_open()) return nullptr;
   Order& o = impl_->query_orders.emplace_back();
+  impl_->query_answers = true;
   Impl::fill_order(o, it->o);
   return &o;
 }
@@ -5070,6 +5118,7 @@ std::vector<Order> Engine::open_orders(AccountId account, const std::optional<Ma
 const Lease* Engine::lease(LeaseId id) const {
   auto it = impl_->leases.find(id);
   if (it == impl_->leases.end()) return nullptr;
+  impl_->query_answers = true;
   return &impl_->query_leases.emplace_back(impl_->to_lease(*it));
 }
 

@@ -15,6 +15,9 @@
 // hundreds of orders a price, where a cancel moved half of its level (~30 KB of keys) and an append now and
 // then copied all of it (bench/README.md, "session 15: latency tails").
 //
+// In a set of many levels, locate() starts from the level its hints (hints_) remember for the key's price, when
+// that level is still the price's first, instead of searching.
+//
 // `Less` orders keys; `Less::level(key)` is the key's level, a number that orders the levels as Less
 // orders their keys (keys of a lower level are less). Iteration is in key order; like ChunkedSet, insert
 // and erase invalidate every iterator of the set (walks re-seek by key when version() changed).
@@ -23,6 +26,8 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -155,15 +160,93 @@ class LevelSet {
   }
 
  private:
+  struct Hint {
+    std::uint32_t c{std::numeric_limits<std::uint32_t>::max()};  // the maximum: no hint
+    std::uint32_t l{0};
+  };
+  static constexpr std::size_t kHintChunks = 4;
+
   // The first level (chunk, place) not before key k of level a: the first of a higher level, or of level a
-  // whose last key is not less than k ({chunks_.size(), 0} if none). Levels of another price are told
-  // apart by `at` alone; only sublevels of k's own price compare keys.
+  // whose last key is not less than k ({chunks_.size(), 0} if none). From the first level of a's price when
+  // the hints know it (see hints_), else by locate_slow().
   std::pair<std::size_t, std::size_t> locate(std::int64_t a, const Key& k) const {
+    if (hints_) {
+      const Hint h = hints_[hint_slot(a)];
+      if (h.c < chunks_.size() && h.l < chunks_[h.c].size() && chunks_[h.c][h.l].at == a && first_of_level(h.c, h.l)) {
+        // Over a's sublevels whose last key is less than k (most prices have one).
+        std::size_t c = h.c;
+        std::size_t l = h.l;
+        for (;;) {
+          const Level& lv = chunks_[c][l];
+          if (lv.at != a || !Less{}(lv.keys.back(), k)) return {c, l};
+          if (++l == chunks_[c].size()) {
+            l = 0;
+            if (++c == chunks_.size()) return {c, 0};
+          }
+        }
+      }
+    }
+    return locate_slow(a, k);
+  }
+
+  // locate() without a hint: by search(), and the hint remembered (out of line: it keeps the callers' inlined
+  // locate() small).
+  [[gnu::noinline]] std::pair<std::size_t, std::size_t> locate_slow(std::int64_t a, const Key& k) const {
+    const auto found = search(a, k);
+    if (chunks_.size() >= kHintChunks) {
+      if (hint_slots_ < chunks_.size() * kMax) size_hints();
+      remember(hints_[hint_slot(a)], a, found);
+    }
+    return found;
+  }
+
+  std::size_t hint_slot(std::int64_t a) const {
+    return static_cast<std::size_t>((static_cast<std::uint64_t>(a) * 0x9E3779B97F4A7C15ULL) >> hint_shift_);
+  }
+
+  // locate() by two binary searches, the chunks' last levels then the chunk's levels. Levels of another price
+  // are told apart by `at` alone; only sublevels of k's own price compare keys.
+  std::pair<std::size_t, std::size_t> search(std::int64_t a, const Key& k) const {
     const auto before = [&](const Level& lv) { return lv.at < a || (lv.at == a && Less{}(lv.keys.back(), k)); };
     const auto c = std::partition_point(chunks_.begin(), chunks_.end(), [&](const Chunk& ch) { return before(ch.back()); });
     if (c == chunks_.end()) return {chunks_.size(), 0};
     const auto l = std::partition_point(c->begin(), c->end(), before);
     return {static_cast<std::size_t>(c - chunks_.begin()), static_cast<std::size_t>(l - c->begin())};
+  }
+
+  // True when level (c, l), of level number a, is the first of a's levels (its price's first sublevel).
+  bool first_of_level(std::size_t c, std::size_t l) const {
+    const std::int64_t a = chunks_[c][l].at;
+    if (l > 0) return chunks_[c][l - 1].at != a;
+    return c == 0 || chunks_[c - 1].back().at != a;
+  }
+
+  // Puts the first level of a into hint h, from what search() found (its level or the one after its last).
+  void remember(Hint& h, std::int64_t a, std::pair<std::size_t, std::size_t> found) const {
+    auto [c, l] = found;
+    const auto back = [&] {  // (c, l) to the level before it; false at the first level
+      if (l > 0) {
+        --l;
+        return true;
+      }
+      if (c == 0) return false;
+      --c;
+      l = chunks_[c].size() - 1;
+      return true;
+    };
+    if ((c == chunks_.size() || chunks_[c][l].at != a) && (!back() || chunks_[c][l].at != a)) return;  // none of a
+    while (!first_of_level(c, l)) back();
+    h = Hint{static_cast<std::uint32_t>(c), static_cast<std::uint32_t>(l)};
+  }
+
+  // Empties the hints, as many as the chunks can hold levels (rounded up to a power of two).
+  void size_hints() const {
+    const std::size_t want = chunks_.size() * kMax;
+    std::uint32_t bits = 0;
+    while ((std::size_t{1} << bits) < want) ++bits;
+    hints_ = std::make_unique<Hint[]>(std::size_t{1} << bits);
+    hint_slots_ = std::uint32_t{1} << bits;
+    hint_shift_ = 64 - bits;
   }
 
   // The key equivalent to k (null if none), with its level's chunk and place. Const for count(); the keys
@@ -236,6 +319,16 @@ class LevelSet {
   std::vector<Chunk> chunks_;  // each non-empty; levels in increasing `at` across chunks
   std::size_t size_{0};
   std::uint64_t version_{0};
+
+  // Where a level number's first level was last seen, by a hash of the number (one slot each, a later number
+  // of the same slot taking it over): locate() starts there when that level is still its number's first, and
+  // the binary searches it saves are most of an insert or an erase in a set of many levels (~150 of ~260
+  // instructions, bench/README.md "session 19: plain"). A hint goes stale when levels move (a level inserted or
+  // erased before it in its chunk, a chunk split or merged); it is then a miss, never wrong, as locate() checks
+  // the level it names. Only for sets of kHintChunks chunks or more: in a smaller one the searches are short.
+  mutable std::unique_ptr<Hint[]> hints_;  // hint_slots_ of them (size_hints)
+  mutable std::uint32_t hint_slots_{0};
+  mutable std::uint32_t hint_shift_{64};
 };
 
 }  // namespace gpuex::matching
