@@ -838,6 +838,16 @@ struct AskPool {
   RunBounds spot_runs;
 };
 
+// An ask pool with spot asks and its cheapest (AskPool::spot_cheapest), in Book::spot_by_price: ordered by
+// price, then by address (equal prices: any fixed order does, a walk merges the pools' keys by key).
+struct SpotPool {
+  Price cheapest;
+  const LivePool* lp{nullptr};
+  bool operator<(const SpotPool& o) const {
+    return cheapest != o.cheapest ? cheapest < o.cheapest : std::less<const LivePool*>()(lp, o.lp);
+  }
+};
+
 // One run of a resting ask's free capacity (a maximal stretch of time with at least one lot, its min_chunk,
 // free throughout; summarize_runs' runs) as a fixed-window bid's walk reads it: the ask can serve [ws, we)
 // only if one of its runs holds it (runs are disjoint, so at most one does). 40 bytes: the ask's priority is
@@ -1009,11 +1019,10 @@ struct Book {
   mutable bool duration_ceiling_stale{false};
   Price fixed_ceiling{std::numeric_limits<std::int64_t>::min()};
   std::int64_t fixed_bids{0};  // resting
-  // At most every ask pool's spot_cheapest (count_spot lowers it; Impl::spot_floor() raises it to the least
-  // again when an erase_spot at it made it stale): a duration bid priced below it crosses no ask, and skips its
-  // walk.
-  mutable Price spot_floor{std::numeric_limits<std::int64_t>::max()};
-  mutable bool spot_floor_stale{false};
+  // The ask pools with spot asks by their cheapest (Impl::set_spot_cheapest keeps it): a duration bid's walk
+  // reads the pools priced within its limit and stops at the first above (it read every ask pool, ~272 a walk
+  // in the realistic bench, three in four priced out), and one priced below the first crosses no ask.
+  std::vector<SpotPool> spot_by_price;
   mutable RunIndex free_runs;  // every run of every resting ask, for fixed-window bids (built by a walk)
   mutable std::uint32_t pools_numbered{0};  // LivePool::book_number given so far
   // Bumped when group_for makes a group or gives a slot to another constraint set: the pools' lists of the
@@ -2374,7 +2383,7 @@ struct Engine::Impl {
   };
   struct WalkScratch {
     std::vector<AskHead> heads;
-    std::vector<PendingPool> pools;  // a duration bid's admitted pools not yet in the merge (a heap on cheapest)
+    std::vector<PendingPool> pools;  // a duration bid's admitted pools, by cheapest (those not in the merge yet from next_pool on)
     std::vector<AskCandidate> candidates;
     std::vector<std::uint32_t> regions;  // the numbers of the bid's regions (RegionFilter's, when not kept)
   };
@@ -2578,19 +2587,19 @@ struct Engine::Impl {
     // its LivePool, whose keys fn does not change (it changes only the ask it was given, of an open pool).
     std::vector<PendingPool>& pending = scratch.pools;
     pending.clear();
-    for (const AskPool& ap : b.ask_pools) {
-      if (ap.spot_cheapest > limit || !ap.spot_runs.may_fit(ws, we)) continue;
-      if (!pool_admits(b, *ap.lp, group, c, regions)) continue;
-      pending.push_back(PendingPool{ap.spot_cheapest, ap.lp});
+    // Taken before the merge starts, in price order: fn's fills move pools in Book::spot_by_price.
+    for (const SpotPool& sp : b.spot_by_price) {
+      if (sp.cheapest > limit) break;
+      if (!b.ask_pools[sp.lp->ask_pool_slot].spot_runs.may_fit(ws, we)) continue;
+      if (!pool_admits(b, *sp.lp, group, c, regions)) continue;
+      pending.push_back(PendingPool{sp.cheapest, sp.lp});
     }
-    const auto dearer = [](const PendingPool& x, const PendingPool& y) { return y.cheapest < x.cheapest; };
-    std::make_heap(pending.begin(), pending.end(), dearer);
+    std::size_t next_pool = 0;
     const auto later = [](const Head& x, const Head& y) { return y.key < x.key; };  // min-heap on key
     const auto open_pools = [&] {
-      while (!pending.empty() && (heads.empty() || pending.front().cheapest <= heads.front().key.effective)) {
-        std::pop_heap(pending.begin(), pending.end(), dearer);
-        const AskSet& s = pending.back().lp->book_spot_asks;
-        pending.pop_back();
+      while (next_pool < pending.size() &&
+             (heads.empty() || pending[next_pool].cheapest <= heads.front().key.effective)) {
+        const AskSet& s = pending[next_pool++].lp->book_spot_asks;
         Head h{&s, s.begin(), {}, 0};
         if (!settle(h)) continue;
         heads.push_back(h);
@@ -2611,7 +2620,7 @@ struct Engine::Impl {
         heads.push_back(h);
         std::push_heap(heads.begin(), heads.end(), later);
       }
-      if (!pending.empty()) open_pools();
+      if (next_pool < pending.size()) open_pools();
     }
   }
 
@@ -2696,14 +2705,9 @@ struct Engine::Impl {
     return group_admits(b, lp, *g) && regions.admits(lp.region);
   }
 
-  // Book::spot_floor, the least of the ask pools' spot_cheapest again if an erase_spot made it stale.
+  // The least of the ask pools' spot_cheapest (the maximum when none has a spot ask).
   static Price spot_floor(const Book& b) {
-    if (!b.spot_floor_stale) return b.spot_floor;
-    Price least(std::numeric_limits<std::int64_t>::max());
-    for (const AskPool& ap : b.ask_pools) least = std::min(least, ap.spot_cheapest);
-    b.spot_floor = least;
-    b.spot_floor_stale = false;
-    return least;
+    return b.spot_by_price.empty() ? Price(std::numeric_limits<std::int64_t>::max()) : b.spot_by_price.front().cheapest;
   }
 
   // At least the price of every resting bid of `b` (see Book::duration_ceiling), the duration bids' best taken
@@ -2875,20 +2879,31 @@ struct Engine::Impl {
   // A key in its pool's spot set counted in the set's summary (run bounds, cheapest).
   static void count_spot(Book& b, AskPool& ap, const AskKey& k) {
     ap.spot_runs.widen(k);
-    ap.spot_cheapest = std::min(ap.spot_cheapest, k.effective);
-    b.spot_floor = std::min(b.spot_floor, k.effective);
+    if (k.effective < ap.spot_cheapest) set_spot_cheapest(b, ap, k.effective);
   }
 
   // An ask's key out of its pool's spot set, and the set's summary (run bounds, cheapest) brought up to date.
   static void erase_spot(Book& b, AskPool& ap, LivePool& lp, const AskKey& k) {
-    if (ap.spot_cheapest == b.spot_floor) b.spot_floor_stale = true;
     lp.book_spot_asks.erase(k);
     if (lp.book_spot_asks.empty()) {
       ap.spot_runs = RunBounds{};
-      ap.spot_cheapest = Price(std::numeric_limits<std::int64_t>::max());
+      set_spot_cheapest(b, ap, Price(std::numeric_limits<std::int64_t>::max()));
     } else {
-      ap.spot_cheapest = lp.book_spot_asks.begin()->effective;
+      set_spot_cheapest(b, ap, lp.book_spot_asks.begin()->effective);
     }
+  }
+
+  // ap's spot_cheapest set to p (the maximum: no spot ask), and its entry in Book::spot_by_price moved with it.
+  static void set_spot_cheapest(Book& b, AskPool& ap, Price p) {
+    constexpr std::int64_t kNone = std::numeric_limits<std::int64_t>::max();
+    if (p == ap.spot_cheapest) return;
+    std::vector<SpotPool>& v = b.spot_by_price;
+    if (ap.spot_cheapest.value != kNone) v.erase(std::lower_bound(v.begin(), v.end(), SpotPool{ap.spot_cheapest, ap.lp}));
+    if (p.value != kNone) {
+      const SpotPool e{p, ap.lp};
+      v.insert(std::lower_bound(v.begin(), v.end(), e), e);
+    }
+    ap.spot_cheapest = p;
   }
 
   // The book part of unhook(): out of its sets (and, if `runs`, its runs out of the RunIndex).
@@ -4596,10 +4611,15 @@ struct Engine::Impl {
     }
     for (const auto& [m, b] : books) {
       for (const BidGroup& g : b.bid_groups) in_groups += g.resting;
-      Price least_spot(std::numeric_limits<std::int64_t>::max());
-      for (const AskPool& ap : b.ask_pools) least_spot = std::min(least_spot, ap.spot_cheapest);
-      if (b.spot_floor_stale ? least_spot < b.spot_floor : least_spot != b.spot_floor) {
-        fail("spot floor " + std::to_string(b.spot_floor.value) + " for a cheapest spot ask of " + std::to_string(least_spot.value));
+      std::vector<SpotPool> by_price;
+      for (const AskPool& ap : b.ask_pools) {
+        if (ap.spot_cheapest.value != std::numeric_limits<std::int64_t>::max()) by_price.push_back({ap.spot_cheapest, ap.lp});
+      }
+      std::sort(by_price.begin(), by_price.end());
+      if (by_price.size() != b.spot_by_price.size() ||
+          !std::equal(by_price.begin(), by_price.end(), b.spot_by_price.begin(),
+                      [](const SpotPool& x, const SpotPool& y) { return x.cheapest == y.cheapest && x.lp == y.lp; })) {
+        fail("spot pools by price out of step with the ask pools' cheapest");
       }
       Price best_duration(std::numeric_limits<std::int64_t>::min());
       Price best_fixed(std::numeric_limits<std::int64_t>::min());
