@@ -2898,10 +2898,23 @@ struct Engine::Impl {
     constexpr std::int64_t kNone = std::numeric_limits<std::int64_t>::max();
     if (p == ap.spot_cheapest) return;
     std::vector<SpotPool>& v = b.spot_by_price;
-    if (ap.spot_cheapest.value != kNone) v.erase(std::lower_bound(v.begin(), v.end(), SpotPool{ap.spot_cheapest, ap.lp}));
-    if (p.value != kNone) {
-      const SpotPool e{p, ap.lp};
-      v.insert(std::lower_bound(v.begin(), v.end(), e), e);
+    const SpotPool to{p, ap.lp};
+    if (ap.spot_cheapest.value == kNone) {
+      v.insert(std::lower_bound(v.begin(), v.end(), to), to);
+    } else {
+      // Moved by shifting only the entries it passes (none, when its neighbours still bound it).
+      const auto at = std::lower_bound(v.begin(), v.end(), SpotPool{ap.spot_cheapest, ap.lp});
+      if (p.value == kNone) {
+        v.erase(at);
+      } else if (to < *at) {
+        const auto dest = std::lower_bound(v.begin(), at, to);
+        std::move_backward(dest, at, at + 1);
+        *dest = to;
+      } else {
+        const auto dest = std::lower_bound(at + 1, v.end(), to);
+        std::move(at + 1, dest, at);
+        *(dest - 1) = to;
+      }
     }
     ap.spot_cheapest = p;
   }
