@@ -2489,7 +2489,10 @@ struct Engine::Impl {
         std::pair<std::int64_t, Seq> cut{limit.value, std::numeric_limits<Seq>::max()};
         // The cells of a row before ws's week hold runs that start before it, and a cell after we's (in its row)
         // runs that end after it: past those edges, a run surely holds the window's times, and only its
-        // min_duration is judged (`inside`).
+        // min_duration is judged (`inside`). The index's vectors are read through pointers taken once: the
+        // candidates' push_back would otherwise make the compiler load them again for every entry and cell.
+        RunPoolMark* const marks = ix.marks.data();
+        const LivePool* const* const run_pools = ix.pools.data();
         const auto scan = [&](const RunSet& set, auto inside) {
           for (const std::vector<RunEntry>& chunk : set.chunks()) {
             if (chunk.front().effective.value > cut.first) return;
@@ -2501,15 +2504,16 @@ struct Engine::Impl {
                 if (e.start > ws32 || e.end < we32) continue;
               }
               if (len32 < e.min_duration) continue;
-              RunPoolMark& pm = ix.marks[e.pool];
+              const std::uint32_t pool = e.pool;
+              RunPoolMark& pm = marks[pool];
               if (pm.mark != mark) {
                 pm.mark = mark;
-                const LivePool& pp = *ix.pools[e.pool];
+                const LivePool& pp = *run_pools[pool];
                 pm.ok = pool_admits(b, pp, group, c, regions);
                 pm.own = pp.p.provider == bid.account;
               }
               if (!pm.ok) continue;
-              cands.push_back(AskCandidate{e.effective, e.priority, e.lo, ix.pools[e.pool]});
+              cands.push_back(AskCandidate{e.effective, e.priority, e.lo, run_pools[pool]});
               if (want == 0 || !e.unit_lot || pm.own) continue;
               best[n_best++] = {e.effective.value, e.priority};
               std::push_heap(best.begin(), best.begin() + static_cast<std::ptrdiff_t>(n_best));
@@ -2527,8 +2531,10 @@ struct Engine::Impl {
           const RunRow& row = ix.rows[r];
           if (row.size == 0) continue;
           const std::size_t we_cell = ix.cell_of(r, we32);
-          for (std::size_t i = we_cell; i < row.cells.size(); ++i) {
-            const RunCell& cell = row.cells[i];
+          const RunCell* const cells = row.cells.data();
+          const std::size_t n_cells = row.cells.size();
+          for (std::size_t i = we_cell; i < n_cells; ++i) {
+            const RunCell& cell = cells[i];
             if (cell.least > cut.first) continue;
             const bool inside = r < ws_row && i > we_cell;
             for (std::size_t k = 0; k < n_tiers; ++k) {
