@@ -1132,7 +1132,7 @@ class BidWalk {
       indexes_.push_back(&ix);
       return;
     }
-    for_each_cell(ix, kNoBid, false, [&](std::int64_t start_week, const BidCell& cell) {
+    for_each_cell(ix, floor_.value, false, [&](std::int64_t start_week, const BidCell& cell) {
       for (Cursor c = cursor(ix, start_week, cell); settle(c); ++c.at) fixed_.push_back(c.entry);
     });
   }
@@ -1248,26 +1248,31 @@ class BidWalk {
     }
   }
   // Calls fn(start week, cell) for the cells of ix whose start week is not before the window's start's and
-  // whose end week is not after its end's, and whose best price is floor_ and `least` or more; if `open`, only
-  // those a run may still hold a window of (cell_open): a cell's windows start within its start week and end
+  // whose end week is not after its end's, and whose best price is `least` (at least floor_) or more; if `open`,
+  // only those a run may still hold a window of (cell_open): a cell's windows start within its start week and end
   // within its end week, so a row's cells end in a week where the last run that starts before the row's week
   // ends still reaches (runs are disjoint and in time order). A fill's window usually takes whole cells out.
+  // `least` is read again after each fn call, which may raise it (find_first). The rows and cells are read
+  // through pointers taken once: fn's writes to the walk would otherwise make the compiler load each vector's
+  // bounds again.
   template <class F>
-  void for_each_cell(const BidIndex& ix, std::int64_t least, bool open, F&& fn) const {
-    least = std::max(least, floor_.value);
+  void for_each_cell(const BidIndex& ix, const std::int64_t& least, bool open, F&& fn) const {
     const std::int64_t last = run_slot(to_);
     std::int64_t reach = open ? kNoBid : last;
     auto run = runs_ ? runs_->begin() : Runs::const_iterator();
-    for (auto row = ix.row_from(run_slot(from_)); row != ix.rows.end() && row->start_week <= last; ++row) {
+    const BidRow* const rows_end = ix.rows.data() + ix.rows.size();
+    for (const BidRow* row = ix.rows.data() + (ix.row_from(run_slot(from_)) - ix.rows.begin());
+         row != rows_end && row->start_week <= last; ++row) {
       if (open) {
         for (; run != runs_->end() && run->first.value < (row->start_week + 1) * kRunSlot; ++run) {
           reach = std::min(last, run_slot(run->second));
         }
       }
       if (row->best < least) continue;
-      for (const BidCell& cell : row->cells) {
-        if (cell.end_week > reach) break;
-        if (cell.best >= least) fn(row->start_week, cell);
+      const BidCell* const cells_end = row->cells.data() + row->cells.size();
+      for (const BidCell* cell = row->cells.data(); cell != cells_end; ++cell) {
+        if (cell->end_week > reach) break;
+        if (cell->best >= least) fn(row->start_week, *cell);
       }
     }
   }
@@ -1305,9 +1310,14 @@ class BidWalk {
         }
       }
     };
+    // The least price a cell must reach to hold a bid before first_ (raised as first_ is found).
+    std::int64_t least = floor_.value;
+    const auto take_and_raise = [&](std::int64_t start_week, const BidCell& cell) {
+      take(start_week, cell);
+      if (has_first_) least = std::max(least, first_.price.value);
+    };
     for (const BidIndex* ix : indexes_) {
-      const std::int64_t least = has_first_ ? first_.price.value : kNoBid;
-      if (ix->best >= least) for_each_cell(*ix, least, false, take);
+      if (ix->best >= least) for_each_cell(*ix, least, false, take_and_raise);
     }
     first_served_ = served_;
     if (!has_first_) indexes_.clear();  // none in the runs, and runs only shrink
@@ -1316,7 +1326,7 @@ class BidWalk {
   // after it in a run. Those before it were not in the runs at find_first, and runs only shrink during a walk.
   void make_cursors() {
     for (const BidIndex* ix : indexes_) {
-      for_each_cell(*ix, kNoBid, true, [&](std::int64_t start_week, const BidCell& cell) {
+      for_each_cell(*ix, floor_.value, true, [&](std::int64_t start_week, const BidCell& cell) {
         Cursor c = cursor(*ix, start_week, cell);
         bool held = settle(c);
         for (; held && !before(first_, c.entry); held = settle(c)) ++c.at;
