@@ -2766,7 +2766,9 @@ struct Engine::Impl {
 
   void bids_for(const Book& b, const LivePool& lp, Price floor, bool with_duration, BidWalk& walk) const {
     const std::uint32_t region = lp.region;
-    const auto add = [&](const BidSets& s) {
+    // Inlined (GCC kept it out of line: ~62,000 calls of ~47 instructions in the realistic bench, a third of them
+    // for sets priced out, which return at once).
+    const auto add = [&](const BidSets& s) __attribute__((always_inline)) {
       if (with_duration) walk.add(s.duration, floor);
       walk.add_fixed(s.fixed, floor);
     };
