@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <functional>
@@ -190,6 +191,69 @@ class Owned {
 // An order's RestCold: rare (most orders have none) and never changed once made.
 using ColdRef = Owned<const RestCold>;
 
+// The leases an ask created, in one allocation: a word of count and capacity, then the ids, the capacity
+// 2^k - 1 so that the block is a power of two (16 bytes for one lease, where a std::vector behind a pointer took
+// a 32-byte vector and an 8-byte buffer). Copies copy the ids (an ask's trial copies).
+class LeaseIds {
+ public:
+  LeaseIds() = default;
+  LeaseIds(const LeaseIds& o) { assign(o); }
+  LeaseIds& operator=(const LeaseIds& o) {
+    if (this != &o) {
+      release();
+      assign(o);
+    }
+    return *this;
+  }
+  LeaseIds(LeaseIds&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
+  LeaseIds& operator=(LeaseIds&& o) noexcept {
+    if (this != &o) {
+      release();
+      p_ = std::exchange(o.p_, nullptr);
+    }
+    return *this;
+  }
+  ~LeaseIds() { release(); }
+
+  std::uint32_t size() const { return p_ ? static_cast<std::uint32_t>(p_[0]) : 0; }
+  const LeaseId* begin() const { return p_ ? ids() : nullptr; }
+  const LeaseId* end() const { return p_ ? ids() + size() : nullptr; }
+  void clear() {
+    if (p_) p_[0] = pack(0, capacity());
+  }
+  void push_back(LeaseId id) {
+    const std::uint32_t n = size();
+    if (n == capacity()) grow(2 * n + 1);
+    ids()[n] = id;
+    p_[0] = pack(n + 1, capacity());
+  }
+
+ private:
+  static_assert(sizeof(LeaseId) == sizeof(std::uint64_t) && std::is_trivially_copyable_v<LeaseId>);
+  static std::uint64_t pack(std::uint32_t n, std::uint32_t cap) { return std::uint64_t{cap} << 32 | n; }
+  std::uint32_t capacity() const { return p_ ? static_cast<std::uint32_t>(p_[0] >> 32) : 0; }
+  LeaseId* ids() const { return reinterpret_cast<LeaseId*>(p_ + 1); }
+  void grow(std::uint32_t cap) {
+    auto* q = static_cast<std::uint64_t*>(::operator new(sizeof(std::uint64_t) * (cap + 1)));
+    const std::uint32_t n = size();
+    if (p_) std::memcpy(q + 1, p_ + 1, sizeof(std::uint64_t) * n);
+    release();
+    p_ = q;
+    p_[0] = pack(n, cap);
+  }
+  void assign(const LeaseIds& o) {
+    if (!o.p_ || o.size() == 0) return;
+    grow(o.capacity());
+    std::memcpy(p_ + 1, o.p_ + 1, sizeof(std::uint64_t) * o.size());
+    p_[0] = pack(o.size(), capacity());
+  }
+  void release() {
+    if (p_) ::operator delete(p_, sizeof(std::uint64_t) * (capacity() + 1));
+    p_ = nullptr;
+  }
+  std::uint64_t* p_{nullptr};
+};
+
 // What only an ask keeps (Order's fields; a bid's are 0 or empty in every state this engine makes, and the
 // engine's own ask-only fields), apart from the order: a 64-byte record per ask (56 % of a realistic book),
 // so that an order's slot is 192 bytes (LiveOrder).
@@ -198,7 +262,7 @@ struct AskSide {
   std::int64_t total_gpu_seconds{0};
   std::int64_t lapsed_gpu_seconds{0};
   std::int64_t cancelled_gpu_seconds{0};
-  Owned<std::vector<LeaseId>> sold;  // leases it created (some may have ended); null or empty: none
+  LeaseIds sold;  // leases it created (some may have ended)
   // Its pool, set with the record (a sell's pool never changes, and Impl::pools, a std::map, never erases a
   // pool), so a sell's pool is never looked up by id; its id is the order's request.pool. Null in a bid's.
   LivePool* pool{nullptr};
@@ -1828,14 +1892,12 @@ struct Engine::Impl {
     a->total_gpu_seconds = total;
     a->lapsed_gpu_seconds = 0;
     a->cancelled_gpu_seconds = 0;
-    if (a->sold) a->sold->clear();
+    a->sold.clear();
     return a;
   }
 
   static void add_sold(LiveOrder& ask, LeaseId id) {
-    auto& sold = ask.o.ask->sold;
-    if (!sold) sold = Owned(std::make_unique<std::vector<LeaseId>>());
-    sold->push_back(id);
+    ask.o.ask->sold.push_back(id);
   }
 
   // An order event built in place: the variant's alternative is constructed from an OrderOf, whose
@@ -3272,13 +3334,11 @@ struct Engine::Impl {
     s.cancelled_gpu_seconds += rest;  // the unsold rest ahead, however the ask ended
     a.free_gpu_seconds = 0;
     lp.asks.remove<pool_slot>(lo);
-    if (s.sold) {
-      for (LeaseId lid : *s.sold) {
-        auto it = leases.find(lid);
-        if (it == leases.end()) continue;
-        it->ask_list_price = a.request.price;
-        it->ask_withdrawn = a.status == OrderStatus::cancelled || a.status == OrderStatus::expired;
-      }
+    for (LeaseId lid : s.sold) {
+      auto it = leases.find(lid);
+      if (it == leases.end()) continue;
+      it->ask_list_price = a.request.price;
+      it->ask_withdrawn = a.status == OrderStatus::cancelled || a.status == OrderStatus::expired;
     }
   }
 
