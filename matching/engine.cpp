@@ -706,17 +706,22 @@ struct RunBounds {
   }
 };
 
-// A live lease in the engine's compact form (160 bytes against the public Lease's 248): what a Lease holds
-// except what its pool gives (id, provider, market and tier are a pool's for life), `ends_at` without its
-// optional's flags word (in `has`), `split_from` and `preempted_at`, which only a preemption sets, apart
-// (Impl::rare_leases; `has` says which a lease has), and one amount for `owed` and `billed` (a lease is billed
-// when it ends, and owes nothing from then on). to_lease() builds the public Lease (events, queries,
+// A live lease in the engine's compact form (128 bytes against the public Lease's 248): what a Lease holds
+// except what its pool gives (id, provider, market and tier are a pool's for life), one amount for `owed` and
+// `billed` (a lease is billed when it ends, and owes nothing from then on), and apart (Impl::rare_leases; `has`
+// says which a lease has) what few leases have: `split_from` and `preempted_at`, which only a preemption sets,
+// an `ends_at` other than `end` (a preemption's or a release's), an ask list price other than its own list
+// price (an ask amended before it ended), and an ask window or min_duration that the 32-bit fields do not hold.
+// Impl::ends_at() and the ask_* accessors read them. to_lease() builds the public Lease (events, queries,
 // snapshots), as to_order() builds an Order.
 struct LiveLease {
   static constexpr std::uint8_t kPreemptedAt = 1;
-  static constexpr std::uint8_t kEndsAt = 2;
+  static constexpr std::uint8_t kEndsAt = 2;  // it has an ends_at (every live lease the engine makes)
   static constexpr std::uint8_t kSplitFrom = 4;
-  static constexpr std::uint8_t kRare = kPreemptedAt | kSplitFrom;
+  static constexpr std::uint8_t kRareEndsAt = 8;
+  static constexpr std::uint8_t kRareAskPrice = 16;
+  static constexpr std::uint8_t kRareAskTerms = 32;
+  static constexpr std::uint8_t kRare = kPreemptedAt | kSplitFrom | kRareEndsAt | kRareAskPrice | kRareAskTerms;
   LeaseId id;
   TradeId trade;
   AccountId buyer;
@@ -729,36 +734,37 @@ struct LiveLease {
   Seconds end;
   Price price;
   Price list_price;
-  Seconds ends_at_;
   Micros amount{0};  // owed while not ended, then billed
-  Seconds ask_window_start;
-  Seconds ask_window_end;
-  Price ask_list_price;
-  Seconds ask_min_duration{0};
+  // The ask's window and min_duration (unless kRareAskTerms): its start this many seconds before the lease's,
+  // its end this many after the lease's (a lease lies in its ask's window).
+  std::uint32_t ask_lead{0};
+  std::uint32_t ask_tail{0};
+  std::int32_t ask_min_duration_{0};
   std::int32_t green_discount_bps{0};
   Bucket bucket;
+  std::uint32_t pool_slot{0};  // its place in its pool's `leases`
   LeaseStatus status{LeaseStatus::reserved};
   bool interruptible{false};
   bool ended{false};
   bool ask_withdrawn{false};
   std::uint8_t has{0};
-  std::uint32_t pool_slot{0};  // its place in its pool's `leases`
 
   Micros owed() const { return ended ? 0 : amount; }
-  Seconds ends_at() const { return ends_at_; }  // set in every live lease (new_lease, and restore's check)
-  void set_ends_at(Seconds t) {
-    ends_at_ = t;
-    has |= kEndsAt;
-  }
 };
-// 1,024 of them fill one of jemalloc's size classes (160 KiB) exactly: SlabMap's blocks are a power of two.
-static_assert(sizeof(LiveLease) == 160);
+// 1,024 of them fill one of jemalloc's size classes (128 KiB) exactly: SlabMap's blocks are a power of two.
+static_assert(sizeof(LiveLease) == 128);
 
 // What few leases have (LiveLease::kRare), apart from the lease's slot.
 struct LeaseRare {
   LeaseId split_from;
   Seconds preempted_at;
+  Seconds ends_at;
+  Price ask_list_price;
+  Seconds ask_window_start;
+  Seconds ask_window_end;
+  Seconds ask_min_duration;
 };
+inline const LeaseRare kNoLeaseRare{};  // not a function-local static: no guard to check on every to_lease()
 
 template <>
 struct SlabKey<LiveLease> {
@@ -1818,7 +1824,9 @@ struct Engine::Impl {
 
   Lease to_lease(const LiveLease& l) const {
     const Pool& p = l.lp->p;
-    const LeaseRare rare = (l.has & LiveLease::kRare) ? rare_leases.at(l.id) : LeaseRare{};
+    // One lookup for all its rare fields (most leases have none).
+    const LeaseRare& rare = (l.has & LiveLease::kRare) ? rare_leases.at(l.id) : kNoLeaseRare;
+    const auto has = [&](std::uint8_t bit) { return (l.has & bit) != 0; };
     return Lease{.id = l.id,
                  .trade = l.trade,
                  .split_from = rare.split_from,
@@ -1837,16 +1845,17 @@ struct Engine::Impl {
                  .interruptible = l.interruptible,
                  .status = l.status,
                  .preempted_at = (l.has & LiveLease::kPreemptedAt) ? std::optional(rare.preempted_at) : std::nullopt,
-                 .ends_at = (l.has & LiveLease::kEndsAt) ? std::optional(l.ends_at_) : std::nullopt,
+                 .ends_at = has(LiveLease::kEndsAt) ? std::optional(has(LiveLease::kRareEndsAt) ? rare.ends_at : l.end)
+                                                    : std::nullopt,
                  .billed = l.ended ? l.amount : 0,
                  .owed = l.owed(),
                  .bucket = l.bucket,
                  .ended = l.ended,
-                 .ask_window_start = l.ask_window_start,
-                 .ask_window_end = l.ask_window_end,
-                 .ask_list_price = l.ask_list_price,
+                 .ask_window_start = has(LiveLease::kRareAskTerms) ? rare.ask_window_start : l.start - Seconds(l.ask_lead),
+                 .ask_window_end = has(LiveLease::kRareAskTerms) ? rare.ask_window_end : l.end + Seconds(l.ask_tail),
+                 .ask_list_price = has(LiveLease::kRareAskPrice) ? rare.ask_list_price : l.list_price,
                  .ask_min_chunk = l.ask_min_chunk,
-                 .ask_min_duration = l.ask_min_duration,
+                 .ask_min_duration = has(LiveLease::kRareAskTerms) ? rare.ask_min_duration : Seconds(l.ask_min_duration_),
                  .ask_withdrawn = l.ask_withdrawn};
   }
 
@@ -1866,6 +1875,59 @@ struct Engine::Impl {
     rare_leases[l.id].split_from = from;
     l.has |= LiveLease::kSplitFrom;
   }
+  // A lease's fields that may be kept apart (LiveLease).
+  Seconds ends_at(const LiveLease& l) const { return (l.has & LiveLease::kRareEndsAt) ? rare_leases.at(l.id).ends_at : l.end; }
+  Price ask_list_price(const LiveLease& l) const {
+    return (l.has & LiveLease::kRareAskPrice) ? rare_leases.at(l.id).ask_list_price : l.list_price;
+  }
+  Seconds ask_window_start(const LiveLease& l) const {
+    return (l.has & LiveLease::kRareAskTerms) ? rare_leases.at(l.id).ask_window_start : l.start - Seconds(l.ask_lead);
+  }
+  Seconds ask_window_end(const LiveLease& l) const {
+    return (l.has & LiveLease::kRareAskTerms) ? rare_leases.at(l.id).ask_window_end : l.end + Seconds(l.ask_tail);
+  }
+  Seconds ask_min_duration(const LiveLease& l) const {
+    return (l.has & LiveLease::kRareAskTerms) ? rare_leases.at(l.id).ask_min_duration : Seconds(l.ask_min_duration_);
+  }
+
+  // Sets (`apart`) or clears flag `bit` of l's rare fields; the entry goes with the last of them.
+  void set_rare(LiveLease& l, std::uint8_t bit, bool apart) {
+    if (apart) {
+      l.has |= bit;
+    } else if (l.has & bit) {
+      l.has &= static_cast<std::uint8_t>(~bit);
+      if (!(l.has & LiveLease::kRare)) rare_leases.erase(l.id);
+    }
+  }
+  void set_ends_at(LiveLease& l, Seconds t) {
+    l.has |= LiveLease::kEndsAt;
+    if (t != l.end) rare_leases[l.id].ends_at = t;
+    set_rare(l, LiveLease::kRareEndsAt, t != l.end);
+  }
+  void set_ask_list_price(LiveLease& l, Price p) {
+    if (p != l.list_price) rare_leases[l.id].ask_list_price = p;
+    set_rare(l, LiveLease::kRareAskPrice, p != l.list_price);
+  }
+  // The ask's window [ws, we) and min_duration `md`, with l's own window already set.
+  void set_ask_terms(LiveLease& l, Seconds ws, Seconds we, Seconds md) {
+    constexpr std::int64_t kU32 = std::numeric_limits<std::uint32_t>::max();
+    const std::int64_t lead = (l.start - ws).value;
+    const std::int64_t tail = (we - l.end).value;
+    const bool fits = lead >= 0 && lead <= kU32 && tail >= 0 && tail <= kU32 && md.value >= 0 &&
+                      md.value <= std::numeric_limits<std::int32_t>::max();
+    if (fits) {
+      l.ask_lead = static_cast<std::uint32_t>(lead);
+      l.ask_tail = static_cast<std::uint32_t>(tail);
+      l.ask_min_duration_ = static_cast<std::int32_t>(md.value);
+    } else {
+      LeaseRare& r = rare_leases[l.id];
+      r.ask_window_start = ws;
+      r.ask_window_end = we;
+      r.ask_min_duration = md;
+    }
+    set_rare(l, LiveLease::kRareAskTerms, !fits);
+  }
+
   // Erases lease `id` (`l`) from `leases`, with what it kept apart.
   void erase_lease(LeaseId id, const LiveLease& l) {
     if (l.has & LiveLease::kRare) rare_leases.erase(id);
@@ -2434,8 +2496,8 @@ struct Engine::Impl {
     return true;
   }
 
-  static Seconds next_lease_time(const LiveLease& l) {
-    if (l.status == LeaseStatus::preempted) return l.ends_at();
+  Seconds next_lease_time(const LiveLease& l) const {
+    if (l.status == LeaseStatus::preempted) return ends_at(l);
     if (l.status == LeaseStatus::reserved) return l.start;
     return l.end;
   }
@@ -3337,7 +3399,7 @@ struct Engine::Impl {
     for (LeaseId lid : s.sold) {
       auto it = leases.find(lid);
       if (it == leases.end()) continue;
-      it->ask_list_price = a.request.price;
+      set_ask_list_price(*it, a.request.price);
       it->ask_withdrawn = a.status == OrderStatus::cancelled || a.status == OrderStatus::expired;
     }
   }
@@ -3381,14 +3443,12 @@ struct Engine::Impl {
     l.green_discount_bps = lp.p.green_discount_bps;
     l.interruptible = lp.p.spec.tier == Tier::spot;
     l.status = t.start <= now ? LeaseStatus::active : LeaseStatus::reserved;
-    l.set_ends_at(t.end);
+    set_ends_at(l, t.end);
     l.bucket = t.bucket;
     if (ask) {
-      l.ask_window_start = ask->window_start;
-      l.ask_window_end = ask->window_end;
-      l.ask_list_price = ask->request.price;
+      set_ask_terms(l, ask->window_start, ask->window_end, ask->request.min_duration);
+      set_ask_list_price(l, ask->request.price);
       l.ask_min_chunk = ask->request.min_chunk;
-      l.ask_min_duration = ask->request.min_duration;
     }
     set_owed(l, cost(t.price, t.quantity, t.end - t.start));
     add_to_pool(l);
@@ -3515,10 +3575,10 @@ struct Engine::Impl {
         if (!l.interruptible || l.ended || l.buyer == bid.account) continue;  // not one's own lease
         if (l.status != LeaseStatus::reserved && l.status != LeaseStatus::active) continue;
         if (l.price >= bid.request.price || l.ask_withdrawn) continue;
-        if (ws < l.ask_window_start || we > l.ask_window_end || we - ws < l.ask_min_duration) continue;
+        if (ws < ask_window_start(l) || we > ask_window_end(l) || we - ws < ask_min_duration(l)) continue;
         if (ws < std::max(l.start, notice_end) || we > l.end) continue;  // the freed GPUs must cover it
         auto live = orders.find(l.sell_order);
-        const Price list = live != orders.end() && live->o.is_open() ? live->o.request.price : l.ask_list_price;
+        const Price list = live != orders.end() && live->o.is_open() ? live->o.request.price : ask_list_price(l);
         const Price eff = discounted(list, lp.p.green_discount_bps, tk);
         const Price price = std::max(eff, l.price + tk);
         if (price > bid.request.price) continue;
@@ -3545,7 +3605,7 @@ struct Engine::Impl {
     base_trade(t, lp, bid.o, q, ws, we, price, Side::buy);
     t.sell_order = old.sell_order;
     auto live = orders.find(old.sell_order);
-    t.list_price = live != orders.end() && live->o.is_open() ? live->o.request.price : old.ask_list_price;
+    t.list_price = live != orders.end() && live->o.is_open() ? live->o.request.price : ask_list_price(old);
     t.preemption = true;
     t.preempted_lease = old.id;
     // The preempted GPUs leave the pool's commitments from the end of the notice; the new lease takes them.
@@ -3553,11 +3613,9 @@ struct Engine::Impl {
     lp.used.add(ws, we, q.value);
     LiveLease fresh_copy = old;  // for the split-off rest
     LiveLease& fresh = new_lease(lp, t, nullptr);
-    fresh.ask_window_start = old.ask_window_start;
-    fresh.ask_window_end = old.ask_window_end;
-    fresh.ask_list_price = old.ask_list_price;
+    set_ask_terms(fresh, ask_window_start(old), ask_window_end(old), ask_min_duration(old));
+    set_ask_list_price(fresh, ask_list_price(old));
     fresh.ask_min_chunk = old.ask_min_chunk;
-    fresh.ask_min_duration = old.ask_min_duration;
     t.lease = fresh.id;
     // The new lease is tied to the ask that sold the GPUs, like the one it replaces (cancel marks both).
     if (auto seller = orders.find(old.sell_order); seller != orders.end()) add_sold(*seller, fresh.id);
@@ -3581,7 +3639,7 @@ struct Engine::Impl {
     }
     pre.status = LeaseStatus::preempted;
     set_preempted_at(pre, now);
-    pre.set_ends_at(ends_at);
+    set_ends_at(pre, ends_at);
     const Seconds used = std::max(Seconds(0), std::min(ends_at, pre.end) - pre.start);
     set_owed(pre, cost(pre.price, pre.quantity, used));
     schedule_lease(pre);
@@ -3940,7 +3998,7 @@ struct Engine::Impl {
         end_lease(l);
         changed = true;
       }
-      if (l.status == LeaseStatus::preempted && l.ends_at() <= now) {
+      if (l.status == LeaseStatus::preempted && ends_at(l) <= now) {
         end_lease(l);
         changed = true;
       }
@@ -4376,7 +4434,7 @@ struct Engine::Impl {
       billed = std::max(used, std::min(cfg.min_bill, window));
     }
     l.status = LeaseStatus::released;
-    l.set_ends_at(from);
+    set_ends_at(l, from);
     set_owed(l, cost(l.price, l.quantity, billed));
     end_lease(l);
     emit_lease(l);
@@ -4505,7 +4563,7 @@ struct Engine::Impl {
       const Qty q(std::min((r.quantity - total).value, pc.max_qty.value) / lot * lot);
       if (q.value == 0) continue;
       const LiveLease& l = leases.at(pc.lease);
-      out.push_back(QuoteFill{l.lp->p.id, l.sell_order, q, pc.start, pc.end, pc.price, l.ask_list_price,
+      out.push_back(QuoteFill{l.lp->p.id, l.sell_order, q, pc.start, pc.end, pc.price, ask_list_price(l),
                               l.lp->p.green_discount_bps, true});
       total += q;
     }
@@ -4611,7 +4669,7 @@ struct Engine::Impl {
     }
     std::map<PoolId, std::size_t> pool_leases;  // live, by pool
     for (const LiveLease& l : leases) {
-      const Seconds end = l.status == LeaseStatus::preempted ? std::min(l.ends_at(), l.end) : l.end;
+      const Seconds end = l.status == LeaseStatus::preempted ? std::min(ends_at(l), l.end) : l.end;
       held[l.lp->p.id].add(std::max(l.start, now), std::max(end, now), l.quantity.value);
       if (l.ended) continue;
       const LivePool& lp = *l.lp;
@@ -5004,19 +5062,16 @@ struct Engine::Impl {
                       .end = l.end,
                       .price = l.price,
                       .list_price = l.list_price,
-                      .ends_at_ = l.ends_at.value_or(Seconds(0)),
                       .amount = l.owed,
-                      .ask_window_start = l.ask_window_start,
-                      .ask_window_end = l.ask_window_end,
-                      .ask_list_price = l.ask_list_price,
-                      .ask_min_duration = l.ask_min_duration,
                       .green_discount_bps = l.green_discount_bps,
                       .bucket = l.bucket,
                       .status = l.status,
                       .interruptible = l.interruptible,
                       .ended = false,
-                      .ask_withdrawn = l.ask_withdrawn,
-                      .has = static_cast<std::uint8_t>(l.ends_at ? LiveLease::kEndsAt : 0)};
+                      .ask_withdrawn = l.ask_withdrawn};
+      if (l.ends_at) set_ends_at(ref, *l.ends_at);
+      set_ask_terms(ref, l.ask_window_start, l.ask_window_end, l.ask_min_duration);
+      set_ask_list_price(ref, l.ask_list_price);
       if (l.preempted_at) set_preempted_at(ref, *l.preempted_at);
       if (l.split_from) set_split_from(ref, l.split_from);
       add_to_pool(ref);
@@ -5177,7 +5232,7 @@ std::optional<PoolCapacity> Engine::pool_capacity(PoolId id, Seconds from, Secon
   c.gpus = lp.p.gpus();
   for (const LiveLease* lease : lp.leases) {
     const LiveLease& l = *lease;
-    const Seconds held_end = l.status == LeaseStatus::preempted ? std::min(l.ends_at(), l.end) : l.end;
+    const Seconds held_end = l.status == LeaseStatus::preempted ? std::min(impl_->ends_at(l), l.end) : l.end;
     c.leased.add(std::max(l.start, from), std::min(held_end, to), l.quantity.value);
   }
   for (const auto* ask : lp.asks.items) {
