@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cstring>
 #include <deque>
 #include <memory>
 #include <functional>
@@ -40,6 +41,7 @@ struct Qty32 {
   explicit Qty32(Qty q) : value(static_cast<std::int32_t>(q.value)) {}
   operator Qty() const { return Qty(value); }  // NOLINT(google-explicit-constructor): read as what it is
   static bool holds(Qty q) { return q.value >= 0 && q.value <= kMaxQuantity; }
+  bool operator==(const Qty32&) const = default;
 };
 static_assert(kMaxQuantity <= std::numeric_limits<std::int32_t>::max());
 
@@ -137,7 +139,7 @@ struct ViewKey {
 // `bucket`. The one-byte fields last: LiveOrder puts its in_book flag in the byte of tail padding.
 struct Shown {
   Price price;
-  Qty qty;
+  Qty32 qty;  // a bid's remaining GPUs or an ask's free ones: at most its quantity
   Bucket bucket;
   bool shown{false};
   bool constrained{false};
@@ -158,6 +160,7 @@ struct RestCold {
   Seconds duration;  // only with a start too (see RestRequest::start_v)
   Seconds end;       // only when it is not the order's window_end (see RestOrder::request_end)
   std::uint64_t body_hash{0};
+  PoolId pool;       // a buy's, if it named one (it is ignored, and echoed); a sell's is its AskSide's
 };
 
 // A record an order owns alone (8 bytes, not a shared_ptr's 16): a copy of the order copies it; null when
@@ -188,14 +191,83 @@ class Owned {
 // An order's RestCold: rare (most orders have none) and never changed once made.
 using ColdRef = Owned<const RestCold>;
 
-// What only an ask keeps (Order's fields; a bid's are 0 or empty in every state this engine makes), apart
-// from the order: 40 bytes less in every order, a 48-byte record per ask (56 % of a realistic book).
+// The leases an ask created, in one allocation: a word of count and capacity, then the ids, the capacity
+// 2^k - 1 so that the block is a power of two (16 bytes for one lease, where a std::vector behind a pointer took
+// a 32-byte vector and an 8-byte buffer). Copies copy the ids (an ask's trial copies).
+class LeaseIds {
+ public:
+  LeaseIds() = default;
+  LeaseIds(const LeaseIds& o) { assign(o); }
+  LeaseIds& operator=(const LeaseIds& o) {
+    if (this != &o) {
+      release();
+      assign(o);
+    }
+    return *this;
+  }
+  LeaseIds(LeaseIds&& o) noexcept : p_(std::exchange(o.p_, nullptr)) {}
+  LeaseIds& operator=(LeaseIds&& o) noexcept {
+    if (this != &o) {
+      release();
+      p_ = std::exchange(o.p_, nullptr);
+    }
+    return *this;
+  }
+  ~LeaseIds() { release(); }
+
+  std::uint32_t size() const { return p_ ? static_cast<std::uint32_t>(p_[0]) : 0; }
+  const LeaseId* begin() const { return p_ ? ids() : nullptr; }
+  const LeaseId* end() const { return p_ ? ids() + size() : nullptr; }
+  void clear() {
+    if (p_) p_[0] = pack(0, capacity());
+  }
+  void push_back(LeaseId id) {
+    const std::uint32_t n = size();
+    if (n == capacity()) grow(2 * n + 1);
+    ids()[n] = id;
+    p_[0] = pack(n + 1, capacity());
+  }
+
+ private:
+  static_assert(sizeof(LeaseId) == sizeof(std::uint64_t) && std::is_trivially_copyable_v<LeaseId>);
+  static std::uint64_t pack(std::uint32_t n, std::uint32_t cap) { return std::uint64_t{cap} << 32 | n; }
+  std::uint32_t capacity() const { return p_ ? static_cast<std::uint32_t>(p_[0] >> 32) : 0; }
+  LeaseId* ids() const { return reinterpret_cast<LeaseId*>(p_ + 1); }
+  void grow(std::uint32_t cap) {
+    auto* q = static_cast<std::uint64_t*>(::operator new(sizeof(std::uint64_t) * (cap + 1)));
+    const std::uint32_t n = size();
+    if (p_) std::memcpy(q + 1, p_ + 1, sizeof(std::uint64_t) * n);
+    release();
+    p_ = q;
+    p_[0] = pack(n, cap);
+  }
+  void assign(const LeaseIds& o) {
+    if (!o.p_ || o.size() == 0) return;
+    grow(o.capacity());
+    std::memcpy(p_ + 1, o.p_ + 1, sizeof(std::uint64_t) * o.size());
+    p_[0] = pack(o.size(), capacity());
+  }
+  void release() {
+    if (p_) ::operator delete(p_, sizeof(std::uint64_t) * (capacity() + 1));
+    p_ = nullptr;
+  }
+  std::uint64_t* p_{nullptr};
+};
+
+// What only an ask keeps (Order's fields; a bid's are 0 or empty in every state this engine makes, and the
+// engine's own ask-only fields), apart from the order: a 64-byte record per ask (56 % of a realistic book),
+// so that an order's slot is 192 bytes (LiveOrder).
 struct AskSide {
   Steps free;  // its free capacity
   std::int64_t total_gpu_seconds{0};
   std::int64_t lapsed_gpu_seconds{0};
   std::int64_t cancelled_gpu_seconds{0};
-  Owned<std::vector<LeaseId>> sold;  // leases it created (some may have ended); null or empty: none
+  LeaseIds sold;  // leases it created (some may have ended)
+  // Its pool, set with the record (a sell's pool never changes, and Impl::pools, a std::map, never erases a
+  // pool), so a sell's pool is never looked up by id; its id is the order's request.pool. Null in a bid's.
+  LivePool* pool{nullptr};
+  std::uint32_t pool_slot{0};  // its place in its LivePool's asks
+  std::int32_t green_discount_bps{0};
 };
 
 // An interned constraint set and the number of orders (ConsRef) that use it. Impl::interned owns it and
@@ -244,10 +316,11 @@ class ConsRef {
   const InternedCons* p_{nullptr};
 };
 
+// The pool a request names is not here: a sell's is its AskSide's pool, a buy's (rare, and ignored) in `cold`
+// (RestOrder::request_pool).
 struct RestRequest {
   enum : std::uint8_t { kStart = 1, kEnd = 2, kDuration = 4, kExpire = 8, kColdEnd = 16 };
   enum class MarketKind : std::uint8_t { empty, resolved, cold };
-  PoolId pool;
   Price price;
   Qty32 quantity;
   Qty32 min_chunk{Qty(1)};
@@ -298,8 +371,6 @@ struct RestOrder {
   Seconds window_start;
   Seconds window_end;
   Price effective_price;
-  std::int32_t green_discount_bps{0};
-  Bucket bucket;
   Seq priority{0};
   Seconds created_at;
   Seconds updated_at;
@@ -315,6 +386,8 @@ struct RestOrder {
     std::int64_t free_gpu_seconds;
   };
   Owned<AskSide> ask;  // a sell's from its placement on; a bid's null (unless a snapshot gave it any of them)
+  // Last: LiveOrder puts its book_slot / bid_group in the 4 bytes of tail padding.
+  Bucket bucket;
 
   Qty filled_gpus() const { return is_buy() ? filled : Qty(0); }
   Qty remaining_gpus() const { return is_buy() ? remaining : Qty(0); }
@@ -332,32 +405,41 @@ struct RestOrder {
     return (request.has & RestRequest::kColdEnd) ? request.cold->end : window_end;
   }
   const MarketId* market() const;  // its book's key in Impl::books (not stored: 8 bytes less per order)
+  PoolId request_pool() const;     // its request's pool (not stored in the request: see RestRequest)
+  std::int32_t green_discount_bps() const { return ask ? ask->green_discount_bps : 0; }
 };
 
 static_assert(offsetof(RestOrder, status) < offsetof(RestOrder, request) + sizeof(RestRequest),
               "status and reason sit in the request's tail padding");
 
+// 192 bytes, so that 1,024 slots fill one of jemalloc's size classes (SlabMap): the union in the tail padding
+// of `o`, the flags in that of `shown`, the timer in 32 bits; an ask's own fields are in its AskSide.
 struct LiveOrder {
-  RestOrder o;
-  [[no_unique_address]] Shown shown;
-  bool in_book{false};  // in the tail padding of `shown`
-  Seconds timer{-1};
-  // Sell: its pool, from its placement on (a sell's pool never changes, and Impl::pools, a std::map, never
-  // erases a pool), so a sell's pool is never looked up by id; in its AskPool while in_book.
-  LivePool* pool{nullptr};
-  std::uint32_t account_slot{0};   // its place in its Account's orders
-  std::uint32_t pool_slot{0};      // sell: its place in its LivePool's asks
+  // `timer`: the time of its pending timer (the one Impl::advance honours; the heap may hold stale ones) as
+  // seconds after created_at, or one of these.
+  static constexpr std::int32_t kNoTimer = -1;
+  static constexpr std::int32_t kWideTimer = -2;  // pending at a time that does not fit: any of its entries is honoured
+
+  [[no_unique_address]] RestOrder o;
   union {  // one per side
     std::uint32_t book_slot;  // sell in a book: its index in its AskPool's asks
     int bid_group{-1};        // buy: index of its constraint group in its Book (from when it first rests to its end)
   };
+  [[no_unique_address]] Shown shown;
+  bool in_book{false};
   bool in_spot{false};  // sell: also in its pool's book_spot_asks
   bool counted{false};
   bool closed{false};
   bool kept{false};     // in its book sets while a fill changes it (unhook(lo, true) until the next hook)
+  std::uint32_t account_slot{0};  // its place in its Account's orders
+  std::int32_t timer{kNoTimer};
+  // Sell: its pool (AskSide::pool); in its AskPool while in_book.
+  LivePool* pool() const { return o.ask->pool; }
 };
-static_assert(offsetof(LiveOrder, in_book) < offsetof(LiveOrder, shown) + sizeof(Shown),
-              "in_book sits in the tail padding of shown");
+static_assert(sizeof(LiveOrder) == 192, "1,024 order slots fill a 192 KiB size class");
+
+inline std::uint32_t& account_slot(LiveOrder& lo) { return lo.account_slot; }
+inline std::uint32_t& pool_slot(LiveOrder& lo) { return lo.o.ask->pool_slot; }
 
 // v.push_back(&lo) with its fast path inlined here (always_inline, flatten): GCC leaves vector's push_back
 // and emplace_back out of line, ~23 instructions a call where the append itself is ~6.
@@ -368,14 +450,17 @@ static_assert(offsetof(LiveOrder, in_book) < offsetof(LiveOrder, shown) + sizeof
 struct OrderList {
   std::vector<LiveOrder*> items;
 
-  void add(LiveOrder& lo, std::uint32_t LiveOrder::*slot) {
-    lo.*slot = static_cast<std::uint32_t>(items.size());
+  // `Slot`: where an order keeps its place in this list.
+  template <std::uint32_t& (*Slot)(LiveOrder&)>
+  void add(LiveOrder& lo) {
+    Slot(lo) = static_cast<std::uint32_t>(items.size());
     append(items, lo);
   }
-  void remove(LiveOrder& lo, std::uint32_t LiveOrder::*slot) {
-    const std::uint32_t i = lo.*slot;
+  template <std::uint32_t& (*Slot)(LiveOrder&)>
+  void remove(LiveOrder& lo) {
+    const std::uint32_t i = Slot(lo);
     items[i] = items.back();
-    items[i]->*slot = i;
+    Slot(*items[i]) = i;
     items.pop_back();
   }
   bool empty() const { return items.empty(); }
@@ -578,7 +663,9 @@ class SlabMap {
   }
 
   std::vector<std::unique_ptr<Storage[]>> blocks_;
-  std::vector<bool> used_;
+  // A byte a slot, not std::vector<bool>'s bit: a bit's set and clear at every placement and removal were ~14
+  // instructions of shifts and masks; a byte is one store (1 byte an order more).
+  std::vector<std::uint8_t> used_;
   std::vector<std::uint32_t> free_;
   std::uint32_t slots_{0};
   std::vector<Entry> table_;
@@ -619,17 +706,22 @@ struct RunBounds {
   }
 };
 
-// A live lease in the engine's compact form (160 bytes against the public Lease's 248): what a Lease holds
-// except what its pool gives (id, provider, market and tier are a pool's for life), `ends_at` without its
-// optional's flags word (in `has`), `split_from` and `preempted_at`, which only a preemption sets, apart
-// (Impl::rare_leases; `has` says which a lease has), and one amount for `owed` and `billed` (a lease is billed
-// when it ends, and owes nothing from then on). to_lease() builds the public Lease (events, queries,
+// A live lease in the engine's compact form (128 bytes against the public Lease's 248): what a Lease holds
+// except what its pool gives (id, provider, market and tier are a pool's for life), one amount for `owed` and
+// `billed` (a lease is billed when it ends, and owes nothing from then on), and apart (Impl::rare_leases; `has`
+// says which a lease has) what few leases have: `split_from` and `preempted_at`, which only a preemption sets,
+// an `ends_at` other than `end` (a preemption's or a release's), an ask list price other than its own list
+// price (an ask amended before it ended), and an ask window or min_duration that the 32-bit fields do not hold.
+// Impl::ends_at() and the ask_* accessors read them. to_lease() builds the public Lease (events, queries,
 // snapshots), as to_order() builds an Order.
 struct LiveLease {
   static constexpr std::uint8_t kPreemptedAt = 1;
-  static constexpr std::uint8_t kEndsAt = 2;
+  static constexpr std::uint8_t kEndsAt = 2;  // it has an ends_at (every live lease the engine makes)
   static constexpr std::uint8_t kSplitFrom = 4;
-  static constexpr std::uint8_t kRare = kPreemptedAt | kSplitFrom;
+  static constexpr std::uint8_t kRareEndsAt = 8;
+  static constexpr std::uint8_t kRareAskPrice = 16;
+  static constexpr std::uint8_t kRareAskTerms = 32;
+  static constexpr std::uint8_t kRare = kPreemptedAt | kSplitFrom | kRareEndsAt | kRareAskPrice | kRareAskTerms;
   LeaseId id;
   TradeId trade;
   AccountId buyer;
@@ -642,36 +734,37 @@ struct LiveLease {
   Seconds end;
   Price price;
   Price list_price;
-  Seconds ends_at_;
   Micros amount{0};  // owed while not ended, then billed
-  Seconds ask_window_start;
-  Seconds ask_window_end;
-  Price ask_list_price;
-  Seconds ask_min_duration{0};
+  // The ask's window and min_duration (unless kRareAskTerms): its start this many seconds before the lease's,
+  // its end this many after the lease's (a lease lies in its ask's window).
+  std::uint32_t ask_lead{0};
+  std::uint32_t ask_tail{0};
+  std::int32_t ask_min_duration_{0};
   std::int32_t green_discount_bps{0};
   Bucket bucket;
+  std::uint32_t pool_slot{0};  // its place in its pool's `leases`
   LeaseStatus status{LeaseStatus::reserved};
   bool interruptible{false};
   bool ended{false};
   bool ask_withdrawn{false};
   std::uint8_t has{0};
-  std::uint32_t pool_slot{0};  // its place in its pool's `leases`
 
   Micros owed() const { return ended ? 0 : amount; }
-  Seconds ends_at() const { return ends_at_; }  // set in every live lease (new_lease, and restore's check)
-  void set_ends_at(Seconds t) {
-    ends_at_ = t;
-    has |= kEndsAt;
-  }
 };
-// 1,024 of them fill one of jemalloc's size classes (160 KiB) exactly: SlabMap's blocks are a power of two.
-static_assert(sizeof(LiveLease) == 160);
+// 1,024 of them fill one of jemalloc's size classes (128 KiB) exactly: SlabMap's blocks are a power of two.
+static_assert(sizeof(LiveLease) == 128);
 
 // What few leases have (LiveLease::kRare), apart from the lease's slot.
 struct LeaseRare {
   LeaseId split_from;
   Seconds preempted_at;
+  Seconds ends_at;
+  Price ask_list_price;
+  Seconds ask_window_start;
+  Seconds ask_window_end;
+  Seconds ask_min_duration;
 };
+inline const LeaseRare kNoLeaseRare{};  // not a function-local static: no guard to check on every to_lease()
 
 template <>
 struct SlabKey<LiveLease> {
@@ -826,6 +919,11 @@ struct BidGroup {
   std::uint32_t gen{0};  // how many times its slot was taken by another group: group_by_cons' entries of an earlier one are stale
   bool listed{false};    // in Book::free_groups (since users last fell to 0; it may have users again)
 };
+
+inline PoolId RestOrder::request_pool() const {
+  if (is_sell()) return ask->pool->p.id;
+  return request.cold ? request.cold->pool : PoolId();
+}
 
 // A pool's resting asks in no order (each LiveOrder keeps its index, book_slot; erase moves the last one into
 // the hole; fixed-window bids find them through the RunIndex), and the cheapest price and run bounds of those
@@ -1661,7 +1759,6 @@ struct Engine::Impl {
     r.window_start = o.window_start;
     r.window_end = o.window_end;
     r.effective_price = o.effective_price;
-    r.green_discount_bps = o.green_discount_bps;
     r.bucket = o.bucket;
     r.status = o.status;
     r.reason = o.reason;
@@ -1682,12 +1779,22 @@ struct Engine::Impl {
     }
     // A bid's ask record only when the snapshot gave it something to keep (none the engine writes).
     if (r.is_sell() || o.total_gpu_seconds != 0 || o.lapsed_gpu_seconds != 0 || o.cancelled_gpu_seconds != 0 ||
-        !o.free.empty()) {
+        !o.free.empty() || o.green_discount_bps != 0) {
+      // A sell's pool: mutable from a const method as book_of's book (pools' nodes never move).
+      LivePool* pool = nullptr;
+      if (r.is_sell()) {
+        auto it = pools.find(q.pool);
+        if (it == pools.end()) throw std::out_of_range("order " + std::to_string(o.id.value) + ": unknown pool");
+        pool = const_cast<LivePool*>(&it->second);
+      }
       r.ask = Owned(std::make_unique<AskSide>(AskSide{.free = std::move(o.free),
                                                       .total_gpu_seconds = o.total_gpu_seconds,
                                                       .lapsed_gpu_seconds = o.lapsed_gpu_seconds,
                                                       .cancelled_gpu_seconds = o.cancelled_gpu_seconds,
-                                                      .sold = {}}));
+                                                      .sold = {},
+                                                      .pool = pool,
+                                                      .pool_slot = 0,
+                                                      .green_discount_bps = o.green_discount_bps}));
     }
   }
 
@@ -1702,7 +1809,6 @@ struct Engine::Impl {
     rq.time_in_force = q.time_in_force;
     rq.stp = q.stp;
     rq.post_only = q.post_only;
-    rq.pool = q.pool;
     rq.price = q.price;
     rq.quantity = Qty32(q.quantity);
     rq.min_duration = q.min_duration;
@@ -1727,20 +1833,23 @@ struct Engine::Impl {
     r.book = book;
     using MK = RestRequest::MarketKind;
     rq.market_kind = q.market.empty() ? MK::empty : q.market == *book->key ? MK::resolved : MK::cold;
-    if (!q.client_order_id.empty() || rq.market_kind == MK::cold || q.expire_at || both || cold_end || hash != 0) {
-      request_cold(rq, q, hash, both, cold_end);
+    const bool buy_pool = q.pool.value != 0 && q.side == Side::buy;  // a sell's pool is never 0
+    if (!q.client_order_id.empty() || rq.market_kind == MK::cold || q.expire_at || both || cold_end || hash != 0 ||
+        buy_pool) {
+      request_cold(rq, q, hash, both, cold_end, buy_pool);
     }
   }
 
   // The request's rare fields (RestCold), for request_into().
   [[gnu::noinline]] static void request_cold(RestRequest& rq, const OrderRequest& q, std::uint64_t hash, bool both,
-                                             bool cold_end) {
+                                             bool cold_end, bool buy_pool) {
     auto cold = std::make_unique<RestCold>();
     cold->client_order_id = q.client_order_id;
     if (rq.market_kind == RestRequest::MarketKind::cold) cold->request_market = q.market;
     if (q.expire_at) cold->expire_at = *q.expire_at;
     if (both) cold->duration = *q.duration;
     if (cold_end) cold->end = *q.end;
+    if (buy_pool) cold->pool = q.pool;
     cold->body_hash = hash;
     rq.cold = ColdRef(std::move(cold));
   }
@@ -1758,7 +1867,9 @@ struct Engine::Impl {
 
   Lease to_lease(const LiveLease& l) const {
     const Pool& p = l.lp->p;
-    const LeaseRare rare = (l.has & LiveLease::kRare) ? rare_leases.at(l.id) : LeaseRare{};
+    // One lookup for all its rare fields (most leases have none).
+    const LeaseRare& rare = (l.has & LiveLease::kRare) ? rare_leases.at(l.id) : kNoLeaseRare;
+    const auto has = [&](std::uint8_t bit) { return (l.has & bit) != 0; };
     return Lease{.id = l.id,
                  .trade = l.trade,
                  .split_from = rare.split_from,
@@ -1777,16 +1888,17 @@ struct Engine::Impl {
                  .interruptible = l.interruptible,
                  .status = l.status,
                  .preempted_at = (l.has & LiveLease::kPreemptedAt) ? std::optional(rare.preempted_at) : std::nullopt,
-                 .ends_at = (l.has & LiveLease::kEndsAt) ? std::optional(l.ends_at_) : std::nullopt,
+                 .ends_at = has(LiveLease::kEndsAt) ? std::optional(has(LiveLease::kRareEndsAt) ? rare.ends_at : l.end)
+                                                    : std::nullopt,
                  .billed = l.ended ? l.amount : 0,
                  .owed = l.owed(),
                  .bucket = l.bucket,
                  .ended = l.ended,
-                 .ask_window_start = l.ask_window_start,
-                 .ask_window_end = l.ask_window_end,
-                 .ask_list_price = l.ask_list_price,
+                 .ask_window_start = has(LiveLease::kRareAskTerms) ? rare.ask_window_start : l.start - Seconds(l.ask_lead),
+                 .ask_window_end = has(LiveLease::kRareAskTerms) ? rare.ask_window_end : l.end + Seconds(l.ask_tail),
+                 .ask_list_price = has(LiveLease::kRareAskPrice) ? rare.ask_list_price : l.list_price,
                  .ask_min_chunk = l.ask_min_chunk,
-                 .ask_min_duration = l.ask_min_duration,
+                 .ask_min_duration = has(LiveLease::kRareAskTerms) ? rare.ask_min_duration : Seconds(l.ask_min_duration_),
                  .ask_withdrawn = l.ask_withdrawn};
   }
 
@@ -1806,6 +1918,59 @@ struct Engine::Impl {
     rare_leases[l.id].split_from = from;
     l.has |= LiveLease::kSplitFrom;
   }
+  // A lease's fields that may be kept apart (LiveLease).
+  Seconds ends_at(const LiveLease& l) const { return (l.has & LiveLease::kRareEndsAt) ? rare_leases.at(l.id).ends_at : l.end; }
+  Price ask_list_price(const LiveLease& l) const {
+    return (l.has & LiveLease::kRareAskPrice) ? rare_leases.at(l.id).ask_list_price : l.list_price;
+  }
+  Seconds ask_window_start(const LiveLease& l) const {
+    return (l.has & LiveLease::kRareAskTerms) ? rare_leases.at(l.id).ask_window_start : l.start - Seconds(l.ask_lead);
+  }
+  Seconds ask_window_end(const LiveLease& l) const {
+    return (l.has & LiveLease::kRareAskTerms) ? rare_leases.at(l.id).ask_window_end : l.end + Seconds(l.ask_tail);
+  }
+  Seconds ask_min_duration(const LiveLease& l) const {
+    return (l.has & LiveLease::kRareAskTerms) ? rare_leases.at(l.id).ask_min_duration : Seconds(l.ask_min_duration_);
+  }
+
+  // Sets (`apart`) or clears flag `bit` of l's rare fields; the entry goes with the last of them.
+  void set_rare(LiveLease& l, std::uint8_t bit, bool apart) {
+    if (apart) {
+      l.has |= bit;
+    } else if (l.has & bit) {
+      l.has &= static_cast<std::uint8_t>(~bit);
+      if (!(l.has & LiveLease::kRare)) rare_leases.erase(l.id);
+    }
+  }
+  void set_ends_at(LiveLease& l, Seconds t) {
+    l.has |= LiveLease::kEndsAt;
+    if (t != l.end) rare_leases[l.id].ends_at = t;
+    set_rare(l, LiveLease::kRareEndsAt, t != l.end);
+  }
+  void set_ask_list_price(LiveLease& l, Price p) {
+    if (p != l.list_price) rare_leases[l.id].ask_list_price = p;
+    set_rare(l, LiveLease::kRareAskPrice, p != l.list_price);
+  }
+  // The ask's window [ws, we) and min_duration `md`, with l's own window already set.
+  void set_ask_terms(LiveLease& l, Seconds ws, Seconds we, Seconds md) {
+    constexpr std::int64_t kU32 = std::numeric_limits<std::uint32_t>::max();
+    const std::int64_t lead = (l.start - ws).value;
+    const std::int64_t tail = (we - l.end).value;
+    const bool fits = lead >= 0 && lead <= kU32 && tail >= 0 && tail <= kU32 && md.value >= 0 &&
+                      md.value <= std::numeric_limits<std::int32_t>::max();
+    if (fits) {
+      l.ask_lead = static_cast<std::uint32_t>(lead);
+      l.ask_tail = static_cast<std::uint32_t>(tail);
+      l.ask_min_duration_ = static_cast<std::int32_t>(md.value);
+    } else {
+      LeaseRare& r = rare_leases[l.id];
+      r.ask_window_start = ws;
+      r.ask_window_end = we;
+      r.ask_min_duration = md;
+    }
+    set_rare(l, LiveLease::kRareAskTerms, !fits);
+  }
+
   // Erases lease `id` (`l`) from `leases`, with what it kept apart.
   void erase_lease(LeaseId id, const LiveLease& l) {
     if (l.has & LiveLease::kRare) rare_leases.erase(id);
@@ -1820,7 +1985,10 @@ struct Engine::Impl {
                                                      .total_gpu_seconds = total,
                                                      .lapsed_gpu_seconds = 0,
                                                      .cancelled_gpu_seconds = 0,
-                                                     .sold = {}}));
+                                                     .sold = {},
+                                                     .pool = nullptr,
+                                                     .pool_slot = 0,
+                                                     .green_discount_bps = 0}));
     }
     Owned<AskSide> a = std::move(spare_asks.back());
     spare_asks.pop_back();
@@ -1829,14 +1997,12 @@ struct Engine::Impl {
     a->total_gpu_seconds = total;
     a->lapsed_gpu_seconds = 0;
     a->cancelled_gpu_seconds = 0;
-    if (a->sold) a->sold->clear();
+    a->sold.clear();
     return a;
   }
 
   static void add_sold(LiveOrder& ask, LeaseId id) {
-    auto& sold = ask.o.ask->sold;
-    if (!sold) sold = Owned(std::make_unique<std::vector<LeaseId>>());
-    sold->push_back(id);
+    ask.o.ask->sold.push_back(id);
   }
 
   // An order event built in place: the variant's alternative is constructed from an OrderOf, whose
@@ -1880,7 +2046,7 @@ struct Engine::Impl {
                 .market = rq.market_kind == MK::resolved ? *r.market()
                           : rq.market_kind == MK::cold   ? rq.cold->request_market
                                                          : MarketId{},
-                .pool = rq.pool,
+                .pool = r.request_pool(),
                 .price = rq.price,
                 .quantity = rq.quantity,
                 // The optionals spelled out as the accessors' (start(), request_end(), duration(), expire_at()):
@@ -1904,7 +2070,7 @@ struct Engine::Impl {
         .window_start = r.window_start,
         .window_end = r.window_end,
         .effective_price = r.effective_price,
-        .green_discount_bps = r.green_discount_bps,
+        .green_discount_bps = r.green_discount_bps(),
         .status = r.status,
         .reason = r.reason,
         .bucket = r.bucket,
@@ -2173,7 +2339,7 @@ struct Engine::Impl {
   // GPUs bid `b` can take from ask `a` over [ws, we), at most `cap`, in whole lots; 0 if not eligible.
   // Price is not checked here.
   Qty eligible_qty(const RestOrder& b, Qty cap, const RestOrder& a, Seconds ws, Seconds we) const {
-    return eligible_qty(b, cap, a, pools.at(a.request.pool).p, ws, we, true);
+    return eligible_qty(b, cap, a, a.ask->pool->p, ws, we, true);
   }
 
   // The same with the ask's pool given (`pool` must be a's); check_pool = false when the caller already
@@ -2208,10 +2374,10 @@ struct Engine::Impl {
     if (o.is_buy()) {
       s.constrained = o.request.cons && o.request.cons->has_attribute_constraints();  // none: not constrained
       s.price = o.request.price;
-      s.qty = o.remaining;
+      s.qty = Qty32(o.remaining);
     } else {
       s.price = o.effective_price;
-      s.qty = ask_view_qty(o, as_placed);
+      s.qty = Qty32(ask_view_qty(o, as_placed));
     }
     s.shown = s.constrained || s.qty.value > 0;
     return s;
@@ -2375,13 +2541,26 @@ struct Engine::Impl {
 
   void schedule_order(LiveOrder& lo) {
     const Seconds t = next_order_time(lo.o);
-    if (t == lo.timer) return;
-    lo.timer = t;
+    const std::int64_t after = (t - lo.o.created_at).value;
+    const std::int32_t enc = t >= kForever                                            ? LiveOrder::kNoTimer
+                             : after >= 0 && after <= std::numeric_limits<std::int32_t>::max() ? static_cast<std::int32_t>(after)
+                                                                                      : LiveOrder::kWideTimer;
+    if (enc == lo.timer && enc != LiveOrder::kWideTimer) return;
+    lo.timer = enc;
     if (t < kForever) add_timer(Timer{t, TimerKind::order, lo.o.id.value});
   }
 
-  static Seconds next_lease_time(const LiveLease& l) {
-    if (l.status == LeaseStatus::preempted) return l.ends_at();
+  // Whether a heap entry of lo's at `at` is its pending timer (and then it is no longer pending). A wide timer
+  // honours every entry and stays: the time step only re-checks an order it wakes, so an extra wake is harmless.
+  static bool take_timer(LiveOrder& lo, Seconds at) {
+    if (lo.timer == LiveOrder::kWideTimer) return true;
+    if (lo.timer < 0 || lo.o.created_at + Seconds(lo.timer) != at) return false;
+    lo.timer = LiveOrder::kNoTimer;
+    return true;
+  }
+
+  Seconds next_lease_time(const LiveLease& l) const {
+    if (l.status == LeaseStatus::preempted) return ends_at(l);
     if (l.status == LeaseStatus::reserved) return l.start;
     return l.end;
   }
@@ -3012,7 +3191,7 @@ struct Engine::Impl {
       }
     } else {
       const AskKey k{lo.o.effective_price, lo.o.priority, lo.o.id};
-      LivePool* lp = lo.pool;
+      LivePool* lp = lo.pool();
       if (runs) unindex_runs(b, lo);
       AskPool& ap = b.ask_pools[lp->ask_pool_slot];
       const std::uint32_t at = lo.book_slot;
@@ -3044,7 +3223,7 @@ struct Engine::Impl {
     RestOrder& o = lo.o;
     if (o.is_buy()) return;
     Book& b = (*o.book);
-    LivePool& lp = *lo.pool;
+    LivePool& lp = *lo.pool();
     const AskKey k = ask_key(lo, lp);
     const bool spot = spot_now(o);
     AskPool& ap = b.ask_pools[lp.ask_pool_slot];
@@ -3094,7 +3273,7 @@ struct Engine::Impl {
       return static_cast<std::uint32_t>(std::clamp<std::int64_t>(v, 0, hi));
     };
     return RunEntry{lo.o.effective_price, lo.o.priority, const_cast<LiveOrder*>(&lo), u32(from.value, kRunMax),
-                    u32(to.value, kRunMax), u32(lo.o.request.min_duration.value, kRunMax + 1), lo.pool->run_number,
+                    u32(to.value, kRunMax), u32(lo.o.request.min_duration.value, kRunMax + 1), lo.pool()->run_number,
                     lo.o.request.min_chunk.value == 1 ? 1U : 0U};
   }
 
@@ -3103,7 +3282,7 @@ struct Engine::Impl {
   static void index_runs(const Book& b, LiveOrder& lo) {
     RunIndex& ix = b.free_runs;
     if (!ix.enabled) return;
-    const LivePool* lp = lo.pool;
+    const LivePool* lp = lo.pool();
     if (lp->run_number == std::numeric_limits<std::uint32_t>::max()) {
       lp->run_number = static_cast<std::uint32_t>(ix.pools.size());
       ix.pools.push_back(lp);
@@ -3117,7 +3296,7 @@ struct Engine::Impl {
     RunIndex& ix = b.free_runs;
     if (!ix.enabled) return;
     for_each_run(lo.o, [&](Seconds from, Seconds to) {
-      if (const std::optional<RunEntry> e = run_entry(lo, from, to)) unindex_run(ix, lo.pool, *e);
+      if (const std::optional<RunEntry> e = run_entry(lo, from, to)) unindex_run(ix, lo.pool(), *e);
     });
   }
   static void index_run(RunIndex& ix, const LivePool* lp, const RunEntry& e) {
@@ -3190,16 +3369,16 @@ struct Engine::Impl {
     });
     const auto is_kept = [&](const RunEntry& e) { return kept_entry && e == *kept_entry; };
     if (!open) {
-      if (kept_entry) unindex_run(ix, lo.pool, *kept_entry);
-      for (const RunEntry& e : fresh_runs) unindex_run(ix, lo.pool, e);
+      if (kept_entry) unindex_run(ix, lo.pool(), *kept_entry);
+      for (const RunEntry& e : fresh_runs) unindex_run(ix, lo.pool(), e);
       return;
     }
     // The kept run out first: a new run may sort equal to it (the same start).
     if (kept_entry && std::none_of(fresh_runs.begin(), fresh_runs.end(), is_kept)) {
-      unindex_run(ix, lo.pool, *kept_entry);
+      unindex_run(ix, lo.pool(), *kept_entry);
     }
     for (const RunEntry& e : fresh_runs) {
-      if (!is_kept(e)) index_run(ix, lo.pool, e);
+      if (!is_kept(e)) index_run(ix, lo.pool(), e);
     }
   }
 
@@ -3290,7 +3469,7 @@ struct Engine::Impl {
             for (std::uint32_t r : region_nums(o)) by_number(g.by_region, r).duration.insert(k);
           }
         } else {
-          LivePool& lp = *lo.pool;
+          LivePool& lp = *lo.pool();
           const AskKey k = ask_key(lo, lp, as_placed);
           // An ask as placed offers its quantity over all of its window, which has not ended (validate()): it
           // is spot now when its window has started (spot_now() without its read of the free capacity).
@@ -3328,7 +3507,7 @@ struct Engine::Impl {
     lo.closed = true;
     if (o.is_sell()) close_ask(lo);
     if (o.is_buy() && lo.bid_group >= 0) leave_group(*o.book, lo);
-    account(o.account).orders.remove(lo, &LiveOrder::account_slot);
+    account(o.account).orders.remove<account_slot>(lo);
     if (o.request.has_client_order_id()) {
       const CidKey k{o.account, o.request.cold->client_order_id};
       open_cids.erase(k);
@@ -3341,7 +3520,7 @@ struct Engine::Impl {
   void close_ask(LiveOrder& lo) {
     RestOrder& a = lo.o;
     AskSide& s = *a.ask;
-    LivePool& lp = *lo.pool;
+    LivePool& lp = *lo.pool();
     const Seconds from = std::max(now, a.window_start);
     std::int64_t past;
     std::int64_t rest;
@@ -3366,14 +3545,12 @@ struct Engine::Impl {
     s.lapsed_gpu_seconds = past;
     s.cancelled_gpu_seconds += rest;  // the unsold rest ahead, however the ask ended
     a.free_gpu_seconds = 0;
-    lp.asks.remove(lo, &LiveOrder::pool_slot);
-    if (s.sold) {
-      for (LeaseId lid : *s.sold) {
-        auto it = leases.find(lid);
-        if (it == leases.end()) continue;
-        it->ask_list_price = a.request.price;
-        it->ask_withdrawn = a.status == OrderStatus::cancelled || a.status == OrderStatus::expired;
-      }
+    lp.asks.remove<pool_slot>(lo);
+    for (LeaseId lid : s.sold) {
+      auto it = leases.find(lid);
+      if (it == leases.end()) continue;
+      set_ask_list_price(*it, a.request.price);
+      it->ask_withdrawn = a.status == OrderStatus::cancelled || a.status == OrderStatus::expired;
     }
   }
 
@@ -3416,14 +3593,12 @@ struct Engine::Impl {
     l.green_discount_bps = lp.p.green_discount_bps;
     l.interruptible = lp.p.spec.tier == Tier::spot;
     l.status = t.start <= now ? LeaseStatus::active : LeaseStatus::reserved;
-    l.set_ends_at(t.end);
+    set_ends_at(l, t.end);
     l.bucket = t.bucket;
     if (ask) {
-      l.ask_window_start = ask->window_start;
-      l.ask_window_end = ask->window_end;
-      l.ask_list_price = ask->request.price;
+      set_ask_terms(l, ask->window_start, ask->window_end, ask->request.min_duration);
+      set_ask_list_price(l, ask->request.price);
       l.ask_min_chunk = ask->request.min_chunk;
-      l.ask_min_duration = ask->request.min_duration;
     }
     set_owed(l, cost(t.price, t.quantity, t.end - t.start));
     add_to_pool(l);
@@ -3505,7 +3680,7 @@ struct Engine::Impl {
     ask.o.filled_gpu_seconds += q.value * (we - ws).value;
     bid.o.filled += q;
     bid.o.remaining -= q;
-    LivePool& lp = *ask.pool;
+    LivePool& lp = *ask.pool();
     // The trade is built in its event, the fill's first (`t` is used only until the next one is emitted).
     Trade& t = std::get<TradeEvent>(push_event<TradeEvent>()).trade;
     base_trade(t, lp, bid.o, q, ws, we, price, taker);
@@ -3550,10 +3725,10 @@ struct Engine::Impl {
         if (!l.interruptible || l.ended || l.buyer == bid.account) continue;  // not one's own lease
         if (l.status != LeaseStatus::reserved && l.status != LeaseStatus::active) continue;
         if (l.price >= bid.request.price || l.ask_withdrawn) continue;
-        if (ws < l.ask_window_start || we > l.ask_window_end || we - ws < l.ask_min_duration) continue;
+        if (ws < ask_window_start(l) || we > ask_window_end(l) || we - ws < ask_min_duration(l)) continue;
         if (ws < std::max(l.start, notice_end) || we > l.end) continue;  // the freed GPUs must cover it
         auto live = orders.find(l.sell_order);
-        const Price list = live != orders.end() && live->o.is_open() ? live->o.request.price : l.ask_list_price;
+        const Price list = live != orders.end() && live->o.is_open() ? live->o.request.price : ask_list_price(l);
         const Price eff = discounted(list, lp.p.green_discount_bps, tk);
         const Price price = std::max(eff, l.price + tk);
         if (price > bid.request.price) continue;
@@ -3580,7 +3755,7 @@ struct Engine::Impl {
     base_trade(t, lp, bid.o, q, ws, we, price, Side::buy);
     t.sell_order = old.sell_order;
     auto live = orders.find(old.sell_order);
-    t.list_price = live != orders.end() && live->o.is_open() ? live->o.request.price : old.ask_list_price;
+    t.list_price = live != orders.end() && live->o.is_open() ? live->o.request.price : ask_list_price(old);
     t.preemption = true;
     t.preempted_lease = old.id;
     // The preempted GPUs leave the pool's commitments from the end of the notice; the new lease takes them.
@@ -3588,11 +3763,9 @@ struct Engine::Impl {
     lp.used.add(ws, we, q.value);
     LiveLease fresh_copy = old;  // for the split-off rest
     LiveLease& fresh = new_lease(lp, t, nullptr);
-    fresh.ask_window_start = old.ask_window_start;
-    fresh.ask_window_end = old.ask_window_end;
-    fresh.ask_list_price = old.ask_list_price;
+    set_ask_terms(fresh, ask_window_start(old), ask_window_end(old), ask_min_duration(old));
+    set_ask_list_price(fresh, ask_list_price(old));
     fresh.ask_min_chunk = old.ask_min_chunk;
-    fresh.ask_min_duration = old.ask_min_duration;
     t.lease = fresh.id;
     // The new lease is tied to the ask that sold the GPUs, like the one it replaces (cancel marks both).
     if (auto seller = orders.find(old.sell_order); seller != orders.end()) add_sold(*seller, fresh.id);
@@ -3616,7 +3789,7 @@ struct Engine::Impl {
     }
     pre.status = LeaseStatus::preempted;
     set_preempted_at(pre, now);
-    pre.set_ends_at(ends_at);
+    set_ends_at(pre, ends_at);
     const Seconds used = std::max(Seconds(0), std::min(ends_at, pre.end) - pre.start);
     set_owed(pre, cost(pre.price, pre.quantity, used));
     schedule_lease(pre);
@@ -3730,7 +3903,7 @@ struct Engine::Impl {
     walk_asks(book, bid.o, bid.o.request.price, bid.o.request.constraints(), [&](const AskKey& k) {
       const RestOrder& ask = k.lo->o;
       Qty cap = need - total;
-      if (single) cap = need - per_pool[ask.request.pool].first;
+      if (single) cap = need - per_pool[k.pool->p.id].first;
       const Qty q = eligible_qty(bid.o, cap, ask, k.pool->p, ws, we, false);
       if (q.value == 0) return true;
       if (ask.account == bid.o.account) {
@@ -3740,7 +3913,7 @@ struct Engine::Impl {
       }
       const PlannedFill f{ask.id, LeaseId(), q, ws, we, ask.effective_price};
       if (single) {
-        auto& pp = per_pool[ask.request.pool];
+        auto& pp = per_pool[k.pool->p.id];
         pp.first += q;
         pp.second.push_back(f);
         if (pp.first == need) {
@@ -3775,7 +3948,7 @@ struct Engine::Impl {
 
   bool ask_would_take(const RestOrder& ask) const {
     const Book& book = (*ask.book);
-    const LivePool& lpool = pools.at(ask.request.pool);
+    const LivePool& lpool = *ask.ask->pool;
     const Pool& pool = lpool.p;
     if (ask.effective_price > bid_ceiling(book)) return false;
     BidList list(*this);
@@ -3809,7 +3982,7 @@ struct Engine::Impl {
 
   void match_ask(LiveOrder& ask, bool at_placement) {
     Book& book = (*ask.o.book);
-    const LivePool& lpool = *ask.pool;
+    const LivePool& lpool = *ask.pool();
     const Pool& pool = lpool.p;
     const Seconds a_start = ask.o.window_start;
     const Seconds a_end = ask.o.window_end;
@@ -3916,10 +4089,10 @@ struct Engine::Impl {
     for (OrderId id : lp.asks.ids()) {
       LiveOrder& lo = orders.at(id);
       const Price eff = discounted(lo.o.request.price, lp.p.green_discount_bps, tk);
-      if (eff == lo.o.effective_price && lo.o.green_discount_bps == lp.p.green_discount_bps) continue;
+      if (eff == lo.o.effective_price && lo.o.green_discount_bps() == lp.p.green_discount_bps) continue;
       const bool in = unhook(lo);
       lo.o.effective_price = eff;
-      lo.o.green_discount_bps = lp.p.green_discount_bps;
+      lo.o.ask->green_discount_bps = lp.p.green_discount_bps;
       lo.o.updated_at = now;
       hook(lo, in);
       emit_order<OrderUpdated>(lo.o);
@@ -3949,10 +4122,7 @@ struct Engine::Impl {
       switch (tm.kind()) {
         case TimerKind::order: {
           auto it = orders.find(OrderId(tm.id()));
-          if (it != orders.end() && it->timer == tm.at) {
-            it->timer = Seconds(-1);
-            due_orders.insert(OrderId(tm.id()));
-          }
+          if (it != orders.end() && take_timer(*it, tm.at)) due_orders.insert(OrderId(tm.id()));
           break;
         }
         case TimerKind::lease:
@@ -3986,7 +4156,7 @@ struct Engine::Impl {
         end_lease(l);
         changed = true;
       }
-      if (l.status == LeaseStatus::preempted && l.ends_at() <= now) {
+      if (l.status == LeaseStatus::preempted && ends_at(l) <= now) {
         end_lease(l);
         changed = true;
       }
@@ -4179,22 +4349,22 @@ struct Engine::Impl {
     o.remaining = g.remaining;
     if (r.side == Side::sell) {
       LivePool& lp = *g.pool;
-      lo.pool = &lp;
-      o.green_discount_bps = lp.p.green_discount_bps;
       // No discount: the list price itself (validate() checked that it is on the tick).
       o.effective_price = lp.p.green_discount_bps == 0 ? r.price
                                                         : discounted(r.price, lp.p.green_discount_bps, market->spec.tick);
       const std::int64_t total = r.quantity.value * (o.window_end - o.window_start).value;
       o.ask = new_ask_side(o.window_start, o.window_end, r.quantity, total);
+      o.ask->pool = &lp;
+      o.ask->green_discount_bps = lp.p.green_discount_bps;
       o.filled_gpu_seconds = 0;  // the sell's members of the shared storage (see RestOrder)
       // Its accounting as refresh_ask_accounting() finds it: its window starts at or after now (validate
       // clips it), so nothing has lapsed and all of it is free.
       o.free_gpu_seconds = total;
       lp.used.add(o.window_start, o.window_end, r.quantity.value);
       lp.used.trim_before(now);
-      lp.asks.add(lo, &LiveOrder::pool_slot);
+      lp.asks.add<pool_slot>(lo);
     }
-    acct.orders.add(lo, &LiveOrder::account_slot);
+    acct.orders.add<account_slot>(lo);
     if (!r.client_order_id.empty()) open_cids[CidKey{cmd.account, r.client_order_id}] = o.id;
     // What hook(lo, false) does for an order not yet in a book and not yet shown: its account sums and its
     // bucket. Its timer waits for the hook that puts it in the book (or none: it ends while incoming).
@@ -4295,7 +4465,7 @@ struct Engine::Impl {
       if (trial.is_buy()) {
         trial.remaining = o.remaining - cut;
       } else {
-        trial.effective_price = discounted(price, o.green_discount_bps, book.spec.tick);
+        trial.effective_price = discounted(price, o.green_discount_bps(), book.spec.tick);
         trial.ask->free.add(from, o.window_end, -cut.value);
       }
       if (trial.is_buy() ? bid_would_take(trial) : ask_would_take(trial)) {
@@ -4307,7 +4477,7 @@ struct Engine::Impl {
     if (o.is_buy()) {
       o.remaining -= cut;
     } else if (cut.value > 0) {
-      LivePool& lp = *lo.pool;
+      LivePool& lp = *lo.pool();
       o.ask->free.add(from, o.window_end, -cut.value);
       lp.used.add(from, o.window_end, -cut.value);
       o.ask->cancelled_gpu_seconds += cut.value * std::max<std::int64_t>(0, (o.window_end - from).value);
@@ -4315,7 +4485,7 @@ struct Engine::Impl {
     if (new_price) {
       o.request.price = price;
       o.priority = cmd.seq;
-      o.effective_price = o.is_sell() ? discounted(price, o.green_discount_bps, book.spec.tick) : price;
+      o.effective_price = o.is_sell() ? discounted(price, o.green_discount_bps(), book.spec.tick) : price;
     }
     o.updated_at = now;
     if (!new_price) {
@@ -4422,7 +4592,7 @@ struct Engine::Impl {
       billed = std::max(used, std::min(cfg.min_bill, window));
     }
     l.status = LeaseStatus::released;
-    l.set_ends_at(from);
+    set_ends_at(l, from);
     set_owed(l, cost(l.price, l.quantity, billed));
     end_lease(l);
     emit_lease(l);
@@ -4524,11 +4694,11 @@ struct Engine::Impl {
     walk_asks(book->second, bid, r.price, r.constraints, [&](const AskKey& k) {
       if (total == r.quantity) return false;
       const RestOrder& ask = k.lo->o;
-      const PoolId pool = ask.request.pool;
+      const PoolId pool = ask.request_pool();
       const Qty cap = r.constraints.single_pool ? r.quantity - per_pool[pool].first : r.quantity - total;
       const Qty q = eligible_qty(bid, cap, ask, k.pool->p, ws, we, false);
       if (q.value == 0) return true;
-      const QuoteFill fill{pool, ask.id, q, ws, we, ask.effective_price, ask.request.price, ask.green_discount_bps,
+      const QuoteFill fill{pool, ask.id, q, ws, we, ask.effective_price, ask.request.price, ask.green_discount_bps(),
                            false};
       if (r.constraints.single_pool) {
         auto& pp = per_pool[pool];
@@ -4552,7 +4722,7 @@ struct Engine::Impl {
       const Qty q(std::min((r.quantity - total).value, pc.max_qty.value) / lot * lot);
       if (q.value == 0) continue;
       const LiveLease& l = leases.at(pc.lease);
-      out.push_back(QuoteFill{l.lp->p.id, l.sell_order, q, pc.start, pc.end, pc.price, l.ask_list_price,
+      out.push_back(QuoteFill{l.lp->p.id, l.sell_order, q, pc.start, pc.end, pc.price, ask_list_price(l),
                               l.lp->p.green_discount_bps, true});
       total += q;
     }
@@ -4585,7 +4755,7 @@ struct Engine::Impl {
         }
         for (const Step& p : o.ask->free.pieces()) {
           if (p.gpus < 0) fail("negative free: " + to_string(to_order(o)));
-          held[o.request.pool].add(std::max(p.from, now), std::max(p.to, now), p.gpus);
+          held[o.request_pool()].add(std::max(p.from, now), std::max(p.to, now), p.gpus);
         }
       }
       const Book& b = (*o.book);
@@ -4631,14 +4801,14 @@ struct Engine::Impl {
       }
       const AskKey ak{o.effective_price, o.priority, o.id};
       if (in && o.is_sell()) {
-        in = lo.pool == &pools.at(o.request.pool) && lo.pool->book_count > 0;
+        in = lo.pool() == &pools.at(o.request_pool()) && lo.pool()->book_count > 0;
         if (in) {
-          const std::vector<LiveOrder*>& asks = o.book->ask_pools[lo.pool->ask_pool_slot].asks;
+          const std::vector<LiveOrder*>& asks = o.book->ask_pools[lo.pool()->ask_pool_slot].asks;
           in = lo.book_slot < asks.size() && asks[lo.book_slot] == &lo;
         }
       }
       if (!in) fail("open order not in book: " + to_string(to_order(o)));
-      if (in && o.is_sell() && (lo.pool->book_spot_asks.count(ak) == 1) != spot_now(o)) {
+      if (in && o.is_sell() && (lo.pool()->book_spot_asks.count(ak) == 1) != spot_now(o)) {
         fail("spot index stale: " + to_string(to_order(o)));
       }
     }
@@ -4658,7 +4828,7 @@ struct Engine::Impl {
     }
     std::map<PoolId, std::size_t> pool_leases;  // live, by pool
     for (const LiveLease& l : leases) {
-      const Seconds end = l.status == LeaseStatus::preempted ? std::min(l.ends_at(), l.end) : l.end;
+      const Seconds end = l.status == LeaseStatus::preempted ? std::min(ends_at(l), l.end) : l.end;
       held[l.lp->p.id].add(std::max(l.start, now), std::max(end, now), l.quantity.value);
       if (l.ended) continue;
       const LivePool& lp = *l.lp;
@@ -4750,7 +4920,7 @@ struct Engine::Impl {
         const AskPool& ap = b.ask_pools[i];
         for (std::size_t j = 0; j < ap.asks.size(); ++j) {
           const LiveOrder& lo = *ap.asks[j];
-          if (lo.book_slot != j || lo.pool != ap.lp || !lo.in_book || lo.o.book != &b || !lo.o.is_sell()) {
+          if (lo.book_slot != j || lo.pool() != ap.lp || !lo.in_book || lo.o.book != &b || !lo.o.is_sell()) {
             fail("ask slot stale: " + std::to_string(lo.o.id.value));
           }
         }
@@ -5056,19 +5226,16 @@ struct Engine::Impl {
                       .end = l.end,
                       .price = l.price,
                       .list_price = l.list_price,
-                      .ends_at_ = l.ends_at.value_or(Seconds(0)),
                       .amount = l.owed,
-                      .ask_window_start = l.ask_window_start,
-                      .ask_window_end = l.ask_window_end,
-                      .ask_list_price = l.ask_list_price,
-                      .ask_min_duration = l.ask_min_duration,
                       .green_discount_bps = l.green_discount_bps,
                       .bucket = l.bucket,
                       .status = l.status,
                       .interruptible = l.interruptible,
                       .ended = false,
-                      .ask_withdrawn = l.ask_withdrawn,
-                      .has = static_cast<std::uint8_t>(l.ends_at ? LiveLease::kEndsAt : 0)};
+                      .ask_withdrawn = l.ask_withdrawn};
+      if (l.ends_at) set_ends_at(ref, *l.ends_at);
+      set_ask_terms(ref, l.ask_window_start, l.ask_window_end, l.ask_min_duration);
+      set_ask_list_price(ref, l.ask_list_price);
       if (l.preempted_at) set_preempted_at(ref, *l.preempted_at);
       if (l.split_from) set_split_from(ref, l.split_from);
       add_to_pool(ref);
@@ -5081,12 +5248,11 @@ struct Engine::Impl {
       LiveOrder& lo = *orders.emplace(o.id, LiveOrder{}).first;
       lo.o = rest_of(Order(o));
       lo.o.bucket = order_bucket(lo.o);  // as placed (refresh_view keeps a month until the order turns spot)
-      account(o.account).orders.add(lo, &LiveOrder::account_slot);
+      account(o.account).orders.add<account_slot>(lo);
       if (!o.request.client_order_id.empty()) open_cids[CidKey{o.account, o.request.client_order_id}] = o.id;
       if (o.is_sell()) {
         LivePool& lp = pools.at(o.request.pool);
-        lo.pool = &lp;
-        lp.asks.add(lo, &LiveOrder::pool_slot);
+        lp.asks.add<pool_slot>(lo);
         for (const Step& p : o.free.pieces()) lp.used.add(p.from, p.to, p.gpus);
       }
       hook(lo, true);
@@ -5232,7 +5398,7 @@ std::optional<PoolCapacity> Engine::pool_capacity(PoolId id, Seconds from, Secon
   c.gpus = lp.p.gpus();
   for (const LiveLease* lease : lp.leases) {
     const LiveLease& l = *lease;
-    const Seconds held_end = l.status == LeaseStatus::preempted ? std::min(l.ends_at(), l.end) : l.end;
+    const Seconds held_end = l.status == LeaseStatus::preempted ? std::min(impl_->ends_at(l), l.end) : l.end;
     c.leased.add(std::max(l.start, from), std::min(held_end, to), l.quantity.value);
   }
   for (const auto* ask : lp.asks.items) {

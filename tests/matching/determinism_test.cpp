@@ -96,6 +96,34 @@ TEST_CASE("a restored engine equals the original and behaves the same", "[determ
   }
 }
 
+// The engine keeps a lease's ask window as 32-bit offsets from the lease's own window; one that does not fit is
+// kept apart, and must read back and survive a snapshot. (An ends_at other than the end, kept apart too, is the
+// preemption's in the script above, restored after every command.)
+TEST_CASE("a lease keeps an ask window that its compact fields do not hold", "[determinism][restore]") {
+  Engine a(Fixture::default_config());
+  Seq s = 0;
+  auto run = [&](std::int64_t t, AccountId acc, CommandBody b) {
+    EventSink out;
+    a.apply(Command{++s, Seconds(t), acc, std::move(b)}, out);
+  };
+  const std::int64_t far = T0 + (std::int64_t{1} << 33);  // more than 2^32 s after the lease's end
+  run(T0, kProvider, AddPool{pool_spec(8, 2)});                                        // pool 1
+  run(T0, kProvider, PlaceOrder{sell(PoolId(1), usd4(20000), 8, T0, far)});          // order 2
+  run(T0 + 1, kBuyer, PlaceOrder{buy_window(usd4(30000), 8, T0 + D, T0 + 2 * D)});  // lease 1
+  const Lease* l = a.lease(LeaseId(1));
+  REQUIRE(l != nullptr);
+  CHECK(l->ask_window_start == Seconds(T0));
+  CHECK(l->ask_window_end == Seconds(far));
+  CHECK(l->ends_at == std::optional<Seconds>(Seconds(T0 + 2 * D)));
+  const EngineState sa = a.snapshot();
+  Engine b = Engine::restore(Fixture::default_config(), sa);
+  CHECK(b.snapshot() == sa);
+  CHECK(b.digest() == a.digest());
+  const Lease* r = b.lease(LeaseId(1));
+  REQUIRE(r != nullptr);
+  CHECK(r->ask_window_end == Seconds(far));
+}
+
 TEST_CASE("the digest changes with state", "[determinism]") {
   Engine a(Fixture::default_config());
   const std::uint64_t empty = a.digest();
