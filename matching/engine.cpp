@@ -3779,6 +3779,8 @@ struct Engine::Impl {
       rest.quantity = Qty32(Qty(pre.quantity) - q);
       rest.amount = 0;
       LiveLease& r = *leases.emplace(rest.id, rest).first;
+      // The copy's flags name the fields `old` keeps apart: the rest's entry is a copy of old's.
+      if (pre.has & LiveLease::kRare) rare_leases.emplace(r.id, rare_leases.at(pre.id));
       set_split_from(r, pre.id);  // a preempted lease is never preempted again: `old` had no preempted_at
       set_owed(r, cost(r.price, r.quantity, r.end - r.start));
       add_to_pool(r);

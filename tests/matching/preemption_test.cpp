@@ -134,6 +134,36 @@ TEST_CASE("cheapest leases are preempted first and a lease in its notice is not 
   CHECK(trades_of(f.events())[0].price == usd4(11001));
 }
 
+TEST_CASE("a lease split off by a preemption keeps its ask's list price, and is preempted from it", "[preemption]") {
+  Fixture f;
+  const PoolId pool = f.add_pool(kProvider, pool_spec(8, 1, Tier::spot));
+  f.place(kProvider, sell(pool, usd4(10000), 8, T0, T0 + 10 * D));
+  f.place(kBuyer, interruptible(buy_window(usd4(12000), 4, T0, T0 + 10 * D)));  // lease at 1.00 (ask price)
+  const LeaseId cheap = of_type<LeaseChanged>(f.events()).at(0).lease.id;
+  f.run(kProvider, Amend{OrderId(2), std::nullopt, usd4(11000)});
+  f.place(kBuyer, interruptible(buy_window(usd4(12000), 4, T0, T0 + 10 * D)));  // lease at 1.10
+  CHECK(f.status(OrderId(2)) == OrderStatus::filled);  // its leases keep its last price, 1.10
+  // 2 of the cheap lease's 4 GPUs preempted: the other 2 go on as a lease split off from it, sold by the
+  // same ask.
+  f.place(kBuyer2, interruptible(buy_duration(usd4(20000), 2, H)));
+  REQUIRE(trades_of(f.events()).size() == 1);
+  CHECK(trades_of(f.events())[0].preempted_lease == cheap);
+  CHECK(trades_of(f.events())[0].price == usd4(11000));  // max(the ask's 1.10, 1.00 + tick)
+  std::optional<Lease> rest;
+  for (const LeaseChanged& c : of_type<LeaseChanged>(f.events())) {
+    if (c.lease.split_from == cheap) rest = c.lease;
+  }
+  REQUIRE(rest);
+  CHECK(rest->quantity == Qty(2));
+  CHECK(rest->price == usd4(10000));
+  CHECK(rest->ask_list_price == usd4(11000));
+  // The rest, now the cheapest lease, is preempted at the same ask's list price.
+  f.place(AccountId(12), interruptible(buy_duration(usd4(20000), 2, H)));
+  REQUIRE(trades_of(f.events()).size() == 1);
+  CHECK(trades_of(f.events())[0].preempted_lease == rest->id);
+  CHECK(trades_of(f.events())[0].price == usd4(11000));
+}
+
 TEST_CASE("a fixed window that starts within the notice cannot preempt", "[preemption]") {
   Fixture f;
   spot_setup(f);
