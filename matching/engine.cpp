@@ -158,7 +158,7 @@ struct RestCold {
   MarketId request_market;
   Seconds expire_at;
   Seconds duration;  // only with a start too (see RestRequest::start_v)
-  Seconds end;       // only when it is not the order's window_end (see RestOrder::request_end)
+  Seconds end;       // only when it is not the order's window_end (kColdEnd; see Impl::make_order)
   std::uint64_t body_hash{0};
   PoolId pool;       // a buy's, if it named one (it is ignored, and echoed); a sell's is its AskSide's
 };
@@ -264,7 +264,7 @@ struct AskSide {
   std::int64_t cancelled_gpu_seconds{0};
   LeaseIds sold;  // leases it created (some may have ended)
   // Its pool, set with the record (a sell's pool never changes, and Impl::pools, a std::map, never erases a
-  // pool), so a sell's pool is never looked up by id; its id is the order's request.pool. Null in a bid's.
+  // pool), so a sell's pool is never looked up by id; its id is the order's request_pool(). Null in a bid's.
   LivePool* pool{nullptr};
   std::uint32_t pool_slot{0};  // its place in its LivePool's asks
   std::int32_t green_discount_bps{0};
@@ -326,7 +326,8 @@ struct RestRequest {
   Qty32 min_chunk{Qty(1)};
   Seconds min_duration;
   // start_v holds a duration bid's duration (it has no start); an order with both (none valid) keeps the
-  // duration in `cold`. The end is the order's window_end (RestOrder::request_end), or in `cold` when not.
+  // duration in `cold`. The end is the order's window_end (every accepted sell and fixed-window bid ends its
+  // window there: 8 bytes less per order), or in `cold` when not (kColdEnd).
   Seconds start_v;
   ConsRef cons;
   ColdRef cold;
@@ -342,10 +343,6 @@ struct RestRequest {
   static inline const BidConstraints kNone{};
   static const BidConstraints& no_constraints() { return kNone; }
   const BidConstraints& constraints() const { return cons ? *cons : no_constraints(); }
-  std::optional<Seconds> opt(std::uint8_t bit, Seconds v) const {
-    return (has & bit) ? std::optional<Seconds>(v) : std::nullopt;
-  }
-  std::optional<Seconds> start() const { return opt(kStart, start_v); }
   std::optional<Seconds> duration() const {
     if (!(has & kDuration)) return std::nullopt;
     return (has & kStart) ? cold->duration : start_v;
@@ -399,11 +396,6 @@ struct RestOrder {
   bool is_sell() const { return request.side == Side::sell; }
   bool is_duration_bid() const { return is_buy() && (request.has & RestRequest::kDuration); }
   bool is_open() const { return !is_terminal(status); }
-  // Its request's end: every accepted sell and fixed-window bid ends its window there (8 bytes less per order).
-  std::optional<Seconds> request_end() const {
-    if (!(request.has & RestRequest::kEnd)) return std::nullopt;
-    return (request.has & RestRequest::kColdEnd) ? request.cold->end : window_end;
-  }
   const MarketId* market() const;  // its book's key in Impl::books (not stored: 8 bytes less per order)
   PoolId request_pool() const;     // its request's pool (not stored in the request: see RestRequest)
   std::int32_t green_discount_bps() const { return ask ? ask->green_discount_bps : 0; }
@@ -415,7 +407,7 @@ static_assert(offsetof(RestOrder, status) < offsetof(RestOrder, request) + sizeo
 // 192 bytes, so that 1,024 slots fill one of jemalloc's size classes (SlabMap): the union in the tail padding
 // of `o`, the flags in that of `shown`, the timer in 32 bits; an ask's own fields are in its AskSide.
 struct LiveOrder {
-  // `timer`: the time of its pending timer (the one Impl::advance honours; the heap may hold stale ones) as
+  // `timer`: the time of its pending timer (the one Impl::run_due honours; the heap may hold stale ones) as
   // seconds after created_at, or one of these.
   static constexpr std::int32_t kNoTimer = -1;
   static constexpr std::int32_t kWideTimer = -2;  // pending at a time that does not fit: any of its entries is honoured
@@ -2049,8 +2041,8 @@ struct Engine::Impl {
                 .pool = r.request_pool(),
                 .price = rq.price,
                 .quantity = rq.quantity,
-                // The optionals spelled out as the accessors' (start(), request_end(), duration(), expire_at()):
-                // an optional a call returns, inlined or not, GCC assembles on the stack and copies twice.
+                // The optionals spelled out here (duration() and expire_at() compute the same): an optional
+                // a call returns, inlined or not, GCC assembles on the stack and copies twice.
                 .start = (rq.has & RR::kStart) ? std::optional(rq.start_v) : std::nullopt,
                 .end = (rq.has & RR::kEnd)
                            ? std::optional((rq.has & RR::kColdEnd) ? rq.cold->end : r.window_end)
@@ -2608,7 +2600,7 @@ struct Engine::Impl {
     LiveOrder* lo{nullptr};
     const LivePool* pool{nullptr};
   };
-  // walk_asks' heaps, one pair of vectors per nesting depth, reused: a fresh vector per walk was a malloc
+  // walk_asks' vectors, one set per nesting depth, reused: a fresh vector per walk was a malloc
   // per placement (and, reserved, a page-faulting one).
   struct WalkScratch {
     std::vector<AskHead> heads;
@@ -4804,6 +4796,10 @@ struct Engine::Impl {
       const AskKey ak{o.effective_price, o.priority, o.id};
       if (in && o.is_sell()) {
         in = lo.pool() == &pools.at(o.request_pool()) && lo.pool()->book_count > 0;
+        if (in) {  // in its pool's list of open asks, at its slot
+          const std::vector<LiveOrder*>& pool_asks = lo.pool()->asks.items;
+          in = o.ask->pool_slot < pool_asks.size() && pool_asks[o.ask->pool_slot] == &lo;
+        }
         if (in) {
           const std::vector<LiveOrder*>& asks = o.book->ask_pools[lo.pool()->ask_pool_slot].asks;
           in = lo.book_slot < asks.size() && asks[lo.book_slot] == &lo;

@@ -194,7 +194,7 @@ class LevelSet {
   [[gnu::noinline]] std::pair<std::size_t, std::size_t> locate_slow(std::int64_t a, const Key& k) const {
     const auto found = search(a, k);
     if (chunks_.size() >= kHintChunks) {
-      if (hint_slots_ < chunks_.size() * kMax) size_hints();
+      if (!hints_ || hint_slots_ < chunks_.size() * kMax) size_hints();  // none in a set moved from
       remember(hints_[hint_slot(a)], a, found);
     }
     return found;

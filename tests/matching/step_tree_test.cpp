@@ -116,6 +116,9 @@ TEST_CASE("SmallSteps holds one piece inline and behaves as the Steps it copies"
   SmallSteps c = a;
   SmallSteps d = std::move(c);
   CHECK(d == one);
+  const auto dp = reinterpret_cast<std::uintptr_t>(d.pieces().data());  // d's own inline piece, not c's
+  const auto dself = reinterpret_cast<std::uintptr_t>(&d);
+  CHECK((dp >= dself && dp < dself + sizeof(d)));
   SmallSteps e = b;
   SmallSteps f = std::move(e);
   CHECK(f == two);
