@@ -27,6 +27,25 @@ SpotSetup spot_setup(Fixture& f) {
   return s;
 }
 
+// kProvider's ask of 8 GPUs on a spot pool (OrderId 2), open from T0 to `ask_end`, sells 4 GPUs for 10 days to
+// kBuyer at 1.00 (`cheap`), is amended to 1.10 and sells 4 more (`dear`).
+struct AmendedSetup {
+  LeaseId cheap;
+  LeaseId dear;
+};
+
+AmendedSetup amended_setup(Fixture& f, std::int64_t ask_end) {
+  AmendedSetup s;
+  const PoolId pool = f.add_pool(kProvider, pool_spec(8, 1, Tier::spot));
+  f.place(kProvider, sell(pool, usd4(10000), 8, T0, ask_end));
+  f.place(kBuyer, interruptible(buy_window(usd4(12000), 4, T0, T0 + 10 * D)));
+  s.cheap = of_type<LeaseChanged>(f.events()).at(0).lease.id;
+  f.run(kProvider, Amend{OrderId(2), std::nullopt, usd4(11000)});
+  f.place(kBuyer, interruptible(buy_window(usd4(12000), 4, T0, T0 + 10 * D)));
+  s.dear = of_type<LeaseChanged>(f.events()).at(0).lease.id;
+  return s;
+}
+
 }  // namespace
 
 TEST_CASE("an interruptible bid preempts a cheaper interruptible lease after the notice", "[preemption]") {
@@ -110,13 +129,7 @@ TEST_CASE("firm bids and single_pool bids do not preempt", "[preemption]") {
 
 TEST_CASE("cheapest leases are preempted first and a lease in its notice is not preempted again", "[preemption]") {
   Fixture f;
-  const PoolId pool = f.add_pool(kProvider, pool_spec(8, 1, Tier::spot));
-  f.place(kProvider, sell(pool, usd4(10000), 8, T0, T0 + 30 * D));
-  f.place(kBuyer, interruptible(buy_window(usd4(12000), 4, T0, T0 + 10 * D)));   // lease at 1.00 (ask price)
-  const LeaseId cheap = of_type<LeaseChanged>(f.events()).at(0).lease.id;
-  f.run(kProvider, Amend{OrderId(2), std::nullopt, usd4(11000)});
-  f.place(kBuyer, interruptible(buy_window(usd4(12000), 4, T0, T0 + 10 * D)));   // lease at 1.10
-  const LeaseId dear = of_type<LeaseChanged>(f.events()).at(0).lease.id;
+  const auto [cheap, dear] = amended_setup(f, T0 + 30 * D);  // leases at 1.00 and 1.10; the ask stays open
   f.place(kBuyer2, interruptible(buy_duration(usd4(20000), 4, H)));
   REQUIRE(trades_of(f.events()).size() == 1);
   CHECK(trades_of(f.events())[0].preempted_lease == cheap);
@@ -136,12 +149,7 @@ TEST_CASE("cheapest leases are preempted first and a lease in its notice is not 
 
 TEST_CASE("a lease split off by a preemption keeps its ask's list price, and is preempted from it", "[preemption]") {
   Fixture f;
-  const PoolId pool = f.add_pool(kProvider, pool_spec(8, 1, Tier::spot));
-  f.place(kProvider, sell(pool, usd4(10000), 8, T0, T0 + 10 * D));
-  f.place(kBuyer, interruptible(buy_window(usd4(12000), 4, T0, T0 + 10 * D)));  // lease at 1.00 (ask price)
-  const LeaseId cheap = of_type<LeaseChanged>(f.events()).at(0).lease.id;
-  f.run(kProvider, Amend{OrderId(2), std::nullopt, usd4(11000)});
-  f.place(kBuyer, interruptible(buy_window(usd4(12000), 4, T0, T0 + 10 * D)));  // lease at 1.10
+  const LeaseId cheap = amended_setup(f, T0 + 10 * D).cheap;
   CHECK(f.status(OrderId(2)) == OrderStatus::filled);  // its leases keep its last price, 1.10
   // 2 of the cheap lease's 4 GPUs preempted: the other 2 go on as a lease split off from it, sold by the
   // same ask.
