@@ -698,6 +698,18 @@ struct RunBounds {
   }
 };
 
+// What few leases have (LiveLease::kRare), apart from the lease's slot.
+struct LeaseRare {
+  LeaseId split_from;
+  Seconds preempted_at;
+  Seconds ends_at;
+  Price ask_list_price;
+  Seconds ask_window_start;
+  Seconds ask_window_end;
+  Seconds ask_min_duration;
+};
+inline const LeaseRare kNoLeaseRare{};  // not a function-local static: no guard to check on every to_lease()
+
 // A live lease in the engine's compact form (128 bytes against the public Lease's 248): what a Lease holds
 // except what its pool gives (id, provider, market and tier are a pool's for life), one amount for `owed` and
 // `billed` (a lease is billed when it ends, and owes nothing from then on), and apart (Impl::rare_leases; `has`
@@ -742,21 +754,20 @@ struct LiveLease {
   std::uint8_t has{0};
 
   Micros owed() const { return ended ? 0 : amount; }
+  // The fields that may be kept apart, read through `r`: its entry in Impl::rare_leases when it has the field's
+  // flag (Impl::rare_for).
+  Seconds ends_at(const LeaseRare& r) const { return (has & kRareEndsAt) ? r.ends_at : end; }
+  Price ask_list_price(const LeaseRare& r) const { return (has & kRareAskPrice) ? r.ask_list_price : list_price; }
+  Seconds ask_window_start(const LeaseRare& r) const {
+    return (has & kRareAskTerms) ? r.ask_window_start : start - Seconds(ask_lead);
+  }
+  Seconds ask_window_end(const LeaseRare& r) const { return (has & kRareAskTerms) ? r.ask_window_end : end + Seconds(ask_tail); }
+  Seconds ask_min_duration(const LeaseRare& r) const {
+    return (has & kRareAskTerms) ? r.ask_min_duration : Seconds(ask_min_duration_);
+  }
 };
 // 1,024 of them fill one of jemalloc's size classes (128 KiB) exactly: SlabMap's blocks are a power of two.
 static_assert(sizeof(LiveLease) == 128);
-
-// What few leases have (LiveLease::kRare), apart from the lease's slot.
-struct LeaseRare {
-  LeaseId split_from;
-  Seconds preempted_at;
-  Seconds ends_at;
-  Price ask_list_price;
-  Seconds ask_window_start;
-  Seconds ask_window_end;
-  Seconds ask_min_duration;
-};
-inline const LeaseRare kNoLeaseRare{};  // not a function-local static: no guard to check on every to_lease()
 
 template <>
 struct SlabKey<LiveLease> {
@@ -919,12 +930,13 @@ inline PoolId RestOrder::request_pool() const {
 
 // A pool's resting asks in no order (each LiveOrder keeps its index, book_slot; erase moves the last one into
 // the hole; fixed-window bids find them through the RunIndex), and the cheapest price and run bounds of those
-// in book_spot_asks (spot_cheapest: max when it is empty), which let a duration bid's walk pass over the pool
-// without reading a key.
+// in book_spot_asks (spot_cheapest: kNoSpotAsk when it is empty), which let a duration bid's walk pass over the
+// pool without reading a key.
+constexpr Price kNoSpotAsk{std::numeric_limits<std::int64_t>::max()};
 struct AskPool {
   LivePool* lp{nullptr};
   std::vector<LiveOrder*> asks;
-  Price spot_cheapest{std::numeric_limits<std::int64_t>::max()};
+  Price spot_cheapest{kNoSpotAsk};
   RunBounds spot_runs;
 };
 
@@ -1859,9 +1871,7 @@ struct Engine::Impl {
 
   Lease to_lease(const LiveLease& l) const {
     const Pool& p = l.lp->p;
-    // One lookup for all its rare fields (most leases have none).
-    const LeaseRare& rare = (l.has & LiveLease::kRare) ? rare_leases.at(l.id) : kNoLeaseRare;
-    const auto has = [&](std::uint8_t bit) { return (l.has & bit) != 0; };
+    const LeaseRare& rare = rare_for(l, LiveLease::kRare);  // one lookup for all of them (most leases have none)
     return Lease{.id = l.id,
                  .trade = l.trade,
                  .split_from = rare.split_from,
@@ -1880,17 +1890,16 @@ struct Engine::Impl {
                  .interruptible = l.interruptible,
                  .status = l.status,
                  .preempted_at = (l.has & LiveLease::kPreemptedAt) ? std::optional(rare.preempted_at) : std::nullopt,
-                 .ends_at = has(LiveLease::kEndsAt) ? std::optional(has(LiveLease::kRareEndsAt) ? rare.ends_at : l.end)
-                                                    : std::nullopt,
+                 .ends_at = (l.has & LiveLease::kEndsAt) ? std::optional(l.ends_at(rare)) : std::nullopt,
                  .billed = l.ended ? l.amount : 0,
                  .owed = l.owed(),
                  .bucket = l.bucket,
                  .ended = l.ended,
-                 .ask_window_start = has(LiveLease::kRareAskTerms) ? rare.ask_window_start : l.start - Seconds(l.ask_lead),
-                 .ask_window_end = has(LiveLease::kRareAskTerms) ? rare.ask_window_end : l.end + Seconds(l.ask_tail),
-                 .ask_list_price = has(LiveLease::kRareAskPrice) ? rare.ask_list_price : l.list_price,
+                 .ask_window_start = l.ask_window_start(rare),
+                 .ask_window_end = l.ask_window_end(rare),
+                 .ask_list_price = l.ask_list_price(rare),
                  .ask_min_chunk = l.ask_min_chunk,
-                 .ask_min_duration = has(LiveLease::kRareAskTerms) ? rare.ask_min_duration : Seconds(l.ask_min_duration_),
+                 .ask_min_duration = l.ask_min_duration(rare),
                  .ask_withdrawn = l.ask_withdrawn};
   }
 
@@ -1911,19 +1920,15 @@ struct Engine::Impl {
     l.has |= LiveLease::kSplitFrom;
   }
   // A lease's fields that may be kept apart (LiveLease).
-  Seconds ends_at(const LiveLease& l) const { return (l.has & LiveLease::kRareEndsAt) ? rare_leases.at(l.id).ends_at : l.end; }
-  Price ask_list_price(const LiveLease& l) const {
-    return (l.has & LiveLease::kRareAskPrice) ? rare_leases.at(l.id).ask_list_price : l.list_price;
+  // l's entry in rare_leases when it has one of `bits` (no lookup otherwise), else an empty one.
+  const LeaseRare& rare_for(const LiveLease& l, std::uint8_t bits) const {
+    return (l.has & bits) ? rare_leases.at(l.id) : kNoLeaseRare;
   }
-  Seconds ask_window_start(const LiveLease& l) const {
-    return (l.has & LiveLease::kRareAskTerms) ? rare_leases.at(l.id).ask_window_start : l.start - Seconds(l.ask_lead);
-  }
-  Seconds ask_window_end(const LiveLease& l) const {
-    return (l.has & LiveLease::kRareAskTerms) ? rare_leases.at(l.id).ask_window_end : l.end + Seconds(l.ask_tail);
-  }
-  Seconds ask_min_duration(const LiveLease& l) const {
-    return (l.has & LiveLease::kRareAskTerms) ? rare_leases.at(l.id).ask_min_duration : Seconds(l.ask_min_duration_);
-  }
+  Seconds ends_at(const LiveLease& l) const { return l.ends_at(rare_for(l, LiveLease::kRareEndsAt)); }
+  Price ask_list_price(const LiveLease& l) const { return l.ask_list_price(rare_for(l, LiveLease::kRareAskPrice)); }
+  Seconds ask_window_start(const LiveLease& l) const { return l.ask_window_start(rare_for(l, LiveLease::kRareAskTerms)); }
+  Seconds ask_window_end(const LiveLease& l) const { return l.ask_window_end(rare_for(l, LiveLease::kRareAskTerms)); }
+  Seconds ask_min_duration(const LiveLease& l) const { return l.ask_min_duration(rare_for(l, LiveLease::kRareAskTerms)); }
 
   // Sets (`apart`) or clears flag `bit` of l's rare fields; the entry goes with the last of them.
   void set_rare(LiveLease& l, std::uint8_t bit, bool apart) {
@@ -2938,9 +2943,9 @@ struct Engine::Impl {
     return group_admits(b, lp, *g) && regions.admits(lp.region);
   }
 
-  // The least of the ask pools' spot_cheapest (the maximum when none has a spot ask).
+  // The least of the ask pools' spot_cheapest (kNoSpotAsk when none has a spot ask).
   static Price spot_floor(const Book& b) {
-    return b.spot_by_price.empty() ? Price(std::numeric_limits<std::int64_t>::max()) : b.spot_by_price.front().cheapest;
+    return b.spot_by_price.empty() ? kNoSpotAsk : b.spot_by_price.front().cheapest;
   }
 
   // At least the price of every resting bid of `b` (see Book::duration_ceiling), the duration bids' best taken
@@ -3103,6 +3108,11 @@ struct Engine::Impl {
     return was;
   }
 
+  // A longest run as AskKey::max_run keeps it: kAnyRun (no bound) when it does not fit in 32 bits.
+  static std::int32_t max_run_of(std::int64_t longest) {
+    return longest >= kAnyRun ? kAnyRun : static_cast<std::int32_t>(longest);
+  }
+
   // A resting ask's key in its book sets, with its free runs summarized. `as_placed` (hook()'s): its free capacity
   // is its quantity, a whole number of lots, over all of its window, so its one run is the window: no pass over
   // its pieces (summarize_runs() would find the same).
@@ -3113,7 +3123,7 @@ struct Engine::Impl {
       const std::int64_t longest = (o.window_end - o.window_start).value;
       k.run_lead = 0;
       k.run_tail = 0;
-      k.max_run = longest >= kAnyRun ? kAnyRun : static_cast<std::int32_t>(longest);
+      k.max_run = max_run_of(longest);
     } else {
       summarize_runs(o, k);
     }
@@ -3131,24 +3141,23 @@ struct Engine::Impl {
     lp.book_spot_asks.erase(k);
     if (lp.book_spot_asks.empty()) {
       ap.spot_runs = RunBounds{};
-      set_spot_cheapest(b, ap, Price(std::numeric_limits<std::int64_t>::max()));
+      set_spot_cheapest(b, ap, kNoSpotAsk);
     } else {
       set_spot_cheapest(b, ap, lp.book_spot_asks.begin()->effective);
     }
   }
 
-  // ap's spot_cheapest set to p (the maximum: no spot ask), and its entry in Book::spot_by_price moved with it.
+  // ap's spot_cheapest set to p (kNoSpotAsk: none), and its entry in Book::spot_by_price moved with it.
   static void set_spot_cheapest(Book& b, AskPool& ap, Price p) {
-    constexpr std::int64_t kNone = std::numeric_limits<std::int64_t>::max();
     if (p == ap.spot_cheapest) return;
     std::vector<SpotPool>& v = b.spot_by_price;
     const SpotPool to{p, ap.lp};
-    if (ap.spot_cheapest.value == kNone) {
+    if (ap.spot_cheapest == kNoSpotAsk) {
       v.insert(std::lower_bound(v.begin(), v.end(), to), to);
     } else {
       // Moved by shifting only the entries it passes (none, when its neighbours still bound it).
       const auto at = std::lower_bound(v.begin(), v.end(), SpotPool{ap.spot_cheapest, ap.lp});
-      if (p.value == kNone) {
+      if (p == kNoSpotAsk) {
         v.erase(at);
       } else if (to < *at) {
         const auto dest = std::lower_bound(v.begin(), at, to);
@@ -3404,11 +3413,10 @@ struct Engine::Impl {
       k.max_run = 0;
       return;
     }
-    // Clamping lead and tail down keeps the hull a superset (a true bound); a run too long for 32 bits
-    // is kAnyRun (no bound).
+    // Clamping lead and tail down keeps the hull a superset (a true bound).
     k.run_lead = clamp32((first - k.start).value);
     k.run_tail = clamp32((k.end - last).value);
-    k.max_run = longest >= kAnyRun ? kAnyRun : static_cast<std::int32_t>(longest);
+    k.max_run = max_run_of(longest);
   }
 
   // Puts a changed order back (if still open), refreshes its view and timer; ends a terminal one.
@@ -3468,7 +3476,7 @@ struct Engine::Impl {
           lo.in_spot = as_placed ? o.window_start <= now : spot_now(o);
           if (lp.book_count++ == 0) {
             lp.ask_pool_slot = b.ask_pools.size();
-            b.ask_pools.push_back(AskPool{&lp, {}, Price(std::numeric_limits<std::int64_t>::max()), {}});
+            b.ask_pools.push_back(AskPool{&lp, {}, kNoSpotAsk, {}});
           }
           AskPool& ap = b.ask_pools[lp.ask_pool_slot];
           lo.book_slot = static_cast<std::uint32_t>(ap.asks.size());
@@ -3514,21 +3522,8 @@ struct Engine::Impl {
     AskSide& s = *a.ask;
     LivePool& lp = *lo.pool();
     const Seconds from = std::max(now, a.window_start);
-    std::int64_t past;
-    std::int64_t rest;
-    if (s.free.pieces().size() == 1) {
-      // One piece (an ask no fill has split, most of those cancelled): its two integrals by hand, not two calls
-      // of Steps::integral (~50 instructions each).
-      const Step& p = s.free.pieces().front();
-      const auto over = [&](Seconds x, Seconds y) {
-        return p.gpus * std::max<std::int64_t>(0, (std::min(y, p.to) - std::max(x, p.from)).value);
-      };
-      past = over(a.window_start, std::min(from, a.window_end));
-      rest = over(from, a.window_end);
-    } else {
-      past = s.free.integral(a.window_start, std::min(from, a.window_end));
-      rest = s.free.integral(from, a.window_end);
-    }
+    const std::int64_t past = s.free.integral(a.window_start, std::min(from, a.window_end));
+    const std::int64_t rest = s.free.integral(from, a.window_end);
     for (const Step& p : s.free.pieces()) {
       if (p.to <= from) continue;
       lp.used.add(std::max(p.from, from), p.to, -p.gpus);
@@ -4889,7 +4884,7 @@ struct Engine::Impl {
       for (const BidGroup& g : b.bid_groups) in_groups += g.resting;
       std::vector<SpotPool> by_price;
       for (const AskPool& ap : b.ask_pools) {
-        if (ap.spot_cheapest.value != std::numeric_limits<std::int64_t>::max()) by_price.push_back({ap.spot_cheapest, ap.lp});
+        if (ap.spot_cheapest != kNoSpotAsk) by_price.push_back({ap.spot_cheapest, ap.lp});
       }
       std::sort(by_price.begin(), by_price.end());
       if (by_price.size() != b.spot_by_price.size() ||
@@ -4931,7 +4926,7 @@ struct Engine::Impl {
           }
         }
         const AskSet& spot = ap.lp->book_spot_asks;
-        if (spot.empty() ? ap.spot_cheapest.value != std::numeric_limits<std::int64_t>::max()
+        if (spot.empty() ? ap.spot_cheapest != kNoSpotAsk
                          : ap.spot_cheapest != spot.begin()->effective) {
           fail("spot cheapest of pool " + std::to_string(ap.lp->p.id.value) + " out of step");
         }

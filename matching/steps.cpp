@@ -174,7 +174,7 @@ std::int64_t Steps::at(Seconds t) const {
   return i < n_ && p_[i].from <= t ? p_[i].gpus : 0;
 }
 
-std::int64_t Steps::integral(Seconds from, Seconds to) const {
+std::int64_t Steps::integral_of_pieces(Seconds from, Seconds to) const {
   if (from >= to) return 0;  // e.g. the lapsed part of an ask whose window starts now: no search
   std::int64_t sum = 0;
   for (std::size_t i = first_ending_after(pieces(), from); i < n_; ++i) {
