@@ -2879,7 +2879,9 @@ struct Engine::Impl {
         b.free_groups.pop_back();
         BidGroup& g = b.bid_groups[static_cast<std::size_t>(f)];
         g.listed = false;
-        if (g.users == 0) {
+        // The unconstrained group never gives way (leave_group does not list it), though it may have been
+        // listed before it became that group: a bid with regions only left it, then an unconstrained bid rested.
+        if (g.users == 0 && f != b.unconstrained_group) {
           slot = &g;
           it->second = f;
         }

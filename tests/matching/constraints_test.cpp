@@ -172,3 +172,28 @@ TEST_CASE("a book keeps the constraint groups of its open bids, not of every con
   CHECK(trades[0].buy_order == kept);
   CHECK(f.engine().constraint_groups(kH100) <= 2);
 }
+
+// Found by session 21's extended random run (GPUEX_SEED=20270539 and 20270584): DESIGN.md §4 "Matching" lets
+// any bid whose constraints a pool satisfies trade with its asks, however earlier bids came and went. A bid
+// that names only regions shares the unconstrained bids' group (regions apart); when it left, its group was
+// listed for reuse, an unconstrained bid then made it the unconstrained group, and after that one left too a
+// bid with other constraints took the slot: later unconstrained bids were judged by nvlink and met no ask.
+TEST_CASE("an unconstrained bid meets the asks of every pool after other bids came and went", "[constraints]") {
+  Fixture f;
+  PoolSpec plain = pool_spec(8, 1, Tier::instance, "DE");
+  plain.nvlink = false;
+  const PoolId pool = f.add_pool(kProvider, plain);
+  OrderRequest regional = buy_duration(usd4(15000), 4, H);
+  regional.constraints.regions = {"US"};
+  f.run(kBuyer, Cancel{f.place(kBuyer, regional)});                           // rested (no ask), then left
+  f.run(kBuyer, Cancel{f.place(kBuyer, buy_duration(usd4(15000), 4, H))});  // likewise, unconstrained
+  OrderRequest nvlink = buy_duration(usd4(15000), 4, H);
+  nvlink.constraints.nvlink = true;
+  f.place(kBuyer2, nvlink);  // rests: the pool has no NVLink
+  f.place(kProvider, sell(pool, usd4(12000), 8, T0, T0 + 10 * H));
+  CHECK(trades_of(f.events()).empty());
+  f.place(kBuyer, buy_duration(usd4(15000), 4, H));  // "They trade while bid price >= ask effective price"
+  REQUIRE(trades_of(f.events()).size() == 1);
+  CHECK(trades_of(f.events())[0].quantity == Qty(4));
+  CHECK(trades_of(f.events())[0].price == usd4(12000));
+}
