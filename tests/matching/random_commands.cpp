@@ -11,6 +11,8 @@ namespace {
 constexpr std::int64_t kMinute = 60;
 constexpr std::int64_t kHour = 3600;
 constexpr std::int64_t kDay = 86400;
+// Per command while none runs, the chance (in thousandths) that a spot-lease lifecycle scenario starts.
+constexpr std::int64_t kScenarioStartPerMille = 20;
 
 const AccountId kP1{1};   // provider that also buys (self-trades)
 const AccountId kP2{2};   // provider
@@ -309,11 +311,218 @@ CommandBody RandomCommands::repeat_client_order(AccountId& account) {
   return PlaceOrder{p.request};
 }
 
+// The scenario's bids: interruptible, on its market, and mostly held to its pool by attributes the plain random
+// bids never ask for (400 Gb/s and a 99.9 % SLA in FR), so that free capacity elsewhere does not take them
+// before they preempt; now and then unconstrained, to meet the rest of the market too.
+OrderRequest RandomCommands::scenario_bid(Qty quantity, Price price) {
+  OrderRequest r;
+  r.side = Side::buy;
+  r.market = scenario_.market;
+  r.price = price;
+  r.quantity = quantity;
+  r.min_chunk = scenario_.ask_chunk;
+  BidConstraints& c = r.constraints;
+  c.interruptible = true;
+  if (chance(80)) {
+    c.tiers = {Tier::spot};
+    c.regions = {"FR"};
+    c.min_fabric_gbps = 400;
+    c.min_sla_pct_x1000 = 99900;
+  }
+  const std::int64_t t = range(0, 9);
+  r.time_in_force = t < 7 ? TimeInForce::ioc : t < 9 ? TimeInForce::gtc : TimeInForce::fok;
+  if (chance(20)) r.client_order_id = "c" + std::to_string(next_cid_++);
+  return r;
+}
+
+// The cheapest lease on the scenario's pool that a preemption may still take (running or reserved, not in its
+// notice), first by price then id as preemption takes them; only split-off ones if `split_only`.
+const RandomCommands::LeaseInfo* RandomCommands::cheapest_scenario_lease(AccountId not_of, bool split_only) const {
+  const LeaseInfo* best = nullptr;
+  for (const LeaseInfo& l : leases_) {
+    if (l.pool != scenario_.pool || l.ended || l.buyer == not_of) continue;
+    if (l.status != LeaseStatus::active && l.status != LeaseStatus::reserved) continue;
+    if (split_only && l.split_from.value == 0) continue;
+    if (!best || l.price < best->price || (l.price == best->price && l.id < best->id)) best = &l;
+  }
+  return best;
+}
+
+// The scenario's next command, or none when it cannot go on (its pool or ask refused or gone): the caller then
+// draws a plain random one.
+std::optional<CommandBody> RandomCommands::scenario_body(AccountId& account) {
+  Scenario& s = scenario_;
+  const PoolInfo* pool = nullptr;
+  for (const PoolInfo& p : pools_)
+    if (p.id == s.pool && !p.retired) pool = &p;
+  bool ask_open = false;
+  for (const OrderInfo& o : orders_)
+    if (o.id == s.ask && o.open) ask_open = true;
+  constexpr std::int64_t kStep = 50000;  // 0.05 USD, on every market's tick
+  static const std::vector<AccountId> traders{kP1, kP2, kB1, kB2};
+  // Someone who may preempt lease `l`: neither its buyer nor its provider.
+  auto bidder_for = [&](const LeaseInfo& l) {
+    AccountId b = pick(traders);
+    while (b == l.buyer || b == s.provider) b = pick(traders);
+    return b;
+  };
+  auto lots = [&](Qty q) { return std::max<std::int64_t>(1, q.value / std::max<std::int64_t>(1, s.ask_chunk.value)); };
+  switch (s.stage) {
+    case Stage::idle:
+      return std::nullopt;
+    case Stage::pool: {
+      PoolSpec spec = random_pool_spec();
+      spec.tier = Tier::spot;
+      spec.region = "FR";
+      spec.fabric_gbps = 400;
+      spec.sla_pct_x1000 = 99900;
+      spec.gpus_per_node = chance(50) ? 2 : 4;
+      spec.nodes = static_cast<std::int32_t>(spec.gpus_per_node == 2 ? range(2, 4) : range(1, 2));
+      account = chance(50) ? kP1 : kP2;
+      s = Scenario{};
+      s.stage = Stage::ask;
+      s.provider = account;
+      s.market = spec.market;
+      s.awaiting_pool = true;
+      return AddPool{spec};
+    }
+    case Stage::ask: {
+      if (!pool) break;
+      OrderRequest r;
+      r.side = Side::sell;
+      r.pool = s.pool;
+      r.price = Price(range(30, 40) * kStep);  // 1.50 .. 2.00 USD
+      const std::int64_t gpus = std::max<std::int64_t>(1, std::int64_t{pool->gpus_per_node} * pool->nodes);
+      r.min_chunk = Qty(gpus % 2 == 0 && chance(20) ? 2 : 1);
+      r.quantity = Qty(gpus);
+      r.start = Seconds(now_ - range(0, 10 * kMinute));
+      r.end = Seconds(now_ + range(24, 72) * kHour);
+      r.time_in_force = TimeInForce::gtc;
+      account = pool->provider;
+      s.ask = OrderId();
+      s.ask_price = r.price;
+      s.ask_quantity = r.quantity;
+      s.ask_chunk = r.min_chunk;
+      s.ask_end = r.end->value;
+      s.awaiting_ask = true;
+      s.stage = Stage::first_lease;
+      return PlaceOrder{r};
+    }
+    case Stage::first_lease: {
+      if (!pool || !ask_open) break;
+      // The long lease a preemption later splits: at least two lots when the ask has three or more.
+      const std::int64_t n = lots(s.ask_quantity);
+      const std::int64_t q = n >= 3 ? range(2, std::max<std::int64_t>(2, n / 2)) : 1;
+      OrderRequest r = scenario_bid(Qty(q * s.ask_chunk.value), Price(s.ask_price.value + range(0, 2) * kStep));
+      r.start = Seconds(now_);
+      r.end = Seconds(s.ask_end);
+      account = chance(50) ? kB1 : kB2;
+      s.stage = Stage::amend;
+      s.left = static_cast<int>(range(1, 2));
+      return PlaceOrder{r};
+    }
+    case Stage::amend: {
+      if (!pool || !ask_open) {
+        s.stage = Stage::preempt;
+        return scenario_body(account);
+      }
+      // Mostly dearer: the leases it sold keep their own price, and preemption takes the ask's last one.
+      static const std::vector<std::int64_t> steps{-1, 1, 1, 2, 3, 4};
+      Amend a;
+      a.order = s.ask;
+      const std::int64_t k = range(0, 9);
+      if (k < 9) a.price = Price(std::max<std::int64_t>(kStep, s.ask_price.value + pick(steps) * kStep));
+      if (k >= 6 && s.ask_quantity.value > s.ask_chunk.value) a.quantity = Qty(s.ask_quantity.value - s.ask_chunk.value);
+      account = s.provider;
+      if (--s.left <= 0) {
+        s.stage = Stage::fill;
+        s.left = static_cast<int>(range(1, 3));
+      }
+      return a;
+    }
+    case Stage::fill:
+    case Stage::sweep: {
+      if (!pool || !ask_open) {
+        s.stage = Stage::preempt;
+        return scenario_body(account);
+      }
+      // Several bids for the rest of the ask's window, the last for all of it (ioc): the ask ends filled.
+      const bool sweep = s.stage == Stage::sweep;
+      const std::int64_t q = sweep ? lots(s.ask_quantity) : range(1, std::max<std::int64_t>(1, lots(s.ask_quantity) / 3));
+      OrderRequest r = scenario_bid(Qty(q * s.ask_chunk.value), Price(s.ask_price.value + range(sweep ? 1 : 0, 2) * kStep));
+      r.start = Seconds(now_);
+      r.end = Seconds(s.ask_end);
+      if (sweep) r.time_in_force = TimeInForce::ioc;
+      account = chance(50) ? kB1 : kB2;
+      if (sweep) s.stage = Stage::preempt;
+      else if (--s.left <= 0) s.stage = Stage::sweep;
+      return PlaceOrder{r};
+    }
+    case Stage::preempt:
+    case Stage::preempt_split: {
+      // Dear short bids that find no free capacity: the first takes part of the cheapest lease (which splits),
+      // the next ones the rest split off from it, in part or whole.
+      const bool split = s.stage == Stage::preempt_split;
+      const LeaseInfo* l = cheapest_scenario_lease(AccountId(), split);
+      if (!l && split) l = cheapest_scenario_lease(AccountId(), false);
+      if (!l) {
+        s.stage = Stage::after;
+        s.left = static_cast<int>(range(2, 5));
+        return scenario_body(account);
+      }
+      const std::int64_t n = lots(l->quantity);
+      const std::int64_t q = split ? range(1, n) : n >= 2 ? range(1, n - 1) : 1;
+      const Price price(std::max(s.ask_price.value, l->price.value) + range(1, 5) * kStep);
+      OrderRequest r = scenario_bid(Qty(q * s.ask_chunk.value), price);
+      if (chance(25)) {
+        r.start = Seconds(now_ + range(3, 30) * kMinute);  // a fixed window after the notice
+        r.end = Seconds(r.start->value + kHour);
+      } else {
+        r.duration = Seconds(range(1, 4) * 30 * kMinute);
+      }
+      account = bidder_for(*l);
+      if (!split) {
+        s.stage = Stage::preempt_split;
+        s.left = static_cast<int>(range(1, 3));
+      } else if (--s.left <= 0) {
+        s.stage = Stage::after;
+        s.left = static_cast<int>(range(2, 5));
+      }
+      return PlaceOrder{r};
+    }
+    case Stage::after: {
+      // Through the leases' lives (next() lets time run on): releases by their buyers, and ticks.
+      if (--s.left <= 0) s.stage = Stage::idle;
+      std::vector<LeaseInfo> mine;
+      for (const LeaseInfo& l : leases_)
+        if (l.pool == s.pool && !l.ended) mine.push_back(l);
+      if (!mine.empty() && chance(40)) {
+        const LeaseInfo& l = pick(mine);
+        account = l.buyer;
+        return ReleaseLease{l.id};
+      }
+      return Tick{};
+    }
+  }
+  s.stage = Stage::idle;  // its pool or ask was refused or has gone
+  return std::nullopt;
+}
+
 CommandBody RandomCommands::random_body(AccountId& account) {
   account = kAdminAccount;
   if (pools_.size() < 3) {
     account = chance(50) ? kP1 : kP2;
     return AddPool{random_pool_spec()};
+  }
+  // With play_lifecycles(), now and then a spot-lease lifecycle (scenario_body) plays out among the random
+  // commands, taking seven in ten while it runs.
+  if (lifecycles_ && scenario_.stage == Stage::idle && range(0, 999) < kScenarioStartPerMille)
+    scenario_.stage = Stage::pool;
+  if (lifecycles_ && scenario_.stage != Stage::idle && chance(70)) {
+    if (std::optional<CommandBody> body = scenario_body(account)) {
+      last_was_scenario_ = true;
+      return std::move(*body);
+    }
   }
   std::vector<OrderInfo> open;
   for (const OrderInfo& o : orders_)
@@ -451,9 +660,18 @@ AccountId RandomCommands::other_account(AccountId a) {
 Command RandomCommands::next() {
   // Time moves in small steps mostly, with jumps so that windows start, expiries fire and leases complete.
   const std::int64_t t = range(0, 99);
+  const std::int64_t before = now_;
   now_ += t < 40 ? 0 : t < 80 ? range(1, 120) : t < 95 ? range(120, 2 * kHour) : t < 99 ? range(2 * kHour, 2 * kDay)
                                                                                     : range(2 * kDay, 20 * kDay);
+  // A running scenario needs its leases alive until it preempts them: small steps; then time runs on through
+  // notices, releases and the leases' ends.
+  if (scenario_.stage != Stage::idle && scenario_.stage != Stage::pool) {
+    if (scenario_.stage != Stage::after) now_ = before + (t < 50 ? 0 : range(1, 120));
+    else now_ = before + (t < 30 ? range(121, 15 * kMinute) : t < 75 ? range(15 * kMinute, 12 * kHour)
+                                                                    : range(12 * kHour, 3 * kDay));
+  }
   AccountId account;
+  last_was_scenario_ = false;
   CommandBody body = random_body(account);
   if (const auto* p = std::get_if<PlaceOrder>(&body); p && !p->order.client_order_id.empty())
     placed_with_cid_.push_back(Placed{account, p->order});
@@ -465,6 +683,8 @@ Command RandomCommands::next() {
 void RandomCommands::observe(const EventSink& events) {
   for (const Event& e : events) {
     if (const auto* a = std::get_if<OrderAccepted>(&e)) {
+      if (scenario_.awaiting_ask && a->order.is_sell() && a->order.request.pool == scenario_.pool)
+        scenario_.ask = a->order.id;
       orders_.push_back(OrderInfo{a->order.id, a->order.account, a->order.request.side, a->order.request.quantity,
                                   a->order.request.min_chunk, true, a->order.market, a->order.effective_price,
                                   a->order.window_start.value, a->order.window_end.value});
@@ -474,14 +694,19 @@ void RandomCommands::observe(const EventSink& events) {
     } else if (const auto* u = std::get_if<OrderUpdated>(&e)) {
       for (OrderInfo& o : orders_)
         if (o.id == u->order.id) o.quantity = u->order.request.quantity;
+      if (u->order.id == scenario_.ask) {
+        scenario_.ask_price = u->order.request.price;
+        scenario_.ask_quantity = u->order.request.quantity;
+      }
     } else if (const auto* l = std::get_if<LeaseChanged>(&e)) {
+      const Lease& n = l->lease;
       bool known = false;
       for (LeaseInfo& x : leases_) {
-        if (x.id != l->lease.id) continue;
+        if (x.id != n.id) continue;
         known = true;
-        x.ended = l->lease.ended;
+        x = LeaseInfo{n.id, n.buyer, n.ended, n.pool, n.quantity, n.price, n.split_from, n.status};
       }
-      if (!known) leases_.push_back(LeaseInfo{l->lease.id, l->lease.buyer, l->lease.ended});
+      if (!known) leases_.push_back(LeaseInfo{n.id, n.buyer, n.ended, n.pool, n.quantity, n.price, n.split_from, n.status});
     } else if (const auto* p = std::get_if<PoolChanged>(&e)) {
       bool known = false;
       for (PoolInfo& x : pools_) {
@@ -490,11 +715,13 @@ void RandomCommands::observe(const EventSink& events) {
         x.nodes = p->pool.spec.nodes;
         x.retired = p->pool.retired;
       }
+      if (!known && scenario_.awaiting_pool) scenario_.pool = p->pool.id;
       if (!known)
         pools_.push_back(PoolInfo{p->pool.id, p->pool.provider, p->pool.spec.market, p->pool.spec.tier,
                                   p->pool.spec.gpus_per_node, p->pool.spec.nodes, p->pool.retired});
     }
   }
+  scenario_.awaiting_pool = scenario_.awaiting_ask = false;
 }
 
 }  // namespace gpuex::matching::test
