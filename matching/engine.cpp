@@ -1926,6 +1926,12 @@ struct Engine::Impl {
   }
   Seconds ends_at(const LiveLease& l) const { return l.ends_at(rare_for(l, LiveLease::kRareEndsAt)); }
   Price ask_list_price(const LiveLease& l) const { return l.ask_list_price(rare_for(l, LiveLease::kRareAskPrice)); }
+  // The list price a preemption of `l` starts from ("the ask's effective price"), and its trade's list_price:
+  // the ask's own while it is open (an amend may have re-priced it since it sold `l`), else the one it ended with.
+  Price preemption_list_price(const LiveLease& l) const {
+    auto live = orders.find(l.sell_order);
+    return live != orders.end() && live->o.is_open() ? live->o.request.price : ask_list_price(l);
+  }
   Seconds ask_window_start(const LiveLease& l) const { return l.ask_window_start(rare_for(l, LiveLease::kRareAskTerms)); }
   Seconds ask_window_end(const LiveLease& l) const { return l.ask_window_end(rare_for(l, LiveLease::kRareAskTerms)); }
   Seconds ask_min_duration(const LiveLease& l) const { return l.ask_min_duration(rare_for(l, LiveLease::kRareAskTerms)); }
@@ -3716,9 +3722,7 @@ struct Engine::Impl {
         if (l.price >= bid.request.price || l.ask_withdrawn) continue;
         if (ws < ask_window_start(l) || we > ask_window_end(l) || we - ws < ask_min_duration(l)) continue;
         if (ws < std::max(l.start, notice_end) || we > l.end) continue;  // the freed GPUs must cover it
-        auto live = orders.find(l.sell_order);
-        const Price list = live != orders.end() && live->o.is_open() ? live->o.request.price : ask_list_price(l);
-        const Price eff = discounted(list, lp.p.green_discount_bps, tk);
+        const Price eff = discounted(preemption_list_price(l), lp.p.green_discount_bps, tk);
         const Price price = std::max(eff, l.price + tk);
         if (price > bid.request.price) continue;
         const std::int64_t lot = std::lcm(bid.request.min_chunk.value, l.ask_min_chunk.value);
@@ -3743,8 +3747,7 @@ struct Engine::Impl {
     Trade t;
     base_trade(t, lp, bid.o, q, ws, we, price, Side::buy);
     t.sell_order = old.sell_order;
-    auto live = orders.find(old.sell_order);
-    t.list_price = live != orders.end() && live->o.is_open() ? live->o.request.price : ask_list_price(old);
+    t.list_price = preemption_list_price(old);
     t.preemption = true;
     t.preempted_lease = old.id;
     // The preempted GPUs leave the pool's commitments from the end of the notice; the new lease takes them.
@@ -4713,7 +4716,7 @@ struct Engine::Impl {
       const Qty q(std::min((r.quantity - total).value, pc.max_qty.value) / lot * lot);
       if (q.value == 0) continue;
       const LiveLease& l = leases.at(pc.lease);
-      out.push_back(QuoteFill{l.lp->p.id, l.sell_order, q, pc.start, pc.end, pc.price, ask_list_price(l),
+      out.push_back(QuoteFill{l.lp->p.id, l.sell_order, q, pc.start, pc.end, pc.price, preemption_list_price(l),
                               l.lp->p.green_discount_bps, true});
       total += q;
     }
