@@ -781,15 +781,25 @@ TEST_CASE("debug: shrink a sequence where the engine and the reference differ", 
   const EngineConfig config = RandomCommands::config();
   ReferenceMatcher ref(config);
   RandomCommands gen(seed, kStart);
+  if (std::getenv("GPUEX_LIFECYCLES") && std::string(std::getenv("GPUEX_LIFECYCLES")) == "1") gen.play_lifecycles();
+  const int length = std::getenv("GPUEX_COMMANDS") ? std::atoi(std::getenv("GPUEX_COMMANDS")) : kCommandsPerSequence;
   std::vector<Command> log;
-  for (int k = 0; k < kCommandsPerSequence; ++k) {
+  for (int k = 0; k < length; ++k) {
     log.push_back(gen.next());
     EventSink ev;
     ref.apply(log.back(), ev);
     gen.observe(ev);
     if (!reference_divergence(log).empty()) break;
   }
-  REQUIRE(!reference_divergence(log).empty());
+  if (reference_divergence(log).empty()) {  // then where an engine restored from a snapshot differs, if anywhere
+    for (std::size_t cut = 1; cut < log.size(); ++cut) {
+      const std::string d = restore_divergence(log, cut);
+      if (d.empty()) continue;
+      std::cout << "the reference agrees; restored after " << cut << " commands: " << d << "\n";
+      break;
+    }
+    return;
+  }
   for (bool shrunk = true; shrunk;) {
     shrunk = false;
     for (std::size_t i = log.size() - 1; i-- > 0;) {
