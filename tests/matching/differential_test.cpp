@@ -483,7 +483,8 @@ TEST_CASE("the engine and the reference matcher produce identical events", "[dif
         } else if (std::getenv("GPUEX_DIFF_SUMMARY")) {
           std::size_t j = 0;
           while (j < fast.size() && j < slow.size() && fast[j] == slow[j]) ++j;
-          std::cerr << "MISMATCH seed=" << seed << (life ? " playing lifecycles" : "") << " index " << k << ": " << log.back() << "\n  " << error << broken
+          std::cerr << "MISMATCH seed=" << seed << (life ? " playing lifecycles" : "") << " index " << k << ": "
+                    << log.back() << "\n  " << error << broken
                     << "  E: " << (j < fast.size() ? to_string(fast[j]) : "-") << "\n  R: "
                     << (j < slow.size() ? to_string(slow[j]) : "-") << "\n";
         }
@@ -819,5 +820,6 @@ TEST_CASE("debug: shrink a sequence where the engine and the reference differ", 
     }
   }
   for (std::size_t cut = 1; cut < log.size(); ++cut)
-    std::cout << "restored after " << cut << " commands: " << (restore_divergence(log, cut).empty() ? "alike" : "differs") << "\n";
+    std::cout << "restored after " << cut << " commands: "
+              << (restore_divergence(log, cut).empty() ? "alike" : "differs") << "\n";
 }

@@ -432,7 +432,9 @@ std::optional<CommandBody> RandomCommands::scenario_body(AccountId& account) {
       a.order = s.ask;
       const std::int64_t k = range(0, 9);
       if (k < 9) a.price = Price(std::max<std::int64_t>(kStep, s.ask_price.value + pick(steps) * kStep));
-      if (k >= 6 && s.ask_quantity.value > s.ask_chunk.value) a.quantity = Qty(s.ask_quantity.value - s.ask_chunk.value);
+      if (k >= 6 && s.ask_quantity.value > s.ask_chunk.value) {
+        a.quantity = Qty(s.ask_quantity.value - s.ask_chunk.value);  // one lot less
+      }
       account = s.provider;
       if (--s.left <= 0) {
         s.stage = Stage::fill;
@@ -448,8 +450,10 @@ std::optional<CommandBody> RandomCommands::scenario_body(AccountId& account) {
       }
       // Several bids for the rest of the ask's window, the last for all of it (ioc): the ask ends filled.
       const bool sweep = s.stage == Stage::sweep;
-      const std::int64_t q = sweep ? lots(s.ask_quantity) : range(1, std::max<std::int64_t>(1, lots(s.ask_quantity) / 3));
-      OrderRequest r = scenario_bid(Qty(q * s.ask_chunk.value), Price(s.ask_price.value + range(sweep ? 1 : 0, 2) * kStep));
+      const std::int64_t n = lots(s.ask_quantity);
+      const std::int64_t q = sweep ? n : range(1, std::max<std::int64_t>(1, n / 3));
+      const Price price(s.ask_price.value + range(sweep ? 1 : 0, 2) * kStep);
+      OrderRequest r = scenario_bid(Qty(q * s.ask_chunk.value), price);
       r.start = Seconds(now_);
       r.end = Seconds(s.ask_end);
       if (sweep) r.time_in_force = TimeInForce::ioc;
@@ -700,13 +704,14 @@ void RandomCommands::observe(const EventSink& events) {
       }
     } else if (const auto* l = std::get_if<LeaseChanged>(&e)) {
       const Lease& n = l->lease;
+      const LeaseInfo info{n.id, n.buyer, n.ended, n.pool, n.quantity, n.price, n.split_from, n.status};
       bool known = false;
       for (LeaseInfo& x : leases_) {
         if (x.id != n.id) continue;
         known = true;
-        x = LeaseInfo{n.id, n.buyer, n.ended, n.pool, n.quantity, n.price, n.split_from, n.status};
+        x = info;
       }
-      if (!known) leases_.push_back(LeaseInfo{n.id, n.buyer, n.ended, n.pool, n.quantity, n.price, n.split_from, n.status});
+      if (!known) leases_.push_back(info);
     } else if (const auto* p = std::get_if<PoolChanged>(&e)) {
       bool known = false;
       for (PoolInfo& x : pools_) {
