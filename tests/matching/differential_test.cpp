@@ -229,6 +229,7 @@ struct Mix {
     const bool split = l.split_from.value != 0;
     const bool repriced = t.list_price != l.list_price;
     const bool filled = ask_filled.count(t.sell_order) != 0;
+    if (t.green_discount_bps > 0) add("cov_preempt_green");
     if (split) add("cov_preempt_split_lease");
     if (repriced) add("cov_preempt_ask_repriced");
     if (filled) add("cov_preempt_ask_filled");
@@ -512,6 +513,7 @@ TEST_CASE("the engine and the reference matcher produce identical events", "[dif
       << "; of leases whose ask was re-priced since " << x["cov_preempt_ask_repriced"] << ", filled "
       << x["cov_preempt_ask_filled"] << ", both " << x["cov_preempt_ask_repriced_filled"]
       << "; split-off and both " << x["cov_preempt_split_ask_repriced_filled"]
+      << "; on a green-discounted pool " << x["cov_preempt_green"]
       << "), split-off leases with their ask's list price apart " << x["cov_split_ask_price_apart"]
       << ", asks re-priced " << x["cov_ask_repriced"] << " (then filled " << x["cov_ask_repriced_then_filled"]
       << "), asks filled by 3+ trades " << x["cov_ask_filled_by_3_or_more_trades"] << ", leases released "
@@ -593,8 +595,8 @@ TEST_CASE("the engine and the reference matcher produce identical events", "[dif
     CHECK(mix["trade_constrained_single_pool"] > 20 * per20k);
     // The lifecycle sequences reach the chain that hid session 19's bug (a lease split off by a preemption lost
     // the list price of its ask, re-priced and then filled) and the steps around it, a third of what they reach
-    // now: 1,079 preemptions, 303 of split-off leases, 343 of leases whose ask was re-priced and then filled,
-    // 163 of split-off ones, per 37,500 commands.
+    // now: 1,161 preemptions, 305 of split-off leases, 347 of leases whose ask was re-priced and then filled,
+    // 157 of split-off ones, 179 on a green-discounted pool, per 37,500 commands.
     const std::int64_t life20k = (commands - plain_commands) / 20000;
     CHECK(life20k >= 1);
     CHECK(lifecycles["cov_preemption"] > 300 * life20k);
@@ -602,6 +604,7 @@ TEST_CASE("the engine and the reference matcher produce identical events", "[dif
     CHECK(lifecycles["cov_preempt_ask_repriced_filled"] > 100 * life20k);
     CHECK(lifecycles["cov_preempt_split_ask_repriced_filled"] > 50 * life20k);
     CHECK(lifecycles["cov_split_ask_price_apart"] > 50 * life20k);
+    CHECK(lifecycles["cov_preempt_green"] > 50 * life20k);
     CHECK(lifecycles["cov_ask_repriced_then_filled"] > 80 * life20k);
     CHECK(lifecycles["cov_ask_filled_by_3_or_more_trades"] > 50 * life20k);
     CHECK(lifecycles["lease_released"] > 200 * life20k);

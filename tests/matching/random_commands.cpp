@@ -367,6 +367,20 @@ std::optional<CommandBody> RandomCommands::scenario_body(AccountId& account) {
     return b;
   };
   auto lots = [&](Qty q) { return std::max<std::int64_t>(1, q.value / std::max<std::int64_t>(1, s.ask_chunk.value)); };
+  // Now and then, while its ask sells and its leases are preempted, the pool changes under them: a verification
+  // (or its withdrawal), which re-prices the open ask and the preemptions by the green discount, or a resize.
+  const bool selling = s.stage == Stage::fill || s.stage == Stage::sweep || s.stage == Stage::preempt ||
+                       s.stage == Stage::preempt_split;
+  if (pool && selling && chance(12)) {
+    if (chance(75)) {
+      account = kAdminAccount;
+      if (chance(80)) return VerifyPool{s.pool, true, Seconds(now_ + range(1, 5) * kDay), "audit"};
+      return VerifyPool{s.pool, false, Seconds(0), ""};
+    }
+    account = s.provider;
+    const std::int64_t nodes = std::max<std::int64_t>(1, pool->nodes + (chance(50) ? 1 : -1));
+    return ResizePool{s.pool, static_cast<std::int32_t>(nodes)};
+  }
   switch (s.stage) {
     case Stage::idle:
       return std::nullopt;
