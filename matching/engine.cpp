@@ -1036,11 +1036,14 @@ struct RunRow {
   std::size_t size{0};         // the entries in its cells
 };
 
-// A pool's verdict for the current walk (`mark` = the walk's number), by the pool's number in the index.
+// A pool's verdict for the current walk, by the pool's number in the index, in one 8-byte word (the scan reads
+// one per run entry; a walk number and two bools took 16): the walk's number times 4, plus kOk when the pool
+// admits the bid and kOwn when its provider (every ask's account) is the bid's.
 struct RunPoolMark {
-  std::uint64_t mark{0};
-  bool ok{false};
-  bool own{false};  // the pool's provider (every ask's account) is the bid's
+  static constexpr std::uint64_t kOk = 1;
+  static constexpr std::uint64_t kOwn = 2;
+  static constexpr std::uint64_t kFlags = kOk | kOwn;
+  std::uint64_t word{0};  // 0: judged in no walk (walk numbers start at 1)
 };
 
 struct RunIndex {
@@ -1056,8 +1059,12 @@ struct RunIndex {
   std::size_t row_of(std::uint32_t start) const {
     return static_cast<std::size_t>(std::max<std::int64_t>(run_slot(Seconds(start)) - first_week, 0));
   }
-  std::size_t cell_of(std::size_t r, std::uint32_t end) const {
-    const std::int64_t c = run_slot(Seconds(end)) - first_week - static_cast<std::int64_t>(r);
+  std::size_t cell_of(std::size_t r, std::uint32_t end) const { return cell_at(r, end_week(end)); }
+  // The same in two parts, for a scan of many rows: an end's week (run_slot) after first_week, computed once,
+  // then its cell in row r.
+  std::int64_t end_week(std::uint32_t end) const { return run_slot(Seconds(end)) - first_week; }
+  static std::size_t cell_at(std::size_t r, std::int64_t end_week) {
+    const std::int64_t c = end_week - static_cast<std::int64_t>(r);
     return static_cast<std::size_t>(std::clamp<std::int64_t>(c, 0, static_cast<std::int64_t>(kRunCells) - 1));
   }
   // An entry's row and cell, added if need be (index_run); find: nulls if it has none (unindex_run,
@@ -1206,7 +1213,8 @@ class BidWalk {
     std::vector<const BidIndex*> indexes;
   };
   BidWalk(Seconds a_start, Seconds a_end, Seconds a_min_duration, Seconds now, Lists& lists)
-      : from_(std::max(a_start, now)), to_(a_end), min_(a_min_duration), now_(now), heads_(lists.heads),
+      : from_(std::max(a_start, now)), to_(a_end), min_(a_min_duration), now_(now), from_week_(run_slot(from_)),
+        to_week_(run_slot(to_)), heads_(lists.heads),
         fixed_(lists.fixed), cursors_(lists.cursors), indexes_(lists.indexes) {
     heads_.clear();
     fixed_.clear();
@@ -1359,11 +1367,11 @@ class BidWalk {
   // bounds again.
   template <class F>
   void for_each_cell(const BidIndex& ix, const std::int64_t& least, bool open, F&& fn) const {
-    const std::int64_t last = run_slot(to_);
+    const std::int64_t last = to_week_;
     std::int64_t reach = open ? kNoBid : last;
     auto run = runs_ ? runs_->begin() : Runs::const_iterator();
     const BidRow* const rows_end = ix.rows.data() + ix.rows.size();
-    for (const BidRow* row = ix.rows.data() + (ix.row_from(run_slot(from_)) - ix.rows.begin());
+    for (const BidRow* row = ix.rows.data() + (ix.row_from(from_week_) - ix.rows.begin());
          row != rows_end && row->start_week <= last; ++row) {
       if (open) {
         for (; run != runs_->end() && run->first.value < (row->start_week + 1) * kRunSlot; ++run) {
@@ -1429,10 +1437,14 @@ class BidWalk {
   void make_cursors() {
     for (const BidIndex* ix : indexes_) {
       for_each_cell(*ix, floor_.value, true, [&](std::int64_t start_week, const BidCell& cell) {
-        Cursor c = cursor(*ix, start_week, cell);
+        // Built in its place (a cursor is 120 bytes; built aside and pushed, it was written twice) and dropped
+        // again when its cell holds nothing after first_.
+        const auto& chunks = cell.bids.chunks();
+        Cursor& c = cursors_.emplace_back(BidEntry{}, ix, ix->version, chunks.data(), chunks.data() + chunks.size(),
+                                          chunks.front().data(), start_week, cell.end_week, served_, false);
         bool held = settle(c);
         for (; held && !before(first_, c.entry); held = settle(c)) ++c.at;
-        if (held) cursors_.push_back(c);
+        if (!held) cursors_.pop_back();
       });
     }
     indexes_.clear();
@@ -1509,6 +1521,10 @@ class BidWalk {
   Seconds to_;
   Seconds min_;
   Seconds now_;
+  // The window's weeks (run_slot of from_ and to_), which for_each_cell reads for each index and pass: computed
+  // once a walk instead of two divisions a call.
+  std::int64_t from_week_;
+  std::int64_t to_week_;
   Price floor_;
   std::vector<Head>& heads_;
   std::optional<Head> pending_;
@@ -2638,15 +2654,32 @@ struct Engine::Impl {
         }
       }
     }
-    bool admits(std::uint32_t region) const {
+    // Inline (GCC kept it out of line: ~35,000 calls in the realistic bench's 20,000 commands, from judge_pool
+    // and pool_admits), the search for a number from 64 on apart.
+    [[gnu::always_inline]] bool admits(std::uint32_t region) const {
       if (!nums) return true;
       if (region < 64) return (low >> region) & 1;
-      return high && std::find(nums->begin(), nums->end(), region) != nums->end();
+      return high && admits_high(region);
+    }
+    [[gnu::noinline]] bool admits_high(std::uint32_t region) const {
+      return std::find(nums->begin(), nums->end(), region) != nums->end();
     }
   };
+  // Puts v in the place of a max-heap's greatest (v is less) by one sift down from the top: a push_heap and a
+  // pop_heap sifted twice, out of line (~7,500 of each in the realistic bench's 20,000 commands).
+  static void replace_greatest(std::pair<std::int64_t, Seq>* heap, std::size_t n, std::pair<std::int64_t, Seq> v) {
+    std::size_t i = 0;
+    for (std::size_t child = 1; child < n; child = 2 * i + 1) {
+      if (child + 1 < n && heap[child] < heap[child + 1]) ++child;
+      if (!(v < heap[child])) break;
+      heap[i] = heap[child];
+      i = child;
+    }
+    heap[i] = v;
+  }
   mutable std::deque<WalkScratch> head_stack;  // a deque: a nested walk's emplace_back keeps references
   mutable std::size_t head_depth{0};
-  mutable std::uint64_t walk_count{0};  // numbers fixed-window walks (RunPoolMark::mark)
+  mutable std::uint64_t walk_count{0};  // numbers fixed-window walks (RunPoolMark::word)
 
   //
   // `stop_after` (a fixed-window bid's walk in match_bid; 0 elsewhere) says that fn stops the walk once it
@@ -2701,7 +2734,7 @@ struct Engine::Impl {
       } else {
         // The runs that hold [ws, we): in cells whose start week is at most ws's and end week at least we's.
         RunIndex& ix = b.free_runs;
-        const std::uint64_t mark = ++walk_count;
+        const std::uint64_t mark = ++walk_count * 4;  // RunPoolMark::word without its flags
         const auto ws32 = static_cast<std::uint32_t>(ws.value);
         const auto we32 = static_cast<std::uint32_t>(we.value);
         const auto len32 = static_cast<std::uint32_t>((we - ws).value);
@@ -2741,21 +2774,21 @@ struct Engine::Impl {
               }
               if (len32 < e.min_duration) continue;
               const std::uint32_t pool = e.pool;
-              RunPoolMark& pm = marks[pool];
-              if (pm.mark != mark) {
-                pm.mark = mark;
+              std::uint64_t& pm = marks[pool].word;
+              if ((pm & ~RunPoolMark::kFlags) != mark) {
                 const LivePool& pp = *run_pools[pool];
-                pm.ok = pool_admits(b, pp, group, c, regions);
-                pm.own = pp.p.provider == bid.account;
+                pm = mark | (pool_admits(b, pp, group, c, regions) ? RunPoolMark::kOk : 0) |
+                     (pp.p.provider == bid.account ? RunPoolMark::kOwn : 0);
               }
-              if (!pm.ok) continue;
+              if (!(pm & RunPoolMark::kOk)) continue;
               cands.push_back(AskCandidate{e.effective, e.priority, e.lo, run_pools[pool]});
-              if (want == 0 || !e.unit_lot || pm.own) continue;
-              best[n_best++] = {e.effective.value, e.priority};
-              std::push_heap(best.begin(), best.begin() + static_cast<std::ptrdiff_t>(n_best));
-              if (n_best > want) {
-                std::pop_heap(best.begin(), best.begin() + static_cast<std::ptrdiff_t>(n_best));
-                --n_best;
+              if (want == 0 || !e.unit_lot || (pm & RunPoolMark::kOwn)) continue;
+              if (n_best < want) {
+                best[n_best++] = {e.effective.value, e.priority};
+                std::push_heap(best.begin(), best.begin() + static_cast<std::ptrdiff_t>(n_best));
+              } else {
+                // The entry is before the cut (the checks above), the greatest kept: it takes the cut's place.
+                replace_greatest(best.data(), n_best, {e.effective.value, e.priority});
               }
               if (n_best == want) cut = best.front();
             }
@@ -2763,10 +2796,11 @@ struct Engine::Impl {
         };
         const std::size_t ws_row = ix.row_of(ws32);
         const std::size_t rows = std::min(ws_row + 1, ix.rows.size());
+        const std::int64_t we_week = ix.end_week(we32);  // one division, not one a row
         for (std::size_t r = 0; r < rows; ++r) {
           const RunRow& row = ix.rows[r];
           if (row.size == 0) continue;
-          const std::size_t we_cell = ix.cell_of(r, we32);
+          const std::size_t we_cell = RunIndex::cell_at(r, we_week);
           const RunCell* const cells = row.cells.data();
           const std::size_t n_cells = row.cells.size();
           for (std::size_t i = we_cell; i < n_cells; ++i) {
@@ -2784,18 +2818,41 @@ struct Engine::Impl {
             }
           }
         }
+        // The candidates pushed before the cut came down to its last place and priced past it: the walk never
+        // reaches them (fn stops by the want-th sure candidate, which is at most the cut), so they are dropped
+        // before the heap is made instead of being heaped.
+        if (want > 0 && n_best == want) {
+          std::erase_if(cands, [&](const AskCandidate& x) {
+            return x.effective.value > cut.first || (x.effective.value == cut.first && x.priority > cut.second);
+          });
+        }
       }
-      // A min-heap on (effective, priority, id); the id is read from the order only for equal priorities (an
-      // order's priority is the sequence number of the command that gave it, so two orders never tie; kept
-      // for exactness).
+      // The order (effective, priority, id), as a min-heap's; the id is read from the order only for equal
+      // priorities (an order's priority is the sequence number of the command that gave it, so two orders never
+      // tie; kept for exactness).
       const auto later = [](const AskCandidate& x, const AskCandidate& y) {
         if (x.effective.value != y.effective.value) return x.effective.value > y.effective.value;
         if (x.priority != y.priority) return x.priority > y.priority;
         return x.lo->o.id.value > y.lo->o.id.value;
       };
-      std::make_heap(cands.begin(), cands.end(), later);
-      while (!cands.empty()) {
-        std::pop_heap(cands.begin(), cands.end(), later);
+      // Given in that order: the first few each found by a pass for the least, then, if fn goes on, the rest
+      // through a heap. A bid's walk usually stops within a few of its ~50 candidates (realistic bench):
+      // the passes cost less than make_heap's and the pops' moves. The order is a total one, so either way
+      // gives the same sequence.
+      constexpr int kByPass = 6;
+      for (int given = 0; !cands.empty(); ++given) {
+        if (given < kByPass) {
+          AskCandidate* const first = cands.data();
+          AskCandidate* const last = first + cands.size() - 1;
+          AskCandidate* least = last;
+          for (AskCandidate* p = first; p != last; ++p) {
+            if (later(*least, *p)) least = p;
+          }
+          std::swap(*least, *last);
+        } else {
+          if (given == kByPass) std::make_heap(cands.begin(), cands.end(), later);
+          std::pop_heap(cands.begin(), cands.end(), later);
+        }
         const AskCandidate x = cands.back();
         cands.pop_back();
         AskKey k{x.effective, x.priority, x.lo->o.id};

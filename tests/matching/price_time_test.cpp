@@ -1,5 +1,8 @@
 // Price-time priority on effective prices; trades at the resting order's price.
+#include <algorithm>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "fixture.hpp"
 
@@ -151,4 +154,27 @@ TEST_CASE("an ask with nothing free now still meets later fixed-window bids", "[
   CHECK(trades[1].buy_order == forward);  // [T0 + 2 h, T0 + 3 h) at 2.30
   CHECK(trades[1].start == Seconds(T0 + 2 * H));
   CHECK(f.status(spot_b) == OrderStatus::open);  // nothing free in the first hour
+}
+
+TEST_CASE("a fixed-window bid that meets many asks takes them cheapest first, then by arrival", "[price_time]") {
+  // 12 asks (a bid of 12 GPUs, and of 3: more asks that surely fill than it needs) and 20 (more than a walk's
+  // few first picks, and a bid of 20 GPUs): the asks are taken in price-time order, as many as the bid needs.
+  for (const auto& [n, qty] : {std::pair{12, 12}, std::pair{12, 3}, std::pair{20, 20}}) {
+    Fixture f;
+    const PoolId pool = f.add_pool(kProvider, pool_spec(8, 4));  // 32 GPUs
+    std::vector<std::pair<std::int64_t, OrderId>> asks;            // (price, id) in arrival order
+    for (int i = 0; i < n; ++i) {
+      const std::int64_t price = 20000 + (i * 7 % 5) * 100;  // five prices, each several times, out of order
+      asks.emplace_back(price, f.place(kProvider, sell(pool, usd4(price), 1, T0, T0 + 10 * H)));
+    }
+    std::stable_sort(asks.begin(), asks.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+    const OrderId bid = f.place(kBuyer, buy_window(usd4(21000), qty, T0 + H, T0 + 2 * H));
+    const auto trades = trades_of(f.events());
+    REQUIRE(trades.size() == static_cast<std::size_t>(qty));
+    for (int i = 0; i < qty; ++i) {
+      CHECK(trades[static_cast<std::size_t>(i)].sell_order == asks[static_cast<std::size_t>(i)].second);
+      CHECK(trades[static_cast<std::size_t>(i)].price == usd4(asks[static_cast<std::size_t>(i)].first));
+    }
+    CHECK(f.status(bid) == OrderStatus::filled);
+  }
 }
