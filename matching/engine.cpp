@@ -3616,11 +3616,25 @@ struct Engine::Impl {
     AskSide& s = *a.ask;
     LivePool& lp = *lo.pool();
     const Seconds from = std::max(now, a.window_start);
-    const std::int64_t past = s.free.integral(a.window_start, std::min(from, a.window_end));
-    const std::int64_t rest = s.free.integral(from, a.window_end);
-    for (const Step& p : s.free.pieces()) {
-      if (p.to <= from) continue;
-      lp.used.add(std::max(p.from, from), p.to, -p.gpus);
+    std::int64_t past;
+    std::int64_t rest;
+    if (s.free.pieces().size() == 1) {
+      // One piece (an ask no fill has split, most of those cancelled): Steps::integral's shortcut spelled out
+      // here, as GCC calls integral() out of line in hook() (a call each, ~15 instructions), and no loop.
+      const Step p = s.free.pieces()[0];
+      const auto gpu_seconds = [&p](Seconds from_t, Seconds to_t) {
+        return p.gpus * std::max<std::int64_t>(0, (std::min(to_t, p.to) - std::max(from_t, p.from)).value);
+      };
+      past = gpu_seconds(a.window_start, std::min(from, a.window_end));
+      rest = gpu_seconds(from, a.window_end);
+      if (p.to > from) lp.used.add(std::max(p.from, from), p.to, -p.gpus);
+    } else {
+      past = s.free.integral(a.window_start, std::min(from, a.window_end));
+      rest = s.free.integral(from, a.window_end);
+      for (const Step& p : s.free.pieces()) {
+        if (p.to <= from) continue;
+        lp.used.add(std::max(p.from, from), p.to, -p.gpus);
+      }
     }
     s.free.clear_from(from);
     s.lapsed_gpu_seconds = past;
