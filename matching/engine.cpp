@@ -1526,10 +1526,10 @@ class BidWalk {
 // A view's levels by price, unordered: the engine only changes one level at a time and reports its new total
 // (a hash probe, not a tree descent); depth() sorts them when asked. An open-addressing table of (price, GPUs)
 // with linear probing (slot by a multiplicative hash of the price): a lookup is a multiply, a shift and most
-// often one compare, where std::unordered_map's was a division and a node to follow (~25 instructions, a third
-// of a command's view upkeep in plain, bench/README.md "session 21: plain"), and a level that appears or goes
-// allocates and frees nothing. A level's GPUs are never 0 (view_add erases a level its change empties), so 0
-// marks an empty slot. At most 3/4 full; it doubles, and never shrinks (a view's levels come and go).
+// often one compare, where std::unordered_map's was a division and a node to follow (~25 instructions), and a
+// level that appears or goes allocates and frees nothing (plain -1.0 % instructions, bench/README.md "session 21:
+// plain"). A level's GPUs are never 0 (view_add erases a level its change empties), so 0 marks an empty slot. At
+// most 3/4 full; it doubles, and never shrinks (a view's levels come and go).
 class Levels {
  public:
   struct Entry {
