@@ -1539,13 +1539,102 @@ class BidWalk {
   std::uint64_t served_{0};  // bumped by serve()
 };
 
-struct PriceHash {
-  std::size_t operator()(Price p) const { return std::hash<std::int64_t>{}(p.value); }
-};
-
 // A view's levels by price, unordered: the engine only changes one level at a time and reports its new total
-// (a hash probe, not a tree descent); depth() sorts them when asked.
-using Levels = std::unordered_map<Price, Qty, PriceHash>;
+// (a hash probe, not a tree descent); depth() sorts them when asked. An open-addressing table of (price, GPUs)
+// with linear probing (slot by a multiplicative hash of the price): a lookup is a multiply, a shift and most
+// often one compare, where std::unordered_map's was a division and a node to follow (~25 instructions), and a
+// level that appears or goes allocates and frees nothing (plain -1.0 % instructions, bench/README.md "session 21:
+// plain"). A level's GPUs are never 0 (view_add erases a level its change empties), so 0 marks an empty slot. At
+// most 3/4 full; it doubles, and never shrinks (a view's levels come and go).
+class Levels {
+ public:
+  struct Entry {
+    Price price;
+    Qty qty;  // 0: an empty slot
+  };
+
+  // The level at `p` (null: none). Valid until the next insert or erase.
+  Entry* find(Price p) { return const_cast<Entry*>(std::as_const(*this).find(p)); }
+  const Entry* find(Price p) const {
+    if (size_ == 0) return nullptr;
+    for (std::size_t i = home(p);; i = (i + 1) & mask()) {
+      const Entry& e = slots_[i];
+      if (e.qty.value == 0) return nullptr;
+      if (e.price == p) return &e;
+    }
+  }
+  // Adds a level not there yet (q not 0).
+  void insert(Price p, Qty q) {
+    if ((size_ + 1) * 4 > slots_.size() * 3) grow();
+    place(Entry{p, q});
+    ++size_;
+  }
+  // Erases level `e` (from find()): the entries after it in its run that may take its slot move back, so that
+  // every entry stays reachable from its home slot (no tombstones).
+  void erase(Entry* e) {
+    auto hole = static_cast<std::size_t>(e - slots_.data());
+    for (std::size_t j = (hole + 1) & mask(); slots_[j].qty.value != 0; j = (j + 1) & mask()) {
+      // j's entry may move to the hole unless its home slot is in (hole, j] (cyclically).
+      if (((j - home(slots_[j].price)) & mask()) >= ((j - hole) & mask())) {
+        slots_[hole] = slots_[j];
+        hole = j;
+      }
+    }
+    slots_[hole] = Entry{};
+    --size_;
+  }
+  // Adds `q` to the level at `p`, creating it, or erasing it when it comes to 0 (check_invariants' recount).
+  void add(Price p, Qty q) {
+    if (Entry* at = find(p)) {
+      at->qty = at->qty + q;
+      if (at->qty.value == 0) erase(at);
+    } else if (q.value != 0) {
+      insert(p, q);
+    }
+  }
+  bool empty() const { return size_ == 0; }
+  // Calls f(price, qty) for every level, in no order.
+  template <class F>
+  void for_each(F&& f) const {
+    for (const Entry& e : slots_) {
+      if (e.qty.value != 0) f(e.price, e.qty);
+    }
+  }
+  // The same levels with the same GPUs (in any slots).
+  bool operator==(const Levels& o) const {
+    if (size_ != o.size_) return false;
+    for (const Entry& e : slots_) {
+      if (e.qty.value == 0) continue;
+      const Entry* at = o.find(e.price);
+      if (!at || at->qty != e.qty) return false;
+    }
+    return true;
+  }
+
+ private:
+  std::size_t mask() const { return slots_.size() - 1; }
+  std::size_t home(Price p) const {
+    return static_cast<std::size_t>((static_cast<std::uint64_t>(p.value) * 0x9E3779B97F4A7C15ULL) >> shift_);
+  }
+  void place(const Entry& e) {
+    std::size_t i = home(e.price);
+    while (slots_[i].qty.value != 0) i = (i + 1) & mask();
+    slots_[i] = e;
+  }
+  [[gnu::noinline]] void grow() {
+    std::vector<Entry> old = std::move(slots_);
+    const std::size_t n = old.empty() ? 8 : old.size() * 2;
+    slots_.assign(n, Entry{});
+    shift_ = 64 - static_cast<unsigned>(std::countr_zero(n));
+    for (const Entry& e : old) {
+      if (e.qty.value != 0) place(e);
+    }
+  }
+
+  std::vector<Entry> slots_;  // a power of two of them, or none
+  std::size_t size_{0};
+  unsigned shift_{64};
+};
 
 struct View {
   std::uint64_t sequence{0};
@@ -1729,14 +1818,19 @@ struct Engine::Impl {
     return h.value();
   }
 
+  // The shared set equal to `c`; none (a null ConsRef) for no constraint at all (most bids, every ask), tested
+  // here inline, field by field (cheaper than operator==); the table's probe out of line (intern_set): called
+  // whole, every placement paid the call and the frame it sets up for the probe (~20 instructions).
   ConsRef intern(const BidConstraints& c) const {
-    // No constraint at all (most bids, every ask), tested field by field: cheaper than operator==.
     static_assert(sizeof(BidConstraints) == 104, "a new field of BidConstraints belongs in this test too");
     if (c.tiers.empty() && c.regions.empty() && !c.nvlink && !c.min_fabric && !c.min_fabric_gbps &&
         !c.min_sla_pct_x1000 && !c.green_only && !c.max_pue_x1000 && !c.min_renewable_pct_x100 &&
         !c.max_carbon_g_per_kwh_x100 && !c.single_pool && !c.interruptible) {
       return ConsRef();
     }
+    return intern_set(c);
+  }
+  [[gnu::noinline]] ConsRef intern_set(const BidConstraints& c) const {
     const std::uint64_t h = constraints_hash(c);
     auto [first, last] = interned.equal_range(h);
     for (auto it = first; it != last; ++it) {
@@ -2443,23 +2537,23 @@ struct Engine::Impl {
       return;
     }
     Levels& levels = s.side == Side::buy ? v.bids : v.asks;
-    const auto lvl = levels.find(s.price);
-    if (lvl == levels.end() || lvl->second.value + gpus == 0) return level_in_or_out(t, levels, lvl, s, gpus);
-    const Qty before = lvl->second;
-    lvl->second = before + Qty(gpus);
-    note_level(t, s.side, s.price, before, lvl->second);
+    Levels::Entry* const lvl = levels.find(s.price);
+    if (!lvl || lvl->qty.value + gpus == 0) return level_in_or_out(t, levels, lvl, s, gpus);
+    const Qty before = lvl->qty;
+    lvl->qty = before + Qty(gpus);
+    note_level(t, s.side, s.price, before, lvl->qty);
   }
 
-  // `lvl`: the level, which the change empties, or end(): a level that appears (unless the change is 0).
-  [[gnu::noinline]] void level_in_or_out(Touched& t, Levels& levels, Levels::iterator lvl, const Shown& s,
+  // `lvl`: the level, which the change empties, or null: a level that appears (unless the change is 0).
+  [[gnu::noinline]] void level_in_or_out(Touched& t, Levels& levels, Levels::Entry* lvl, const Shown& s,
                                          std::int64_t gpus) {
-    const Qty before = lvl == levels.end() ? Qty(0) : lvl->second;
+    const Qty before = lvl ? lvl->qty : Qty(0);
     const Qty after = before + Qty(gpus);
     note_level(t, s.side, s.price, before, after);
-    if (lvl != levels.end()) {
+    if (lvl) {
       levels.erase(lvl);
     } else if (after.value != 0) {
-      levels.emplace(s.price, after);
+      levels.insert(s.price, after);
     }
   }
 
@@ -3587,11 +3681,25 @@ struct Engine::Impl {
     AskSide& s = *a.ask;
     LivePool& lp = *lo.pool();
     const Seconds from = std::max(now, a.window_start);
-    const std::int64_t past = s.free.integral(a.window_start, std::min(from, a.window_end));
-    const std::int64_t rest = s.free.integral(from, a.window_end);
-    for (const Step& p : s.free.pieces()) {
-      if (p.to <= from) continue;
-      lp.used.add(std::max(p.from, from), p.to, -p.gpus);
+    std::int64_t past;
+    std::int64_t rest;
+    if (s.free.pieces().size() == 1) {
+      // One piece (an ask no fill has split, most of those cancelled): Steps::integral's shortcut spelled out
+      // here, as GCC calls integral() out of line in hook() (a call each, ~15 instructions), and no loop.
+      const Step p = s.free.pieces()[0];
+      const auto gpu_seconds = [&p](Seconds from_t, Seconds to_t) {
+        return p.gpus * std::max<std::int64_t>(0, (std::min(to_t, p.to) - std::max(from_t, p.from)).value);
+      };
+      past = gpu_seconds(a.window_start, std::min(from, a.window_end));
+      rest = gpu_seconds(from, a.window_end);
+      if (p.to > from) lp.used.add(std::max(p.from, from), p.to, -p.gpus);
+    } else {
+      past = s.free.integral(a.window_start, std::min(from, a.window_end));
+      rest = s.free.integral(from, a.window_end);
+      for (const Step& p : s.free.pieces()) {
+        if (p.to <= from) continue;
+        lp.used.add(std::max(p.from, from), p.to, -p.gpus);
+      }
     }
     s.free.clear_from(from);
     s.lapsed_gpu_seconds = past;
@@ -5149,7 +5257,7 @@ struct Engine::Impl {
         v.constrained.orders += 1;
         v.constrained.gpus += s.qty;
       } else {
-        (s.side == Side::buy ? v.bids : v.asks)[s.price] += s.qty;
+        (s.side == Side::buy ? v.bids : v.asks).add(s.price, s.qty);
       }
     }
     for (const auto& [k, v] : views) {
@@ -5372,7 +5480,7 @@ Depth Engine::depth(const MarketId& market, Bucket bucket, int levels) const {
   d.constrained_bids = v.constrained;
   // The best `levels` of a side: bids by price descending, asks ascending.
   const auto best = [levels](const Levels& side, std::vector<Level>& out, auto better) {
-    for (const auto& [price, qty] : side) out.push_back(Level{price, qty});
+    side.for_each([&](Price price, Qty qty) { out.push_back(Level{price, qty}); });
     const auto n = std::min<std::size_t>(out.size(), static_cast<std::size_t>(std::max(levels, 0)));
     const auto by = [&](const Level& a, const Level& b) { return better(a.price, b.price); };
     std::partial_sort(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(n), out.end(), by);

@@ -139,7 +139,7 @@ void Steps::add(Seconds from, Seconds to, std::int64_t delta) {
   splice(static_cast<std::uint32_t>(lo), static_cast<std::uint32_t>(hi - lo), out);
 }
 
-std::int64_t Steps::min(Seconds from, Seconds to) const {
+std::int64_t Steps::min_of_pieces(Seconds from, Seconds to) const {
   if (from >= to) return 0;
   std::int64_t best = std::numeric_limits<std::int64_t>::max();
   Seconds cursor = from;
@@ -169,7 +169,7 @@ std::int64_t Steps::max(Seconds from, Seconds to) const {
   return best;
 }
 
-std::int64_t Steps::at(Seconds t) const {
+std::int64_t Steps::at_of_pieces(Seconds t) const {
   const std::size_t i = first_ending_after(pieces(), t);
   return i < n_ && p_[i].from <= t ? p_[i].gpus : 0;
 }
@@ -192,7 +192,7 @@ void Steps::trim_before(Seconds t) {
   if (n_ > 0 && p_[0].from < t) p_[0].from = t;
 }
 
-void Steps::clear_from(Seconds t) {
+void Steps::clear_pieces_from(Seconds t) {
   auto i = static_cast<std::uint32_t>(first_ending_after(pieces(), t));
   if (i < n_ && p_[i].from < t) {
     p_[i].to = t;

@@ -61,11 +61,22 @@ class Steps {
 
   // Adds `delta` over [from, to).
   void add(Seconds from, Seconds to, std::int64_t delta);
-  // Smallest / largest value over [from, to) (gaps count as 0); 0 for an empty interval.
-  std::int64_t min(Seconds from, Seconds to) const;
+  // Smallest / largest value over [from, to) (gaps count as 0); 0 for an empty interval. min() of one piece (an
+  // ask no fill has split) by hand, inline, as integral().
+  std::int64_t min(Seconds from, Seconds to) const {
+    if (n_ == 1 && from < to) {
+      const Step& p = p_[0];
+      if (p.to <= from || p.from >= to) return 0;
+      return p.from <= from && p.to >= to ? p.gpus : std::min<std::int64_t>(p.gpus, 0);  // else a gap
+    }
+    return min_of_pieces(from, to);
+  }
   std::int64_t max(Seconds from, Seconds to) const;
-  // Value at one instant.
-  std::int64_t at(Seconds t) const;
+  // Value at one instant; one piece by hand, inline, as integral().
+  std::int64_t at(Seconds t) const {
+    if (n_ == 1) return p_[0].from <= t && p_[0].to > t ? p_[0].gpus : 0;
+    return at_of_pieces(t);
+  }
   // Integral over [from, to) in GPU-seconds. One piece (an ask no fill has split, most of those cancelled) by
   // hand, inline: the search of integral_of_pieces() is ~50 instructions a call.
   std::int64_t integral(Seconds from, Seconds to) const {
@@ -74,8 +85,19 @@ class Steps {
   }
   // Drops everything before `t` (history a pool no longer needs).
   void trim_before(Seconds t);
-  // Sets the value to 0 from `t` on.
-  void clear_from(Seconds t);
+  // Sets the value to 0 from `t` on. One piece by hand, inline (as integral()): the search of
+  // clear_pieces_from() is ~30 instructions a call.
+  void clear_from(Seconds t) {
+    if (n_ == 1) {
+      if (p_[0].from >= t) {
+        n_ = 0;
+      } else if (p_[0].to > t) {
+        p_[0].to = t;
+      }
+      return;
+    }
+    clear_pieces_from(t);
+  }
   // Sets the value to 0 everywhere, keeping the room for pieces.
   void clear() { n_ = 0; }
 
@@ -96,6 +118,9 @@ class Steps {
   // The pieces moved from a borrowed place (a SmallSteps' inline piece) into an array of this one's own.
   void own();
   std::int64_t integral_of_pieces(Seconds from, Seconds to) const;
+  std::int64_t min_of_pieces(Seconds from, Seconds to) const;
+  std::int64_t at_of_pieces(Seconds t) const;
+  void clear_pieces_from(Seconds t);
   void splice(std::uint32_t at, std::uint32_t old_n, std::span<const Step> with);
   void erase_front(std::uint32_t k);
 

@@ -100,6 +100,39 @@ TEST_CASE("Steps::add agrees with a value per second and keeps one representatio
   }
 }
 
+TEST_CASE("Steps' reads and clear_from of one piece agree with a value per second", "[steps]") {
+  // One piece (an ask's free capacity before a fill splits it) has its own inline paths in min, at, integral
+  // and clear_from: each must answer as the values per second do, for windows inside, across and outside it.
+  constexpr int kTimes = 24;
+  for (const std::int64_t gpus : {std::int64_t{-2}, std::int64_t{3}}) {
+    for (int from = 0; from < kTimes; from += 3) {
+      for (int to = from + 1; to <= kTimes; to += 4) {
+        const Steps one(Seconds(from), Seconds(to), gpus);
+        REQUIRE(one.pieces().size() == 1);
+        const auto value = [&](int t) { return t >= from && t < to ? gpus : std::int64_t{0}; };
+        for (int a = 0; a <= kTimes + 2; ++a) {
+          CHECK(one.at(Seconds(a)) == value(a));
+          for (int b = a; b <= kTimes + 2; ++b) {
+            std::int64_t least = 0;
+            std::int64_t sum = 0;
+            for (int t = a; t < b; ++t) {
+              least = t == a ? value(t) : std::min(least, value(t));
+              sum += value(t);
+            }
+            CHECK(one.min(Seconds(a), Seconds(b)) == least);
+            CHECK(one.integral(Seconds(a), Seconds(b)) == sum);
+          }
+          Steps cleared = one;
+          cleared.clear_from(Seconds(a));
+          Steps expect;
+          for (int t = 0; t < std::min(a, kTimes); ++t) expect.add(Seconds(t), Seconds(t + 1), value(t));
+          CHECK(cleared == expect);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("SmallSteps holds one piece inline and behaves as the Steps it copies", "[steps]") {
   const Steps one(Seconds(10), Seconds(20), 5);
   Steps two = one;
