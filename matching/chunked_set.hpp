@@ -14,11 +14,12 @@
 #pragma once
 
 #include <algorithm>
-#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <utility>
 #include <vector>
+
+#include "matching/size_class.hpp"
 
 namespace gpuex::matching {
 
@@ -138,16 +139,11 @@ class ChunkedSet {
 
  private:
   // The room a full chunk of n keys grows to: n + n / 4 + 1 keys at least, and as many more as fit in the
-  // allocator's size class of their bytes, at most kMax + 1. The classes are jemalloc's (gpuexd's and the
-  // bench's allocator): multiples of 16 up to 128 bytes, then four a doubling (160, 192, 224, 256, 320...);
-  // glibc's malloc rounds to 16 bytes, so there the extra room is at most what its own rounding wastes. Out of
-  // line: a chunk grows rarely, and insert() inlines into the index updates.
+  // allocator's size class of their bytes (size_class.hpp), at most kMax + 1. Out of line: a chunk grows
+  // rarely, and insert() inlines into the index updates.
   [[gnu::noinline]] static std::size_t grown_room(std::size_t n) {
     const std::size_t want = std::min(kMax + 1, n + n / 4 + 1);
-    const std::size_t bytes = want * sizeof(Key);
-    const std::size_t step = bytes > 128 ? std::bit_floor(bytes - 1) / 4 : 16;  // bytes in (2^j, 2^(j+1)]: 2^(j-2)
-    const std::size_t size_class = (bytes + step - 1) / step * step;
-    return std::clamp(size_class / sizeof(Key), want, kMax + 1);
+    return std::clamp(room_in_class(want, sizeof(Key)), want, kMax + 1);
   }
 
   // The first chunk whose last key is not less than k (chunks_.size() if none).
