@@ -11,8 +11,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
+#include "matching/size_class.hpp"
 #include "matching/steps.hpp"
 #include "matching/types.hpp"
 
@@ -71,19 +73,26 @@ class StepTree {
   }
 
  private:
-  // The values in 32 bits (32-byte nodes, not 40): each is a running sum of the function or the difference of two,
+  // The values in 32 bits (not 40-byte nodes): each is a running sum of the function or the difference of two,
   // and the engine keeps a pool's function between -kMaxQuantity and its GPUs + kMaxQuantity (at most kMaxPoolGpus
   // + kMaxQuantity, the bounds in engine.cpp: the GPUs it holds, plus one change on its way in), inside 2^31 - 1.
   // Changes come in 64 bits and are stored narrowed (narrow).
+  //
+  // A node's own change (its delta) is not stored: it is its sum less its children's (delta_of), 24-byte nodes
+  // instead of 32 (a pool's tree holds two nodes an open ask, ~37 bytes a resting order in the realistic bench).
+  // So a node's delta is read before its children change (split, merge) and given back to pull(); a change
+  // of d under a node adds d to its sum alone (resum: bump's path).
+  //
+  // Trivial (no member initializers; make() sets every field), so that the vector moves its nodes with memmove
+  // when it grows, not one by one.
   struct Node {
-    std::int64_t key{0};
-    std::int32_t delta{0};
-    std::int32_t sum{0};     // of the subtree's deltas
-    std::int32_t maxpre{0};  // largest running sum of the subtree's deltas in key order (non-empty prefixes)
-    int l{-1};
-    int r{-1};
+    std::int64_t key;
+    std::int32_t sum;     // of the subtree's deltas
+    std::int32_t maxpre;  // largest running sum of the subtree's deltas in key order (non-empty prefixes)
+    int l;
+    int r;
   };
-  static_assert(sizeof(Node) == 32);
+  static_assert(sizeof(Node) == 24 && std::is_trivial_v<Node>);
   static std::int32_t narrow(std::int64_t v) { return static_cast<std::int32_t>(v); }
 
   // A node's treap priority: a fixed bijective mix of its index (murmur3's finalizer), so a node stores none
@@ -101,13 +110,19 @@ class StepTree {
   Node& n(int i) { return nodes_[static_cast<std::size_t>(i)]; }
   const Node& n(int i) const { return nodes_[static_cast<std::size_t>(i)]; }
 
+  // Node i's own change: its sum less its children's (while its sum is that of its present children).
+  std::int32_t delta_of(int i) const {
+    const Node& x = n(i);
+    return x.sum - (x.l >= 0 ? n(x.l).sum : 0) - (x.r >= 0 ? n(x.r).sum : 0);
+  }
+
   // sum = left sum + delta + right sum; maxpre = the largest of the left's maxpre, the running sum at this
   // node (left sum + delta) and that plus the right's maxpre (each child's terms only if it exists).
-  // Inlined into bump's path (always_inline): GCC kept it out of line, a call per node of the path.
-  // In 32 bits: every term is a running sum or the difference of two, inside the bounds above.
-  [[gnu::always_inline]] void pull(int i) {
+  // In 32 bits: every term is a running sum or the difference of two, inside the bounds above. Inlined into
+  // split and merge (always_inline), as before.
+  [[gnu::always_inline]] void pull(int i, std::int32_t delta) {
     Node& x = n(i);
-    std::int32_t here = x.delta;
+    std::int32_t here = delta;
     std::int32_t best;
     if (x.l >= 0) {
       const Node& l = n(x.l);
@@ -126,6 +141,26 @@ class StepTree {
     x.maxpre = best;
   }
 
+  // Node i's sum set to `sum` (its delta unchanged, a change below it of sum - the old sum), maxpre with it:
+  // the running sum at the node is its sum less its right child's. Inlined into bump's path (always_inline):
+  // GCC kept the pull it replaces out of line, a call per node of the path.
+  [[gnu::always_inline]] void resum(int i, std::int32_t sum) {
+    Node& x = n(i);
+    x.sum = sum;
+    std::int32_t here = sum;
+    std::int32_t best;
+    if (x.r >= 0) {
+      const Node& r = n(x.r);
+      here -= r.sum;
+      best = here + r.maxpre;
+    } else {
+      best = here;
+    }
+    best = std::max(best, here);
+    if (x.l >= 0) best = std::max(best, n(x.l).maxpre);
+    x.maxpre = best;
+  }
+
   int make(std::int64_t key, std::int64_t delta) {
     int i;
     if (!free_.empty()) {
@@ -133,11 +168,17 @@ class StepTree {
       free_.pop_back();
     } else {
       i = static_cast<int>(nodes_.size());
+      if (nodes_.size() == nodes_.capacity()) grow();
       nodes_.emplace_back();
     }
-    n(i) = Node{key, narrow(delta), narrow(delta), narrow(delta), -1, -1};
+    n(i) = Node{key, narrow(delta), narrow(delta), -1, -1};
     return i;
   }
+
+  // The nodes' room grown by a quarter into the whole of its size class (size_class.hpp), not doubled: a pool's
+  // tree is a few dozen nodes, and doubling left it a quarter empty on average. Out of line, so that make()
+  // still inlines into bump().
+  [[gnu::noinline]] void grow() { nodes_.reserve(room_in_class(nodes_.size() + nodes_.size() / 4 + 1, sizeof(Node))); }
 
   void release(int i) {
     if (i < 0) return;
@@ -152,6 +193,7 @@ class StepTree {
       left = right = -1;
       return;
     }
+    const std::int32_t d = delta_of(t);
     if (n(t).key <= key) {
       split(n(t).r, key, n(t).r, right);
       left = t;
@@ -159,19 +201,21 @@ class StepTree {
       split(n(t).l, key, left, n(t).l);
       right = t;
     }
-    pull(t);
+    pull(t, d);
   }
 
   int merge(int a, int b) {
     if (a < 0) return b;
     if (b < 0) return a;
     if (prio(a) > prio(b)) {
+      const std::int32_t d = delta_of(a);
       n(a).r = merge(n(a).r, b);
-      pull(a);
+      pull(a, d);
       return a;
     }
+    const std::int32_t d = delta_of(b);
     n(b).l = merge(a, n(b).l);
-    pull(b);
+    pull(b, d);
     return b;
   }
 
@@ -187,17 +231,18 @@ class StepTree {
       path[depth++] = t;
       t = key < n(t).key ? n(t).l : n(t).r;
     }
+    // Every node above the change gains d in its sum (in 32 bits: d is the difference of two running sums).
+    const std::int32_t d32 = narrow(d);
     if (t >= 0) {  // found: update it (a change that drops to 0 leaves, its children merged in its place)
       Node& x = n(t);
-      x.delta = narrow(x.delta + d);
-      if (x.delta == 0) {
+      if (delta_of(t) + d32 == 0) {
         int& ref = depth == 0 ? root_ : (key < n(path[depth - 1]).key ? n(path[depth - 1]).l : n(path[depth - 1]).r);
         ref = merge(x.l, x.r);
         free_.push_back(t);
       } else {
-        pull(t);
+        resum(t, x.sum + d32);
       }
-      for (int i = depth - 1; i >= 0; --i) pull(path[i]);
+      for (int i = depth - 1; i >= 0; --i) resum(path[i], n(path[i]).sum + d32);
       return;
     }
     const int fresh = make(key, d);
@@ -207,9 +252,9 @@ class StepTree {
     while (at < depth && prio(path[at]) >= p) ++at;
     int& slot = at == 0 ? root_ : (key < n(path[at - 1]).key ? n(path[at - 1]).l : n(path[at - 1]).r);
     split(slot, key, n(fresh).l, n(fresh).r);
-    pull(fresh);
+    pull(fresh, d32);
     slot = fresh;
-    for (int i = at - 1; i >= 0; --i) pull(path[i]);
+    for (int i = at - 1; i >= 0; --i) resum(path[i], n(path[i]).sum + d32);
   }
 
   void bump_slow(std::int64_t key, std::int64_t d) {
@@ -228,19 +273,18 @@ class StepTree {
     if (t < 0) return false;
     Node& x = n(t);
     if (key == x.key) {
-      x.delta = narrow(x.delta + d);
-      if (x.delta == 0) {
+      if (delta_of(t) + narrow(d) == 0) {
         const int gone = t;
         t = merge(x.l, x.r);
         free_.push_back(gone);
       } else {
-        pull(t);
+        resum(t, x.sum + narrow(d));
       }
       return true;
     }
     int& child = key < x.key ? n(t).l : n(t).r;
     if (!bump_existing(child, key, d)) return false;
-    pull(t);
+    resum(t, n(t).sum + narrow(d));
     return true;
   }
 
@@ -249,7 +293,7 @@ class StepTree {
     for (int t = root_; t >= 0;) {
       const Node& x = n(t);
       if (x.key <= key) {
-        s += std::int64_t{x.l < 0 ? 0 : n(x.l).sum} + x.delta;
+        s += std::int64_t{x.sum} - (x.r < 0 ? 0 : n(x.r).sum);  // the left's sum and x's delta
         t = x.r;
       } else {
         t = x.l;
@@ -279,7 +323,7 @@ class StepTree {
       return;
     }
     max_between(x.l, from, to, run, best, lo_ok, true);
-    run += x.delta;
+    run += delta_of(t);
     best = std::max(best, run);
     max_between(x.r, from, to, run, best, true, hi_ok);
   }
@@ -288,7 +332,8 @@ class StepTree {
     if (t < 0) return;
     const Node& x = nodes[static_cast<std::size_t>(t)];
     collect_into(nodes, x.l, out);
-    out.emplace_back(x.key, x.delta);
+    const auto sum_of = [&](int c) { return c < 0 ? 0 : nodes[static_cast<std::size_t>(c)].sum; };
+    out.emplace_back(x.key, std::int64_t{x.sum} - sum_of(x.l) - sum_of(x.r));
     collect_into(nodes, x.r, out);
   }
   void collect(int t, std::vector<std::pair<std::int64_t, std::int64_t>>& out) const { collect_into(nodes_, t, out); }
