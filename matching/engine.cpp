@@ -1194,6 +1194,16 @@ class BidWalk {
   // A place in one cell (of start week `start_week`, end week `end_week`) of a BidIndex: `at` in chunk `chunk`,
   // valid while the index's version is `version`; else re-sought by `entry` (the one at `at` once settled).
   struct Cursor {
+    // On the first entry of `cell` (of start week `start_week`) of `ix`, to be judged against `served`.
+    Cursor(const BidIndex& index, std::int64_t cell_start_week, const BidCell& cell, std::uint64_t runs_served)
+        : ix(&index),
+          version(index.version),
+          chunk(cell.bids.chunks().data()),
+          chunks_end(chunk + cell.bids.chunks().size()),
+          at(chunk->data()),
+          start_week(cell_start_week),
+          end_week(cell.end_week),
+          served(runs_served) {}
     BidEntry entry;
     const BidIndex* ix{nullptr};
     std::uint64_t version{0};
@@ -1243,7 +1253,7 @@ class BidWalk {
       return;
     }
     for_each_cell(ix, floor_.value, false, [&](std::int64_t start_week, const BidCell& cell) {
-      for (Cursor c = cursor(ix, start_week, cell); settle(c); ++c.at) fixed_.push_back(c.entry);
+      for (Cursor c(ix, start_week, cell, served_); settle(c); ++c.at) fixed_.push_back(c.entry);
     });
   }
   // Duration sets whose best bid is below `floor` are left out.
@@ -1386,11 +1396,6 @@ class BidWalk {
       }
     }
   }
-  Cursor cursor(const BidIndex& ix, std::int64_t start_week, const BidCell& cell) const {
-    const auto& chunks = cell.bids.chunks();
-    return Cursor{{}, &ix, ix.version, chunks.data(), chunks.data() + chunks.size(), chunks.front().data(),
-                  start_week, cell.end_week, served_, false};
-  }
   // Whether a run may hold a window of the cell of (start_week, end_week): one that starts before the start
   // week's end and ends in or after the end week.
   bool cell_open(std::int64_t start_week, std::int64_t end_week) const {
@@ -1439,9 +1444,7 @@ class BidWalk {
       for_each_cell(*ix, floor_.value, true, [&](std::int64_t start_week, const BidCell& cell) {
         // Built in its place (a cursor is 120 bytes; built aside and pushed, it was written twice) and dropped
         // again when its cell holds nothing after first_.
-        const auto& chunks = cell.bids.chunks();
-        Cursor& c = cursors_.emplace_back(BidEntry{}, ix, ix->version, chunks.data(), chunks.data() + chunks.size(),
-                                          chunks.front().data(), start_week, cell.end_week, served_, false);
+        Cursor& c = cursors_.emplace_back(*ix, start_week, cell, served_);
         bool held = settle(c);
         for (; held && !before(first_, c.entry); held = settle(c)) ++c.at;
         if (!held) cursors_.pop_back();
@@ -1552,6 +1555,21 @@ class Levels {
     Price price;
     Qty qty;  // 0: an empty slot
   };
+  Levels() = default;
+  Levels(const Levels&) = default;
+  Levels& operator=(const Levels&) = default;
+  // A moved-from table is empty (the defaults would leave its count and shift beside no slots).
+  Levels(Levels&& o) noexcept
+      : slots_(std::move(o.slots_)), size_(std::exchange(o.size_, 0)), shift_(std::exchange(o.shift_, 64U)) {
+    o.slots_.clear();
+  }
+  Levels& operator=(Levels&& o) noexcept {
+    slots_ = std::move(o.slots_);
+    o.slots_.clear();
+    size_ = std::exchange(o.size_, 0);
+    shift_ = std::exchange(o.shift_, 64U);
+    return *this;
+  }
 
   // The level at `p` (null: none). Valid until the next insert or erase.
   Entry* find(Price p) { return const_cast<Entry*>(std::as_const(*this).find(p)); }

@@ -221,7 +221,8 @@ class StepTree {
 
   // Adds `d` to the change at `key` (creating or dropping its node). One descent along the search path
   // (recorded): an existing node is updated there; a new one goes where its priority places it, taking
-  // the split subtree below as its children (the treap insert); then the path is pulled bottom-up.
+  // the split subtree below as its children (the treap insert); then every node of the path above gains d
+  // in its sum (resum, bottom-up).
   void bump(std::int64_t key, std::int64_t d) {
     int path[kMaxDepth];
     int depth = 0;
@@ -267,7 +268,7 @@ class StepTree {
 
   static constexpr int kMaxDepth = 128;
 
-  // Finds `key` on its search path; adds `d` there and re-pulls the path. A change that becomes 0 is
+  // Finds `key` on its search path; adds `d` there and to the sums of the path (resum). A change that becomes 0 is
   // removed (merging its children in its place). False when `key` has no node.
   bool bump_existing(int& t, std::int64_t key, std::int64_t d) {
     if (t < 0) return false;
