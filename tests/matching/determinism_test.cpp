@@ -135,9 +135,11 @@ TEST_CASE("the digest changes with state", "[determinism]") {
 namespace {
 
 // Records a command log the way the server would: each command generated from what the engine answered.
-std::vector<Command> record_log(std::uint64_t seed, int length) {
+// With `lifecycles`, the generator also plays spot-lease lifecycles (amended asks, preemptions of split leases).
+std::vector<Command> record_log(std::uint64_t seed, int length, bool lifecycles = false) {
   Engine engine(RandomCommands::config());
   RandomCommands gen(seed, T0);
+  if (lifecycles) gen.play_lifecycles();
   std::vector<Command> log;
   for (int i = 0; i < length; ++i) {
     log.push_back(gen.next());
@@ -151,9 +153,11 @@ std::vector<Command> record_log(std::uint64_t seed, int length) {
 }  // namespace
 
 TEST_CASE("a recorded random command log replays to identical events and digests", "[determinism]") {
-  for (std::uint64_t seed : {7ULL, 8ULL, 9ULL}) {
-    INFO("seed " << seed);
-    const std::vector<Command> log = record_log(seed, 400);
+  int preemptions = 0;  // in the lifecycle logs
+  for (const auto& [seed, lifecycles] : {std::pair{7ULL, false}, {8ULL, false}, {9ULL, false}, {7ULL, true},
+                                          {8ULL, true}, {9ULL, true}, {10ULL, true}}) {
+    INFO("seed " << seed << (lifecycles ? " playing lifecycles" : ""));
+    const std::vector<Command> log = record_log(seed, 400, lifecycles);
     Engine a(RandomCommands::config());
     Engine b(RandomCommands::config());
     std::size_t events = 0;
@@ -166,6 +170,9 @@ TEST_CASE("a recorded random command log replays to identical events and digests
       REQUIRE(ea == eb);
       REQUIRE(a.digest() == b.digest());
       events += ea.size();
+      if (lifecycles) {
+        for (const Trade& t : trades_of(ea)) preemptions += t.preemption ? 1 : 0;
+      }
     }
     CHECK(a.snapshot() == b.snapshot());
     CHECK(events > log.size());  // the log really did things
@@ -193,9 +200,12 @@ TEST_CASE("a recorded random command log replays to identical events and digests
     }
     CHECK(c.digest() == d.digest());
   }
+  CHECK(preemptions > 10);  // the lifecycle logs replay (and restore in the middle of) preemptions
 }
 
 TEST_CASE("the same seed gives the same command log", "[determinism]") {
   CHECK(record_log(11, 200) == record_log(11, 200));
   CHECK_FALSE(record_log(11, 200) == record_log(12, 200));
+  CHECK(record_log(11, 200, true) == record_log(11, 200, true));
+  CHECK_FALSE(record_log(11, 200, true) == record_log(11, 200));
 }
