@@ -121,12 +121,22 @@ struct BidOrder {
     return a.id < b.id;
   }
   static std::int64_t level(const BidKey& k) { return ~k.price.value; }  // ~: order-reversing, no overflow
+  // The order of two bids of one level (one price): the price compare left out.
+  static bool in_level(const BidKey& a, const BidKey& b) {
+    if (a.priority != b.priority) return a.priority < b.priority;
+    return a.id < b.id;
+  }
 };
 
 // Asks: AskKey's own order; `level`: an AskSet's price levels (LevelSet), by effective price.
 struct AskOrder {
   bool operator()(const AskKey& a, const AskKey& b) const { return a < b; }
   static std::int64_t level(const AskKey& k) { return k.effective.value; }
+  // The order of two asks of one level (one effective price): the price compare left out.
+  static bool in_level(const AskKey& a, const AskKey& b) {
+    if (a.priority != b.priority) return a.priority < b.priority;
+    return a.id.value < b.id.value;
+  }
 };
 
 struct ViewKey {

@@ -19,7 +19,10 @@
 // that level is still the price's first, instead of searching.
 //
 // `Less` orders keys; `Less::level(key)` is the key's level, a number that orders the levels as Less
-// orders their keys (keys of a lower level are less). Iteration is in key order; like ChunkedSet, insert
+// orders their keys (keys of a lower level are less); `Less::in_level(a, b)` is Less for two keys of one level
+// (by what tells them apart there: for the book sets, priority and id without the price every key of a level
+// shares), used wherever the set compares keys of one level: the searches within a level, and a level's last key
+// with a key of its level. Iteration is in key order; like ChunkedSet, insert
 // and erase invalidate every iterator of the set (walks re-seek by key when version() changed).
 #pragma once
 
@@ -40,6 +43,9 @@ class LevelSet {
     std::vector<Key> keys;  // non-empty, sorted by Less
   };
   using Chunk = std::vector<Level>;
+  struct InLevel {  // Less for keys of one level
+    bool operator()(const Key& a, const Key& b) const { return Less::in_level(a, b); }
+  };
 
  public:
   static constexpr std::size_t kMax = 32;   // levels in a chunk above this split it in two
@@ -83,7 +89,7 @@ class LevelSet {
     if (c == chunks_.size()) return end();
     const Level& lv = chunks_[c][l];
     if (lv.at != a) return at(c, l, 0);
-    const auto it = std::lower_bound(lv.keys.begin(), lv.keys.end(), k, Less{});
+    const auto it = std::lower_bound(lv.keys.begin(), lv.keys.end(), k, InLevel{});
     return at(c, l, static_cast<std::size_t>(it - lv.keys.begin()));
   }
 
@@ -96,8 +102,8 @@ class LevelSet {
     auto [c, l] = locate(a, k);
     if (c < chunks_.size() && chunks_[c][l].at == a) {  // inside a level: an earlier priority (rare)
       std::vector<Key>& keys = chunks_[c][l].keys;
-      const auto it = std::lower_bound(keys.begin(), keys.end(), k, Less{});
-      if (!Less{}(k, *it)) return;
+      const auto it = std::lower_bound(keys.begin(), keys.end(), k, InLevel{});
+      if (!InLevel{}(k, *it)) return;
       keys.insert(it, k);
       if (keys.size() > kKeys) {  // split off the upper half as the next sublevel
         const auto mid = keys.begin() + static_cast<std::ptrdiff_t>(keys.size() / 2);
@@ -178,7 +184,7 @@ class LevelSet {
         std::size_t l = h.l;
         for (;;) {
           const Level& lv = chunks_[c][l];
-          if (lv.at != a || !Less{}(lv.keys.back(), k)) return {c, l};
+          if (lv.at != a || !InLevel{}(lv.keys.back(), k)) return {c, l};
           if (++l == chunks_[c].size()) {
             l = 0;
             if (++c == chunks_.size()) return {c, 0};
@@ -207,7 +213,7 @@ class LevelSet {
   // locate() by two binary searches, the chunks' last levels then the chunk's levels. Levels of another price
   // are told apart by `at` alone; only sublevels of k's own price compare keys.
   std::pair<std::size_t, std::size_t> search(std::int64_t a, const Key& k) const {
-    const auto before = [&](const Level& lv) { return lv.at < a || (lv.at == a && Less{}(lv.keys.back(), k)); };
+    const auto before = [&](const Level& lv) { return lv.at < a || (lv.at == a && InLevel{}(lv.keys.back(), k)); };
     const auto c = std::partition_point(chunks_.begin(), chunks_.end(), [&](const Chunk& ch) { return before(ch.back()); });
     if (c == chunks_.end()) return {chunks_.size(), 0};
     const auto l = std::partition_point(c->begin(), c->end(), before);
@@ -257,8 +263,8 @@ class LevelSet {
     if (cl.first == chunks_.size()) return {nullptr, cl};
     const Level& lv = chunks_[cl.first][cl.second];
     if (lv.at != a) return {nullptr, cl};
-    const auto it = std::lower_bound(lv.keys.begin(), lv.keys.end(), k, Less{});
-    if (Less{}(k, *it)) return {nullptr, cl};  // lv's last key is not less than k: `it` is a key
+    const auto it = std::lower_bound(lv.keys.begin(), lv.keys.end(), k, InLevel{});
+    if (InLevel{}(k, *it)) return {nullptr, cl};  // lv's last key is not less than k: `it` is a key
     return {const_cast<Key*>(&*it), cl};
   }
 

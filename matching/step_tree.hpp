@@ -248,9 +248,12 @@ class StepTree {
     }
     const int fresh = make(key, d);
     const std::uint32_t p = prio(fresh);
-    // The first node of the path the new node outranks (merge() puts the higher priority above).
-    int at = 0;
-    while (at < depth && prio(path[at]) >= p) ++at;
+    // The first node of the path the new node outranks (merge() puts the higher priority above). The path's
+    // priorities fall from the root down (the heap order every insert, merge and split keeps), so the nodes it
+    // outranks are the path's last few: counted from the bottom, a step or two for a new node's random
+    // priority, where the count from the top computed prio() for most of the path.
+    int at = depth;
+    while (at > 0 && prio(path[at - 1]) < p) --at;
     int& slot = at == 0 ? root_ : (key < n(path[at - 1]).key ? n(path[at - 1]).l : n(path[at - 1]).r);
     split(slot, key, n(fresh).l, n(fresh).r);
     pull(fresh, d32);

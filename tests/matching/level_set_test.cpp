@@ -28,6 +28,7 @@ struct KeyLess {
     return a.priority < b.priority;
   }
   static std::int64_t level(const Key& k) { return ~k.price; }
+  static bool in_level(const Key& a, const Key& b) { return a.priority < b.priority; }
 };
 
 using Set = LevelSet<Key, KeyLess>;
