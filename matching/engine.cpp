@@ -1398,6 +1398,14 @@ class BidWalk {
           reach = std::min(last, run_slot(run->second));
         }
       }
+      // No run reaches this row's cells (a cell ends in or after its row's start week), nor, with no run left to
+      // start, a later row's (~1 row in 7 that make_cursors reads in the realistic bench). Only when `open` (else
+      // reach is the window's last week, which the loop stops after); asked here, outside the `if (open)`, it
+      // measured 0.3 % fewer realistic instructions than inside it (the compiler's layout).
+      if (reach < row->start_week) {
+        if (run == runs_->end()) break;
+        continue;
+      }
       if (row->best < least) continue;
       const BidCell* const cells_end = row->cells.data() + row->cells.size();
       for (const BidCell* cell = row->cells.data(); cell != cells_end; ++cell) {
@@ -1484,14 +1492,17 @@ class BidWalk {
     return least == kNone ? cursors_.size() : least;
   }
   // Settles c from its entry (from the one after it if it was taken), re-sought first if its index changed
-  // since; false when its cell has no entry left that a run can hold.
+  // since; false when its cell has no entry left that a run can hold. Whether a run may still hold the cell is
+  // asked before the re-seek (it reads only the cursor's weeks and the runs): a fill usually takes the run
+  // that held a cursor's cell, whose index the fill's erase changed too, and the cursor is dropped unsought.
   bool advance(Cursor& c) const {
+    if (!cell_open(c.start_week, c.end_week)) return false;
     if (c.version != c.ix->version && !reseek(c)) return false;
     if (c.taken) {
       if (*c.at == c.entry) ++c.at;
       c.taken = false;
     }
-    return cell_open(c.start_week, c.end_week) && settle(c);
+    return settle(c);
   }
   // After the caller changed c's index: back to the entry it was at (or the next), through the cell that holds
   // it (cells shift in their row when one empties); false when the cell is gone.
