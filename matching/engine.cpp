@@ -776,7 +776,7 @@ struct LiveLease {
     return (has & kRareAskTerms) ? r.ask_min_duration : Seconds(ask_min_duration_);
   }
 };
-// 1,024 of them fill one of jemalloc's size classes (128 KiB) exactly: SlabMap's blocks are a power of two.
+// 2,048 of them fill a SlabMap block of 256 KiB exactly (a power of two of slots: a shift and a mask, see kBlock).
 static_assert(sizeof(LiveLease) == 128);
 
 template <>
