@@ -22,6 +22,7 @@
 #include "matching/digest.hpp"
 #include "matching/level_set.hpp"
 #include "matching/money.hpp"
+#include "matching/size_class.hpp"
 #include "matching/step_tree.hpp"
 
 namespace gpuex::matching {
@@ -115,11 +116,7 @@ struct BidKey {
 
 // Bids: price descending, then arrival. `level`: a BidSet's price levels (LevelSet), the highest price first.
 struct BidOrder {
-  bool operator()(const BidKey& a, const BidKey& b) const {
-    if (a.price != b.price) return a.price > b.price;
-    if (a.priority != b.priority) return a.priority < b.priority;
-    return a.id < b.id;
-  }
+  bool operator()(const BidKey& a, const BidKey& b) const { return a.price != b.price ? a.price > b.price : in_level(a, b); }
   static std::int64_t level(const BidKey& k) { return ~k.price.value; }  // ~: order-reversing, no overflow
   // The order of two bids of one level (one price): the price compare left out.
   static bool in_level(const BidKey& a, const BidKey& b) {
@@ -633,7 +630,7 @@ class SlabMap {
   // large size classes (four per doubling) exactly, so that a slot's block and place are a shift and a mask,
   // not a division (LiveOrder's 224 bytes: 1,024 slots in 224 KiB).
   static constexpr std::uint32_t kFill = static_cast<std::uint32_t>((std::size_t{256} << 10) / sizeof(Storage));
-  static constexpr bool whole_class(std::size_t bytes) { return bytes % (std::bit_floor(bytes) / 4) == 0; }
+  static constexpr bool whole_class(std::size_t bytes) { return size_class(bytes) == bytes; }
   static constexpr std::uint32_t kBlock =
       whole_class(std::size_t{std::bit_floor(kFill)} * sizeof(Storage)) ? std::bit_floor(kFill) : kFill;
 
@@ -3726,11 +3723,8 @@ struct Engine::Impl {
       // One piece (an ask no fill has split, most of those cancelled): Steps::integral's shortcut spelled out
       // here, as GCC calls integral() out of line in hook() (a call each, ~15 instructions), and no loop.
       const Step p = s.free.pieces()[0];
-      const auto gpu_seconds = [&p](Seconds from_t, Seconds to_t) {
-        return p.gpus * std::max<std::int64_t>(0, (std::min(to_t, p.to) - std::max(from_t, p.from)).value);
-      };
-      past = gpu_seconds(a.window_start, std::min(from, a.window_end));
-      rest = gpu_seconds(from, a.window_end);
+      past = p.gpu_seconds(a.window_start, std::min(from, a.window_end));
+      rest = p.gpu_seconds(from, a.window_end);
       if (p.to > from) lp.used.add(std::max(p.from, from), p.to, -p.gpus);
     } else {
       past = s.free.integral(a.window_start, std::min(from, a.window_end));

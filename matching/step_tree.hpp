@@ -332,15 +332,12 @@ class StepTree {
     max_between(x.r, from, to, run, best, true, hi_ok);
   }
 
-  static void collect_into(const std::vector<Node>& nodes, int t, std::vector<std::pair<std::int64_t, std::int64_t>>& out) {
+  void collect(int t, std::vector<std::pair<std::int64_t, std::int64_t>>& out) const {
     if (t < 0) return;
-    const Node& x = nodes[static_cast<std::size_t>(t)];
-    collect_into(nodes, x.l, out);
-    const auto sum_of = [&](int c) { return c < 0 ? 0 : nodes[static_cast<std::size_t>(c)].sum; };
-    out.emplace_back(x.key, std::int64_t{x.sum} - sum_of(x.l) - sum_of(x.r));
-    collect_into(nodes, x.r, out);
+    collect(n(t).l, out);
+    out.emplace_back(n(t).key, delta_of(t));
+    collect(n(t).r, out);
   }
-  void collect(int t, std::vector<std::pair<std::int64_t, std::int64_t>>& out) const { collect_into(nodes_, t, out); }
 
   std::vector<Node> nodes_;
   std::vector<int> free_;

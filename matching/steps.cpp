@@ -180,9 +180,7 @@ std::int64_t Steps::integral_of_pieces(Seconds from, Seconds to) const {
   for (std::size_t i = first_ending_after(pieces(), from); i < n_; ++i) {
     const Step& p = p_[i];
     if (p.from >= to) break;
-    const Seconds s = std::max(p.from, from);
-    const Seconds e = std::min(p.to, to);
-    if (s < e) sum += p.gpus * (e - s).value;
+    sum += p.gpu_seconds(from, to);
   }
   return sum;
 }

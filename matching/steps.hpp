@@ -16,6 +16,10 @@ struct Step {
   Seconds from;
   Seconds to;
   std::int64_t gpus{0};
+  // The piece's GPU-seconds within [a, b) (0 outside it).
+  std::int64_t gpu_seconds(Seconds a, Seconds b) const {
+    return gpus * std::max<std::int64_t>(0, (std::min(b, to) - std::max(a, from)).value);
+  }
   bool operator==(const Step&) const = default;
 };
 
@@ -80,7 +84,7 @@ class Steps {
   // Integral over [from, to) in GPU-seconds. One piece (an ask no fill has split, most of those cancelled) by
   // hand, inline: the search of integral_of_pieces() is ~50 instructions a call.
   std::int64_t integral(Seconds from, Seconds to) const {
-    if (n_ == 1) return p_[0].gpus * std::max<std::int64_t>(0, (std::min(to, p_[0].to) - std::max(from, p_[0].from)).value);
+    if (n_ == 1) return p_[0].gpu_seconds(from, to);
     return integral_of_pieces(from, to);
   }
   // Drops everything before `t` (history a pool no longer needs).
