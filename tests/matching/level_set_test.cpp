@@ -1,6 +1,6 @@
 // LevelSet (the book sets of asks and duration bids) against std::set, with few prices so that levels hold
 // more keys than one vector takes (kKeys) and split into sublevels, and with many prices (levels in many
-// chunks, where locate() starts from its hints).
+// chunks, where locate() starts from its hints), on grids of prices of step 1 and of 100.
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -50,13 +50,15 @@ void check_same(const Set& s, const std::set<Key, KeyLess>& ref) {
 TEST_CASE("LevelSet keeps std::set's order through sublevels", "[level_set]") {
   std::mt19937_64 rng(GENERATE(1u, 2u, 3u));
   const std::uint64_t prices = GENERATE(4u, 300u);
+  // Prices on a grid of this step (a book's tick: the hints' hash fits the levels' step), 1 in 100 off it.
+  const std::int64_t tick = GENERATE(1, 100);
   Set s;
   std::set<Key, KeyLess> ref;
   std::int64_t next_priority = 1'000'000;
   std::vector<Key> present;
   for (int round = 0; round < 20'000; ++round) {
     const auto r = rng() % 100;
-    const std::int64_t price = static_cast<std::int64_t>(rng() % prices);
+    const std::int64_t price = 2'000'000 + tick * static_cast<std::int64_t>(rng() % prices) + (r == 1 ? tick / 2 : 0);
     if (r < 50 || present.empty()) {
       // Mostly the latest priority (appended to its price's last sublevel), sometimes an earlier one
       // (inside a level, which may split), sometimes a key already present.
