@@ -2127,26 +2127,22 @@ struct Engine::Impl {
   }
 
   // A new ask's record: `qty` GPUs free over [from, to), nothing lapsed, cancelled or sold; a spare one
-  // when there is one.
+  // when there is one. A new one is made empty in place and then set as a spare one is (it was moved from a
+  // temporary AskSide, destroyed after: plain -0.44 % instructions, session 23).
   Owned<AskSide> new_ask_side(Seconds from, Seconds to, Qty qty, std::int64_t total) {
+    Owned<AskSide> a;
     if (spare_asks.empty()) {
-      return Owned(std::make_unique<AskSide>(AskSide{.free = Steps(from, to, qty.value),
-                                                     .total_gpu_seconds = total,
-                                                     .lapsed_gpu_seconds = 0,
-                                                     .cancelled_gpu_seconds = 0,
-                                                     .sold = {},
-                                                     .pool = nullptr,
-                                                     .pool_slot = 0,
-                                                     .green_discount_bps = 0}));
+      a = Owned(std::make_unique<AskSide>());
+    } else {
+      a = std::move(spare_asks.back());
+      spare_asks.pop_back();
+      a->free.clear();
+      a->sold.clear();
     }
-    Owned<AskSide> a = std::move(spare_asks.back());
-    spare_asks.pop_back();
-    a->free.clear();
     a->free.add(from, to, qty.value);
     a->total_gpu_seconds = total;
     a->lapsed_gpu_seconds = 0;
     a->cancelled_gpu_seconds = 0;
-    a->sold.clear();
     return a;
   }
 
