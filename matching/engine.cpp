@@ -24,6 +24,7 @@
 #include "matching/money.hpp"
 #include "matching/size_class.hpp"
 #include "matching/step_tree.hpp"
+#include "matching/timer_heap.hpp"
 
 namespace gpuex::matching {
 namespace {
@@ -1706,23 +1707,6 @@ struct Account {
   OrderList orders;  // open orders
 };
 
-enum class TimerKind : std::uint8_t { order, lease, pool };
-
-// 16 bytes: the kind in the top two bits of the id word (order, lease and pool ids are command sequence
-// numbers or counters from 1, far below 2^62). The heap orders by (at, kind, id) as before; the time step
-// collects what is due in sets, so the order among equal times does not show anyway.
-struct Timer {
-  Seconds at;
-  std::uint64_t word{0};
-  Timer(Seconds t, TimerKind k, std::int64_t id)
-      : at(t), word((std::uint64_t{static_cast<std::uint8_t>(k)} << 62) | static_cast<std::uint64_t>(id)) {
-    if (id < 0 || id >= (std::int64_t{1} << 62)) throw std::logic_error("timer id out of range");
-  }
-  TimerKind kind() const { return static_cast<TimerKind>(word >> 62); }
-  std::int64_t id() const { return static_cast<std::int64_t>(word & ((std::uint64_t{1} << 62) - 1)); }
-  auto operator<=>(const Timer&) const = default;
-};
-
 struct Finished {
   Order order;
   std::uint64_t body_hash{0};
@@ -1782,7 +1766,7 @@ struct Engine::Impl {
   std::vector<Touched> touched;  // the first n_touched are this command's (the rest kept for their buffers)
   std::size_t n_touched{0};
   Touched* last_touched{nullptr};  // touch()'s memory of the last view it returned
-  std::vector<Timer> timers;  // a min-heap (std::greater); stale entries are skipped when they fire
+  TimerHeap timers;  // stale entries are skipped when they fire
   std::map<CidKey, OrderId> open_cids;
   std::map<CidKey, Finished> finished_cids;
   std::vector<LiveOrder*> dead;  // closed this command: erased at its end (addresses are stable until then)
@@ -2696,7 +2680,7 @@ struct Engine::Impl {
                                                                                       : LiveOrder::kWideTimer;
     if (enc == lo.timer && enc != LiveOrder::kWideTimer) return;
     lo.timer = enc;
-    if (t < kForever) add_timer(Timer{t, TimerKind::order, lo.o.id.value});
+    if (t < kForever) timers.push(t, TimerKind::order, lo.o.id.value);
   }
 
   // Whether a heap entry of lo's at `at` is its pending timer (and then it is no longer pending). A wide timer
@@ -2714,16 +2698,12 @@ struct Engine::Impl {
     return l.end;
   }
 
-  void add_timer(const Timer& t) {
-    timers.push_back(t);
-    std::push_heap(timers.begin(), timers.end(), std::greater<>{});
-  }
 
-  void schedule_lease(const LiveLease& l) { add_timer(Timer{next_lease_time(l), TimerKind::lease, l.id.value}); }
+  void schedule_lease(const LiveLease& l) { timers.push(next_lease_time(l), TimerKind::lease, l.id.value); }
 
   void schedule_pool(const LivePool& lp) {
     if (lp.p.verified && lp.p.verified_until > now) {
-      add_timer(Timer{lp.p.verified_until, TimerKind::pool, lp.p.id.value});
+      timers.push(lp.p.verified_until, TimerKind::pool, lp.p.id.value);
     }
   }
 
@@ -4299,7 +4279,7 @@ struct Engine::Impl {
   // and loop made every command set up and tear down its frame for the rare command that has timers due.
   void advance(Seconds t) {
     if (t > now) now = t;
-    if (timers.empty() || timers.front().at > now) return;  // nothing due (most commands)
+    if (!timers.due(now)) return;  // nothing due (most commands)
     run_due();
   }
 
@@ -4307,10 +4287,8 @@ struct Engine::Impl {
     std::set<OrderId> due_orders;
     std::set<LeaseId> due_leases;
     std::set<PoolId> due_pools;
-    while (!timers.empty() && timers.front().at <= now) {
-      std::pop_heap(timers.begin(), timers.end(), std::greater<>{});
-      const Timer tm = timers.back();
-      timers.pop_back();
+    while (timers.due(now)) {
+      const Timer tm = timers.pop();
       switch (tm.kind()) {
         case TimerKind::order: {
           auto it = orders.find(OrderId(tm.id()));
