@@ -281,8 +281,8 @@ class LeaseIds {
 };
 
 // What only an ask keeps (Order's fields; a bid's are 0 or empty in every state this engine makes, and the
-// engine's own ask-only fields), apart from the order: a 64-byte record per ask (56 % of a realistic book),
-// so that an order's slot is 176 bytes (LiveOrder).
+// engine's own ask-only fields), apart from the order: an 80-byte record per ask (56 % of a realistic book),
+// so that an order's slot is 160 bytes (LiveOrder).
 struct AskSide {
   Steps free;  // its free capacity
   std::int64_t total_gpu_seconds{0};
@@ -294,6 +294,11 @@ struct AskSide {
   LivePool* pool{nullptr};
   std::uint32_t pool_slot{0};  // its place in its LivePool's asks
   std::int32_t green_discount_bps{0};
+  // The order's effective price and its request's min_duration (RestOrder::effective_price(), min_duration()),
+  // which a bid does not keep: a bid's are its limit and 0 (one with others, which only a snapshot or the
+  // min_duration it sent gives, has a record for them).
+  Price effective;
+  Seconds min_duration;
 };
 
 // An interned constraint set and the number of orders (ConsRef) that use it. Impl::interned owns it and
@@ -350,7 +355,6 @@ struct RestRequest {
   Price price;
   Qty32 quantity;
   Qty32 min_chunk{Qty(1)};
-  Seconds min_duration;
   // start_v holds a duration bid's duration (it has no start); an order with both (none valid) keeps the
   // duration in `cold`. The end is the order's window_end (every accepted sell and fixed-window bid ends its
   // window there: 8 bytes less per order), or in `cold` when not (kColdEnd).
@@ -393,7 +397,6 @@ struct RestOrder {
   Book* book{nullptr};  // its market's book (a value of Impl::books)
   Seconds window_start;
   Seconds window_end;
-  Price effective_price;
   Seq priority{0};
   Seconds created_at;
   Seconds updated_at;
@@ -425,14 +428,16 @@ struct RestOrder {
   const MarketId* market() const;  // its book's key in Impl::books (not stored: 8 bytes less per order)
   PoolId request_pool() const;     // its request's pool (not stored in the request: see RestRequest)
   std::int32_t green_discount_bps() const { return ask ? ask->green_discount_bps : 0; }
+  Price effective_price() const { return ask ? ask->effective : request.price; }
+  Seconds min_duration() const { return ask ? ask->min_duration : Seconds(0); }
 };
 
 static_assert(offsetof(RestOrder, status) < offsetof(RestOrder, request) + sizeof(RestRequest),
               "status and reason sit in the request's tail padding");
 
-// 176 bytes (1,489 slots in a 256 KiB block of SlabMap): the union in the tail padding of `o`, the timer in 32
-// bits (with whether the order was closed), what its view shows in 4 bytes (ShownMark); an ask's own fields are in
-// its AskSide.
+// 160 bytes, so that 1,024 slots fill one of jemalloc's size classes (SlabMap): the union in the tail padding of
+// `o`, the timer in 32 bits (with whether the order was closed), what its view shows in 4 bytes (ShownMark); an
+// ask's own fields are in its AskSide.
 struct LiveOrder {
   // `timer`: the time of its pending timer (the one Impl::run_due honours; the heap may hold stale ones) as
   // seconds after created_at, or one of these.
@@ -455,7 +460,7 @@ struct LiveOrder {
   // Sell: its pool (AskSide::pool); in its AskPool while in_book.
   LivePool* pool() const { return o.ask->pool; }
 };
-static_assert(sizeof(LiveOrder) == 176, "1,489 order slots in a 256 KiB block");
+static_assert(sizeof(LiveOrder) == 160, "1,024 order slots fill a 160 KiB size class");
 
 inline std::uint32_t& account_slot(LiveOrder& lo) { return lo.account_slot; }
 inline std::uint32_t& pool_slot(LiveOrder& lo) { return lo.o.ask->pool_slot; }
@@ -493,7 +498,7 @@ struct OrderList {
 };
 
 // The open orders by id (terminal ones until their command ends), and the live leases: values in blocks of
-// slots that are reused (one 256 KiB allocation per 1,489 orders instead of a node each, and addresses stay
+// slots that are reused (one 160 KiB allocation per 1,024 orders instead of a node each, and addresses stay
 // stable while an order lives), found through an open-addressing table of (id, slot) with linear probing
 // and backward-shift erase. (The book's growth costs page faults; gpuexd's allocator keeps the heap in
 // huge pages, alloc/.) The subset of std::unordered_map's interface the engine uses; iteration order is
@@ -587,19 +592,11 @@ class SlabMap {
       s = free_.back();
       free_.pop_back();
     } else {
-      if constexpr (kStride != kBlock) {
-        if (slots_ % kStride == kBlock) next_block();
-      }
-      if (slots_ % kStride == 0) blocks_.push_back(std::make_unique_for_overwrite<Storage[]>(kBlock));  // no zeroing: slots are constructed on use
+      if (slots_ % kBlock == 0) blocks_.push_back(std::make_unique_for_overwrite<Storage[]>(kBlock));  // no zeroing: slots are constructed on use
       s = slots_++;
       used_.push_back(false);
     }
     return s;
-  }
-  // Past a block's last slot: on to the next block's first (out of line: once a block).
-  [[gnu::noinline]] void next_block() {
-    slots_ += kStride - kBlock;
-    used_.resize(slots_, false);
   }
   iterator insert_at(K id, std::uint32_t s) {
     used_[s] = true;
@@ -655,20 +652,15 @@ class SlabMap {
   // rounded a 100,000-order book to whole ~11,000-slot blocks: a smaller order saved nothing until it
   // saved a block), large enough that a new block is rare (jemalloc's heap is in huge pages anyway).
   // Slots per block: as many as fill 256 KiB, or the power of two below when that many fill one of jemalloc's
-  // large size classes (four per doubling) exactly (LiveLease's 128 bytes: 2,048 slots in 256 KiB).
+  // large size classes (four per doubling) exactly, so that a slot's block and place are a shift and a mask,
+  // not a division (LiveOrder's 160 bytes: 1,024 slots in 160 KiB; LiveLease's 128: 2,048 in 256 KiB).
   static constexpr std::uint32_t kFill = static_cast<std::uint32_t>((std::size_t{256} << 10) / sizeof(Storage));
   static constexpr bool whole_class(std::size_t bytes) { return size_class(bytes) == bytes; }
   static constexpr std::uint32_t kBlock =
       whole_class(std::size_t{std::bit_floor(kFill)} * sizeof(Storage)) ? std::bit_floor(kFill) : kFill;
-  // A slot's number is its block's times kStride, the power of two from kBlock, plus its place in the block, so
-  // that the block and the place are a shift and a mask, not a division, also when kBlock is not a power of two
-  // (LiveOrder's 176 bytes: 1,489 slots a block); the numbers from kBlock to kStride - 1 of a block are unused
-  // (take_slot passes over them; used_ says false).
-  static constexpr std::uint32_t kStride = std::bit_ceil(kBlock);
-  static constexpr int kStrideBits = std::countr_zero(kStride);
 
   value_type* slot(std::uint32_t i) const {
-    return std::launder(reinterpret_cast<value_type*>(blocks_[i >> kStrideBits][i & (kStride - 1)].bytes));
+    return std::launder(reinterpret_cast<value_type*>(blocks_[i / kBlock][i % kBlock].bytes));
   }
   K key_of(std::uint32_t i) const { return SlabKey<V>::of(*slot(i)); }
   std::uint32_t next_used(std::uint32_t i) const {
@@ -1924,7 +1916,6 @@ struct Engine::Impl {
     r.account = o.account;
     r.window_start = o.window_start;
     r.window_end = o.window_end;
-    r.effective_price = o.effective_price;
     r.bucket = o.bucket;
     r.status = o.status;
     r.reason = o.reason;
@@ -1945,7 +1936,7 @@ struct Engine::Impl {
     }
     // A bid's ask record only when the snapshot gave it something to keep (none the engine writes).
     if (r.is_sell() || o.total_gpu_seconds != 0 || o.lapsed_gpu_seconds != 0 || o.cancelled_gpu_seconds != 0 ||
-        !o.free.empty() || o.green_discount_bps != 0) {
+        !o.free.empty() || o.green_discount_bps != 0 || o.effective_price != q.price || q.min_duration.value != 0) {
       // A sell's pool: mutable from a const method as book_of's book (pools' nodes never move).
       LivePool* pool = nullptr;
       if (r.is_sell()) {
@@ -1960,7 +1951,9 @@ struct Engine::Impl {
                                                       .sold = {},
                                                       .pool = pool,
                                                       .pool_slot = 0,
-                                                      .green_discount_bps = o.green_discount_bps}));
+                                                      .green_discount_bps = o.green_discount_bps,
+                                                      .effective = o.effective_price,
+                                                      .min_duration = q.min_duration}));
     }
   }
 
@@ -1977,7 +1970,6 @@ struct Engine::Impl {
     rq.post_only = q.post_only;
     rq.price = q.price;
     rq.quantity = Qty32(q.quantity);
-    rq.min_duration = q.min_duration;
     rq.min_chunk = Qty32(q.min_chunk);
     const auto put = [&](std::uint8_t bit, const std::optional<Seconds>& v, Seconds& out) {
       if (v) {
@@ -2153,7 +2145,9 @@ struct Engine::Impl {
                                                      .sold = {},
                                                      .pool = nullptr,
                                                      .pool_slot = 0,
-                                                     .green_discount_bps = 0}));
+                                                     .green_discount_bps = 0,
+                                                     .effective = Price(),
+                                                     .min_duration = Seconds()}));
     }
     Owned<AskSide> a = std::move(spare_asks.back());
     spare_asks.pop_back();
@@ -2224,7 +2218,7 @@ struct Engine::Impl {
                                 ? std::optional((rq.has & RR::kStart) ? rq.cold->duration : rq.start_v)
                                 : std::nullopt,
                 .constraints = rq.cons ? copy_of(*rq.cons) : BidConstraints{},
-                .min_duration = rq.min_duration,
+                .min_duration = r.min_duration(),
                 .min_chunk = rq.min_chunk,
                 .time_in_force = rq.time_in_force,
                 .expire_at = (rq.has & RR::kExpire) ? std::optional(rq.cold->expire_at) : std::nullopt,
@@ -2234,7 +2228,7 @@ struct Engine::Impl {
         .market = *r.market(),
         .window_start = r.window_start,
         .window_end = r.window_end,
-        .effective_price = r.effective_price,
+        .effective_price = r.effective_price(),
         .green_discount_bps = r.green_discount_bps(),
         .status = r.status,
         .reason = r.reason,
@@ -2417,7 +2411,7 @@ struct Engine::Impl {
 
   Seconds bid_start(const RestOrder& b) const { return b.is_duration_bid() ? now : b.window_start; }
   Seconds bid_end(const RestOrder& b) const { return b.is_duration_bid() ? now + *b.request.duration() : b.window_end; }
-  static Seconds min_piece(const RestOrder& a) { return std::max(a.request.min_duration, Seconds(1)); }
+  static Seconds min_piece(const RestOrder& a) { return std::max(a.min_duration(), Seconds(1)); }
 
   // Whether a trade starting at `start` is a spot trade (within the spot horizon), not one of its month.
   bool spot_start(Seconds start) const { return start - now <= cfg.spot_horizon; }
@@ -2514,7 +2508,7 @@ struct Engine::Impl {
     if (!a.is_open() || !b.is_open() || a.book != b.book) return Qty(0);
     const Seconds a_start = std::max(a.window_start, now);
     if (ws < a_start || we > a.window_end || we <= ws) return Qty(0);
-    if (we - ws < a.request.min_duration) return Qty(0);
+    if (we - ws < a.min_duration()) return Qty(0);
     if (check_pool && !pool_satisfies(pool, b.request.constraints())) return Qty(0);
     const std::int64_t lot = std::lcm(b.request.min_chunk.value, a.request.min_chunk.value);
     const std::int64_t q = std::min(cap.value, a.ask->free.min(ws, we));
@@ -2531,7 +2525,7 @@ struct Engine::Impl {
   // ---------------------------------------------------------------- book views
 
   // The price an order is shown at (compute_shown's): a bid's limit, an ask's effective price.
-  static Price shown_price(const RestOrder& o) { return o.is_buy() ? o.request.price : o.effective_price; }
+  static Price shown_price(const RestOrder& o) { return o.is_buy() ? o.request.price : o.effective_price(); }
   // Whether it is counted apart as constrained (compute_shown's): a bid with attribute constraints.
   static bool shown_constrained(const RestOrder& o) {
     return o.is_buy() && o.request.cons && o.request.cons->has_attribute_constraints();
@@ -2558,7 +2552,7 @@ struct Engine::Impl {
       s.price = o.request.price;
       s.qty = Qty32(o.remaining);
     } else {
-      s.price = o.effective_price;
+      s.price = o.effective_price();
       s.qty = Qty32(ask_view_qty(o, as_placed));
     }
     s.shown = s.constrained || s.qty.value > 0;
@@ -2896,10 +2890,10 @@ struct Engine::Impl {
           if (!pool_satisfies(ap.lp->p, c)) continue;
           for (LiveOrder* lo : ap.asks) {
             const RestOrder& o = lo->o;
-            if (o.effective_price > limit || we - ws < o.request.min_duration) continue;
+            if (o.effective_price() > limit || we - ws < o.min_duration()) continue;
             bool holds = false;
             for_each_run(o, [&](Seconds from, Seconds to) { holds = holds || (from <= ws && to >= we); });
-            if (holds) cands.push_back(AskCandidate{o.effective_price, o.priority, lo, ap.lp});
+            if (holds) cands.push_back(AskCandidate{o.effective_price(), o.priority, lo, ap.lp});
           }
         }
       } else {
@@ -3354,7 +3348,7 @@ struct Engine::Impl {
   // its pieces (summarize_runs() would find the same).
   static AskKey ask_key(LiveOrder& lo, LivePool& lp, bool as_placed = false) {
     const RestOrder& o = lo.o;
-    AskKey k{o.effective_price, o.priority, o.id, &lo, &lp, o.window_start, o.window_end, o.request.min_duration};
+    AskKey k{o.effective_price(), o.priority, o.id, &lo, &lp, o.window_start, o.window_end, o.min_duration()};
     if (as_placed) {
       const std::int64_t longest = (o.window_end - o.window_start).value;
       k.run_lead = 0;
@@ -3427,7 +3421,7 @@ struct Engine::Impl {
         for (std::uint32_t r : region_nums(lo.o)) by_number(g.by_region, r).duration.erase(k);
       }
     } else {
-      const AskKey k{lo.o.effective_price, lo.o.priority, lo.o.id};
+      const AskKey k{lo.o.effective_price(), lo.o.priority, lo.o.id};
       LivePool* lp = lo.pool();
       if (runs) unindex_runs(b, lo);
       AskPool& ap = b.ask_pools[lp->ask_pool_slot];
@@ -3509,8 +3503,8 @@ struct Engine::Impl {
     const auto u32 = [](std::int64_t v, std::int64_t hi) {
       return static_cast<std::uint32_t>(std::clamp<std::int64_t>(v, 0, hi));
     };
-    return RunEntry{lo.o.effective_price, lo.o.priority, const_cast<LiveOrder*>(&lo), u32(from.value, kRunMax),
-                    u32(to.value, kRunMax), u32(lo.o.request.min_duration.value, kRunMax + 1), lo.pool()->run_number,
+    return RunEntry{lo.o.effective_price(), lo.o.priority, const_cast<LiveOrder*>(&lo), u32(from.value, kRunMax),
+                    u32(to.value, kRunMax), u32(lo.o.min_duration().value, kRunMax + 1), lo.pool()->run_number,
                     lo.o.request.min_chunk.value == 1 ? 1U : 0U};
   }
 
@@ -3830,7 +3824,7 @@ struct Engine::Impl {
     set_ends_at(l, t.end);
     l.bucket = t.bucket;
     if (ask) {
-      set_ask_terms(l, ask->window_start, ask->window_end, ask->request.min_duration);
+      set_ask_terms(l, ask->window_start, ask->window_end, ask->min_duration());
       set_ask_list_price(l, ask->request.price);
       l.ask_min_chunk = ask->request.min_chunk;
     }
@@ -4108,7 +4102,7 @@ struct Engine::Impl {
         stopped = !self_trade(bid, ask, at_placement);
         return !stopped;
       }
-      execute_fill(bid, ask, q, ws, we, ask.o.effective_price, Side::buy);
+      execute_fill(bid, ask, q, ws, we, ask.o.effective_price(), Side::buy);
       return true;
     }, bid.o.request.min_chunk.value == 1 ? bid.o.remaining.value : 0);
     if (stopped) return;
@@ -4144,7 +4138,7 @@ struct Engine::Impl {
         result = false;
         return false;
       }
-      const PlannedFill f{ask.id, LeaseId(), q, ws, we, ask.effective_price};
+      const PlannedFill f{ask.id, LeaseId(), q, ws, we, ask.effective_price()};
       if (single) {
         auto& pp = per_pool[k.pool->p.id];
         pp.first += q;
@@ -4183,12 +4177,12 @@ struct Engine::Impl {
     const Book& book = (*ask.book);
     const LivePool& lpool = *ask.ask->pool;
     const Pool& pool = lpool.p;
-    if (ask.effective_price > bid_ceiling(book)) return false;
+    if (ask.effective_price() > bid_ceiling(book)) return false;
     BidList list(*this);
-    BidWalk walk(ask.window_start, ask.window_end, ask.request.min_duration, now, list.get());
-    bids_for(book, lpool, ask.effective_price, spot_now(ask), walk);
+    BidWalk walk(ask.window_start, ask.window_end, ask.min_duration(), now, list.get());
+    bids_for(book, lpool, ask.effective_price(), spot_now(ask), walk);
     while (const auto k = walk.next()) {
-      if (k->price < ask.effective_price) break;
+      if (k->price < ask.effective_price()) break;
       const RestOrder& bid = k->lo->o;
       if (eligible_qty(bid, bid.remaining, ask, pool, bid_start(bid), bid_end(bid), false).value > 0) return true;
     }
@@ -4219,7 +4213,7 @@ struct Engine::Impl {
     const Pool& pool = lpool.p;
     const Seconds a_start = ask.o.window_start;
     const Seconds a_end = ask.o.window_end;
-    const Seconds a_min = ask.o.request.min_duration;
+    const Seconds a_min = ask.o.min_duration();
     if (ask.o.request.time_in_force == TimeInForce::fok) {
       // All-or-none: the walk must leave no sellable piece.
       RestOrder trial = ask.o;
@@ -4227,9 +4221,9 @@ struct Engine::Impl {
       bool complete = !ask_has_piece(trial);
       BidList list(*this);
       BidWalk walk(a_start, a_end, a_min, now, list.get());
-      bids_for(book, lpool, ask.o.effective_price, spot_now(ask.o), walk);
+      bids_for(book, lpool, ask.o.effective_price(), spot_now(ask.o), walk);
       while (const auto k = walk.next()) {
-        if (complete || k->price < ask.o.effective_price) break;
+        if (complete || k->price < ask.o.effective_price()) break;
         const RestOrder& bid = k->lo->o;
         const Seconds ws = bid_start(bid);
         const Seconds we = bid_end(bid);
@@ -4252,16 +4246,16 @@ struct Engine::Impl {
       }
       return;
     }
-    if (ask.o.effective_price > bid_ceiling(book)) return;  // no bid at its price: the walk would find none
+    if (ask.o.effective_price() > bid_ceiling(book)) return;  // no bid at its price: the walk would find none
     // Duration bids need GPUs free now; once the ask has none at this instant, none of them can use it.
     BidList list(*this);
     BidWalk walk(a_start, a_end, a_min, now, list.get());
     ask_runs(ask.o, serve_runs);
     walk.serve(&serve_runs);
-    bids_for(book, lpool, ask.o.effective_price, spot_now(ask.o), walk);
+    bids_for(book, lpool, ask.o.effective_price(), spot_now(ask.o), walk);
     while (ask.o.is_open()) {
       const auto k = walk.next();
-      if (!k || k->price < ask.o.effective_price) break;
+      if (!k || k->price < ask.o.effective_price()) break;
       if (!ask_serves(serve_runs, *k, now)) continue;
       LiveOrder& bid = *k->lo;
       const Seconds ws = bid_start(bid.o);
@@ -4286,7 +4280,7 @@ struct Engine::Impl {
       auto it = orders.find(id);
       if (it == orders.end() || !it->o.is_open() || !it->o.is_sell()) continue;
       const RestOrder& o = it->o;
-      keys.push_back(AskKey{o.effective_price, o.priority, o.id});
+      keys.push_back(AskKey{o.effective_price(), o.priority, o.id});
     }
     std::sort(keys.begin(), keys.end());
     keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
@@ -4322,10 +4316,10 @@ struct Engine::Impl {
     for (OrderId id : lp.asks.ids()) {
       LiveOrder& lo = orders.at(id);
       const Price eff = discounted(lo.o.request.price, lp.p.green_discount_bps, tk);
-      if (eff == lo.o.effective_price && lo.o.green_discount_bps() == lp.p.green_discount_bps) continue;
+      if (eff == lo.o.effective_price() && lo.o.green_discount_bps() == lp.p.green_discount_bps) continue;
       const bool in = unhook(lo);
-      if (eff != lo.o.effective_price) hide_view(lo);
-      lo.o.effective_price = eff;
+      if (eff != lo.o.effective_price()) hide_view(lo);
+      lo.o.ask->effective = eff;
       lo.o.ask->green_discount_bps = lp.p.green_discount_bps;
       lo.o.updated_at = now;
       hook(lo, in);
@@ -4514,8 +4508,10 @@ struct Engine::Impl {
     o.priority = cmd.seq;
     o.created_at = now;
     o.updated_at = now;
-    o.effective_price = r.price;
-    if constexpr (std::is_same_v<O, Order>) o.body_hash = h;  // a RestOrder's: request_into()
+    if constexpr (std::is_same_v<O, Order>) {
+      o.effective_price = r.price;  // a RestOrder's: its limit (a bid) or its AskSide's (on(PlaceOrder))
+      o.body_hash = h;              // a RestOrder's: request_into()
+    }
   }
 
   // A placement whose client_order_id the account used before: a duplicate or a conflict (true), else false.
@@ -4581,11 +4577,12 @@ struct Engine::Impl {
     o.remaining = g.remaining;
     if (r.side == Side::sell) {
       LivePool& lp = *g.pool;
-      // No discount: the list price itself (validate() checked that it is on the tick).
-      o.effective_price = lp.p.green_discount_bps == 0 ? r.price
-                                                        : discounted(r.price, lp.p.green_discount_bps, market->spec.tick);
       const std::int64_t total = r.quantity.value * (o.window_end - o.window_start).value;
       o.ask = new_ask_side(o.window_start, o.window_end, r.quantity, total);
+      // No discount: the list price itself (validate() checked that it is on the tick).
+      o.ask->effective = lp.p.green_discount_bps == 0 ? r.price
+                                                      : discounted(r.price, lp.p.green_discount_bps, market->spec.tick);
+      o.ask->min_duration = r.min_duration;
       o.ask->pool = &lp;
       o.ask->green_discount_bps = lp.p.green_discount_bps;
       o.filled_gpu_seconds = 0;  // the sell's members of the shared storage (see RestOrder)
@@ -4595,6 +4592,10 @@ struct Engine::Impl {
       lp.used.add(o.window_start, o.window_end, r.quantity.value);
       lp.used.trim_before(now);
       lp.asks.add<pool_slot>(lo);
+    } else if (r.min_duration.value != 0) {  // a bid's (ignored, and echoed) needs a record
+      o.ask = Owned(std::make_unique<AskSide>());
+      o.ask->effective = r.price;
+      o.ask->min_duration = r.min_duration;
     }
     acct.orders.add<account_slot>(lo);
     if (!r.client_order_id.empty()) open_cids[CidKey{cmd.account, r.client_order_id}] = o.id;
@@ -4697,7 +4698,7 @@ struct Engine::Impl {
       if (trial.is_buy()) {
         trial.remaining = o.remaining - cut;
       } else {
-        trial.effective_price = discounted(price, o.green_discount_bps(), book.spec.tick);
+        trial.ask->effective = discounted(price, o.green_discount_bps(), book.spec.tick);
         trial.ask->free.add(from, o.window_end, -cut.value);
       }
       if (trial.is_buy() ? bid_would_take(trial) : ask_would_take(trial)) {
@@ -4716,10 +4717,10 @@ struct Engine::Impl {
     }
     if (new_price) {
       const Price eff = o.is_sell() ? discounted(price, o.green_discount_bps(), book.spec.tick) : price;
-      if (o.is_buy() || eff != o.effective_price) hide_view(lo);  // a bid is shown at its limit
+      if (o.is_buy() || eff != o.effective_price()) hide_view(lo);  // a bid is shown at its limit
       o.request.price = price;
       o.priority = cmd.seq;
-      o.effective_price = eff;
+      if (o.ask) o.ask->effective = eff;  // a bid without a record: its limit, set above
     }
     o.updated_at = now;
     if (!new_price) {
@@ -4932,7 +4933,7 @@ struct Engine::Impl {
       const Qty cap = r.constraints.single_pool ? r.quantity - per_pool[pool].first : r.quantity - total;
       const Qty q = eligible_qty(bid, cap, ask, k.pool->p, ws, we, false);
       if (q.value == 0) return true;
-      const QuoteFill fill{pool, ask.id, q, ws, we, ask.effective_price, ask.request.price, ask.green_discount_bps(),
+      const QuoteFill fill{pool, ask.id, q, ws, we, ask.effective_price(), ask.request.price, ask.green_discount_bps(),
                            false};
       if (r.constraints.single_pool) {
         auto& pp = per_pool[pool];
@@ -5033,7 +5034,7 @@ struct Engine::Impl {
           }
         }
       }
-      const AskKey ak{o.effective_price, o.priority, o.id};
+      const AskKey ak{o.effective_price(), o.priority, o.id};
       if (in && o.is_sell()) {
         in = lo.pool() == &pools.at(o.request_pool()) && lo.pool()->book_count > 0;
         if (in) {  // in its pool's list of open asks, at its slot
@@ -5312,7 +5313,7 @@ struct Engine::Impl {
       if (b.halted) continue;
       for (const RestOrder* bid : open_bids[m]) {
         for (const RestOrder* ask : open_asks[m]) {
-          if (ask->effective_price > bid->request.price) continue;
+          if (ask->effective_price() > bid->request.price) continue;
           if (eligible_qty(*bid, bid->remaining, *ask, bid_start(*bid), bid_end(*bid)).value > 0) {
             fail("crossed: bid " + std::to_string(bid->id.value) + " ask " + std::to_string(ask->id.value));
           }
