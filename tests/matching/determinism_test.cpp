@@ -124,6 +124,43 @@ TEST_CASE("a lease keeps an ask window that its compact fields do not hold", "[d
   CHECK(r->ask_window_end == Seconds(far));
 }
 
+// A bid keeps no effective price or min_duration of its own (they are its limit and 0); one that sent a
+// min_duration (ignored, and echoed) keeps both in an ask record, which must read back, follow an amend of its price
+// and survive a snapshot.
+TEST_CASE("a bid that sent a min_duration keeps it through an amend and a restore", "[determinism][restore]") {
+  Engine a(Fixture::default_config());
+  Seq s = 0;
+  auto run = [&](Engine& e, Seq seq, std::int64_t t, AccountId acc, CommandBody b) {
+    EventSink out;
+    e.apply(Command{seq, Seconds(t), acc, std::move(b)}, out);
+    return out;
+  };
+  run(a, ++s, T0, kProvider, AddPool{pool_spec(8, 2)});  // pool 1
+  OrderRequest bid = buy_window(usd4(10000), 4, T0 + D, T0 + 2 * D);
+  bid.min_duration = Seconds(H);
+  run(a, ++s, T0, kBuyer, PlaceOrder{bid});  // order 2, resting
+  const Order* o = a.order(OrderId(2));
+  REQUIRE(o != nullptr);
+  CHECK(o->request.min_duration == Seconds(H));
+  CHECK(o->effective_price == usd4(10000));
+  run(a, ++s, T0 + 1, kBuyer, Amend{OrderId(2), std::nullopt, usd4(11000)});
+  o = a.order(OrderId(2));
+  REQUIRE(o != nullptr);
+  CHECK(o->request.price == usd4(11000));
+  CHECK(o->effective_price == usd4(11000));
+  CHECK(o->request.min_duration == Seconds(H));
+  const EngineState sa = a.snapshot();
+  Engine b = Engine::restore(Fixture::default_config(), sa);
+  CHECK(b.snapshot() == sa);
+  CHECK(b.digest() == a.digest());
+  const CommandBody cross = PlaceOrder{sell(PoolId(1), usd4(10500), 8, T0 + D, T0 + 3 * D)};
+  const EventSink ea = run(a, s + 1, T0 + 2, kProvider, cross);
+  const EventSink eb = run(b, s + 1, T0 + 2, kProvider, cross);
+  CHECK(ea == eb);
+  CHECK(!of_type<TradeEvent>(ea).empty());
+  CHECK(a.digest() == b.digest());
+}
+
 TEST_CASE("the digest changes with state", "[determinism]") {
   Engine a(Fixture::default_config());
   const std::uint64_t empty = a.digest();
