@@ -1222,20 +1222,33 @@ class BidWalk {
     std::uint64_t served{0};  // the runs' generation `entry` was judged against (0: to be judged again)
     bool taken{false};        // `entry` was returned: the cursor moves on past it
   };
+  // A cell that make_cursors found priced in and open, not read yet (a cursor is made on it only once it could
+  // hold the least: its `best` bounds the price of every entry it holds, as a walk only takes entries out of an
+  // index). `cell` is valid while the index's version is `version`; else found again by its weeks.
+  struct Unread {
+    std::int64_t best;
+    const BidIndex* ix{nullptr};
+    const BidCell* cell{nullptr};
+    std::uint64_t version{0};
+    std::int64_t start_week{0};
+    std::int64_t end_week{0};
+  };
   // A walk's vectors, the caller's, reused from walk to walk (fresh ones were a malloc and a free a walk).
   struct Lists {
     std::vector<BidEntry> fixed;
     std::vector<Head> heads;
     std::vector<Cursor> cursors;
+    std::vector<Unread> unread;
     std::vector<const BidIndex*> indexes;
   };
   BidWalk(Seconds a_start, Seconds a_end, Seconds a_min_duration, Seconds now, Lists& lists)
       : from_(std::max(a_start, now)), to_(a_end), min_(a_min_duration), now_(now), from_week_(run_slot(from_)),
         to_week_(run_slot(to_)), heads_(lists.heads),
-        fixed_(lists.fixed), cursors_(lists.cursors), indexes_(lists.indexes) {
+        fixed_(lists.fixed), cursors_(lists.cursors), unread_(lists.unread), indexes_(lists.indexes) {
     heads_.clear();
     fixed_.clear();
     cursors_.clear();
+    unread_.clear();
     indexes_.clear();
   }
   // Given the ask's runs (before the bids are added; the caller's, kept alive, and given again each time the
@@ -1452,20 +1465,35 @@ class BidWalk {
     first_served_ = served_;
     if (!has_first_) indexes_.clear();  // none in the runs, and runs only shrink
   }
-  // Once the first (find_first's) is taken or out of the runs: a cursor on each cell that may still hold a bid
-  // after it in a run. Those before it were not in the runs at find_first, and runs only shrink during a walk.
+  // Once the first (find_first's) is taken or out of the runs: each cell that may still hold a bid after it in a
+  // run, unread. least_cursor reads a cell (makes and settles its cursor) only once its best could come before
+  // the least so far: most are read after the walk's first fills, when the runs left hold none of their windows
+  // (cell_open, no entry read), where a cursor settled here was brought up to date after each fill, then dropped.
   void make_cursors() {
     for (const BidIndex* ix : indexes_) {
       for_each_cell(*ix, floor_.value, true, [&](std::int64_t start_week, const BidCell& cell) {
-        // Built in its place (a cursor is 120 bytes; built aside and pushed, it was written twice) and dropped
-        // again when its cell holds nothing after first_.
-        Cursor& c = cursors_.emplace_back(*ix, start_week, cell, served_);
-        bool held = settle(c);
-        for (; held && !before(first_, c.entry); held = settle(c)) ++c.at;
-        if (!held) cursors_.pop_back();
+        unread_.push_back(Unread{cell.best, ix, &cell, ix->version, start_week, cell.end_week});
       });
     }
     indexes_.clear();
+  }
+  // A cursor on cell u (found again if its index changed), settled on its first entry after first_ that a run
+  // holds; false (no cursor) when it has none. Those before first_ were not in the runs at find_first, and runs
+  // only shrink during a walk.
+  bool read(const Unread& u) {
+    if (!cell_open(u.start_week, u.end_week)) return false;
+    const BidCell* cell = u.cell;
+    if (u.version != u.ix->version) {
+      cell = u.ix->find(u.start_week, u.end_week).second;
+      if (!cell) return false;
+    }
+    // Built in its place (a cursor is 120 bytes; built aside and pushed, it was written twice) and dropped
+    // again when its cell holds nothing after first_.
+    Cursor& c = cursors_.emplace_back(*u.ix, u.start_week, *cell, served_);
+    bool held = settle(c);
+    for (; held && !before(first_, c.entry); held = settle(c)) ++c.at;
+    if (!held) cursors_.pop_back();
+    return held;
   }
   // The place of the least cursor (cursors_.size() if none is left), each brought up to date first: the runs
   // changed since its entry was judged, on to its next entry a run holds (or out, if none). A linear pass: a walk
@@ -1486,6 +1514,17 @@ class BidWalk {
       if (least == kNone || before(c.entry, cursors_[least].entry)) least = i;
       ++i;
     }
+    // The unread cells whose best may come before the least so far (an equal price may, by priority), read; the
+    // others kept, in their order.
+    std::size_t kept = 0;
+    for (const Unread& u : unread_) {
+      if (least != kNone && u.best < cursors_[least].entry.price.value) {
+        unread_[kept++] = u;
+      } else if (read(u) && (least == kNone || before(cursors_.back().entry, cursors_[least].entry))) {
+        least = cursors_.size() - 1;
+      }
+    }
+    unread_.resize(kept);
     return least == kNone ? cursors_.size() : least;
   }
   // Settles c from its entry (from the one after it if it was taken), re-sought first if its index changed
@@ -1552,6 +1591,7 @@ class BidWalk {
   std::vector<BidEntry>& fixed_;  // without runs: the fixed-window candidates, sorted by start()
   std::size_t fpos_{0};
   std::vector<Cursor>& cursors_;  // given runs, in no order
+  std::vector<Unread>& unread_;   // given runs: the cells make_cursors found and least_cursor did not read yet
   std::vector<const BidIndex*>& indexes_;  // given runs: those find_first and make_cursors read
   BidEntry first_{};
   bool has_first_{false};  // first_ is find_first's, not taken yet
