@@ -921,10 +921,11 @@ struct BidGroup {
   // pointers: a bid naming a late-numbered region (up to ~676 two-letter codes) must not cost the group a whole
   // BidSets for every number before it.
   std::vector<std::unique_ptr<BidSets>> by_region;
-  // Without energy constraints, pool_satisfies(pool, rep) reads only attributes a pool keeps for life
-  // (tier, region, fabric, NVLink, SLA): the verdicts are kept, by the pool's number in its Book
-  // (LivePool::book_number; -1: not judged yet).
-  bool keeps_verdicts{false};
+  // pool_fits_spec(pool, rep), which reads only what a pool keeps for life (its spec: tier, region, fabric,
+  // NVLink, SLA, energy figures), kept by the pool's number in its Book (LivePool::book_number; -1: not judged
+  // yet). With energy constraints (`energy`), the pool must also be verified now (pool_verified_for), which a
+  // verdict cannot keep.
+  bool energy{false};
   mutable std::vector<std::int8_t> verdicts;
   std::uint32_t gen{0};  // how many times its slot was taken by another group: group_by_cons' entries of an earlier one are stale
   bool listed{false};    // in Book::free_groups (since users last fell to 0; it may have users again)
@@ -1514,17 +1515,22 @@ class BidWalk {
       if (least == kNone || before(c.entry, cursors_[least].entry)) least = i;
       ++i;
     }
-    // The unread cells whose best may come before the least so far (an equal price may, by priority), read; the
-    // others kept, in their order.
-    std::size_t kept = 0;
-    for (const Unread& u : unread_) {
-      if (least != kNone && u.best < cursors_[least].entry.price.value) {
-        unread_[kept++] = u;
-      } else if (read(u) && (least == kNone || before(cursors_.back().entry, cursors_[least].entry))) {
+    // The unread cells whose best may come before the least so far (an equal price may, by priority): read, and
+    // out of the list (the last one takes its place: the others are not moved).
+    std::int64_t bar = least == kNone ? kNoBid : cursors_[least].entry.price.value;
+    for (std::size_t i = 0; i < unread_.size();) {
+      if (unread_[i].best < bar) {
+        ++i;
+        continue;
+      }
+      const Unread u = unread_[i];
+      unread_[i] = unread_.back();
+      unread_.pop_back();
+      if (read(u) && (least == kNone || before(cursors_.back().entry, cursors_[least].entry))) {
         least = cursors_.size() - 1;
+        bar = cursors_[least].entry.price.value;
       }
     }
-    unread_.resize(kept);
     return least == kNone ? cursors_.size() : least;
   }
   // Settles c from its entry (from the one after it if it was taken), re-sought first if its index changed
@@ -2414,6 +2420,14 @@ struct Engine::Impl {
   }
 
   bool pool_satisfies(const Pool& p, const BidConstraints& c) const {
+    return pool_fits_spec(p, c) && (!has_energy(c) || pool_verified_for(p, c));
+  }
+  static bool has_energy(const BidConstraints& c) {
+    return c.green_only || c.max_pue_x1000 || c.min_renewable_pct_x100 || c.max_carbon_g_per_kwh_x100;
+  }
+  // The part of pool_satisfies that reads only the pool's spec, which never changes once the pool is added (a
+  // BidGroup keeps its verdicts).
+  static bool pool_fits_spec(const Pool& p, const BidConstraints& c) {
     const PoolSpec& s = p.spec;
     if (s.tier == Tier::spot && !c.interruptible) return false;
     if (!c.tiers.empty() && !contains_tier(c.tiers, s.tier)) return false;
@@ -2424,17 +2438,15 @@ struct Engine::Impl {
     if (c.min_fabric && s.fabric < *c.min_fabric) return false;
     if (c.min_fabric_gbps && s.fabric_gbps < *c.min_fabric_gbps) return false;
     if (c.min_sla_pct_x1000 && s.sla_pct_x1000 < *c.min_sla_pct_x1000) return false;
-    const bool energy = c.green_only || c.max_pue_x1000 || c.min_renewable_pct_x100 || c.max_carbon_g_per_kwh_x100;
-    if (energy) {
-      if (!p.verified_at(now)) return false;
-      if (c.green_only && p.green_tier == GreenTier::none) return false;
-      if (c.max_pue_x1000 && s.energy.pue_x1000 > *c.max_pue_x1000) return false;
-      if (c.min_renewable_pct_x100 && s.energy.renewable_pct_x100 < *c.min_renewable_pct_x100) return false;
-      if (c.max_carbon_g_per_kwh_x100 && s.energy.carbon_g_per_kwh_x100 > *c.max_carbon_g_per_kwh_x100) {
-        return false;
-      }
-    }
+    if (c.max_pue_x1000 && s.energy.pue_x1000 > *c.max_pue_x1000) return false;
+    if (c.min_renewable_pct_x100 && s.energy.renewable_pct_x100 < *c.min_renewable_pct_x100) return false;
+    if (c.max_carbon_g_per_kwh_x100 && s.energy.carbon_g_per_kwh_x100 > *c.max_carbon_g_per_kwh_x100) return false;
     return true;
+  }
+  // The part of pool_satisfies for energy constraints `c` that changes with time and verification: the pool's
+  // energy figures are verified now, and it has a green tier if c asks for one.
+  bool pool_verified_for(const Pool& p, const BidConstraints& c) const {
+    return p.verified_at(now) && (!c.green_only || p.green_tier != GreenTier::none);
   }
 
   // ---------------------------------------------------------------- order geometry
@@ -3102,10 +3114,9 @@ struct Engine::Impl {
     rep.regions.clear();
     auto [it, inserted] = b.group_index.try_emplace(constraint_key(rep), -1);
     if (inserted) {
-      const bool energy = rep.green_only || rep.max_pue_x1000 || rep.min_renewable_pct_x100 || rep.max_carbon_g_per_kwh_x100;
       BidGroup fresh;
+      fresh.energy = has_energy(rep);
       fresh.rep = std::move(rep);
-      fresh.keeps_verdicts = !energy;
       BidGroup* slot = nullptr;
       while (!slot && !b.free_groups.empty()) {
         const int f = b.free_groups.back();
@@ -3144,15 +3155,18 @@ struct Engine::Impl {
   // Sets up `walk` over the resting bids of `b` that `pool` satisfies (the groups it satisfies, their
   // bids without regions or naming the pool's region) priced at `floor` or more; duration bids only if
   // `with_duration`. Every key the walk returns then passes pool_satisfies(pool, its constraints).
-  // pool_satisfies(lp.p, g.rep), kept in g when it keeps verdicts.
-  bool group_admits(const Book& b, const LivePool& lp, const BidGroup& g) const {
-    if (!g.keeps_verdicts) return pool_satisfies(lp.p, g.rep);
+  // pool_fits_spec(lp.p, g.rep), kept in g.
+  bool group_fits_spec(const Book& b, const LivePool& lp, const BidGroup& g) const {
     if (lp.book_number == std::numeric_limits<std::uint32_t>::max()) lp.book_number = b.pools_numbered++;
     const std::uint32_t number = lp.book_number;
     if (g.verdicts.size() <= number) g.verdicts.resize(b.pools_numbered, -1);
     std::int8_t& v = g.verdicts[number];
-    if (v < 0) v = pool_satisfies(lp.p, g.rep) ? 1 : 0;
+    if (v < 0) v = pool_fits_spec(lp.p, g.rep) ? 1 : 0;
     return v == 1;
+  }
+  // pool_satisfies(lp.p, g.rep): the kept verdict, and for energy constraints the pool's verification now.
+  bool group_admits(const Book& b, const LivePool& lp, const BidGroup& g) const {
+    return group_fits_spec(b, lp, g) && (!g.energy || pool_verified_for(lp.p, g.rep));
   }
 
   // The group of a bid's constraints if one is known (a bid with equal constraints rested), else null.
@@ -3166,9 +3180,9 @@ struct Engine::Impl {
   // pools (realistic bench), ~50 instructions a call out of line.
   [[gnu::always_inline]] bool pool_admits(const Book& b, const LivePool& lp, const BidGroup* g,
                                           const BidConstraints& c, const RegionFilter& regions) const {
-    if (g && g->keeps_verdicts && lp.book_number < g->verdicts.size()) {
+    if (g && lp.book_number < g->verdicts.size()) {
       const std::int8_t v = g->verdicts[lp.book_number];
-      if (v >= 0) return v == 1 && regions.admits(lp.region);
+      if (v >= 0) return v == 1 && (!g->energy || pool_verified_for(lp.p, g->rep)) && regions.admits(lp.region);
     }
     return judge_pool(b, lp, g, c, regions);
   }
@@ -3204,15 +3218,15 @@ struct Engine::Impl {
     return std::max(b.duration_ceiling, b.fixed_ceiling);
   }
 
-  // The groups of `b` that `lp` may satisfy: those whose kept verdict admits it, and those that keep none (the
-  // caller judges them), listed again only when b's groups changed (Book::groups_made): an ask's walk then
+  // The groups of `b` that `lp` may satisfy: those whose kept verdict admits it (the caller asks an energy group's
+  // pool_verified_for), listed again only when b's groups changed (Book::groups_made): an ask's walk then
   // passes over none of the ~3 in 4 groups its pool fails (realistic bench: 7.6 admitted of 28).
   const std::vector<std::uint32_t>& groups_of(const Book& b, const LivePool& lp) const {
     if (lp.groups_seen != b.groups_made) {
       lp.groups_ok.clear();
       for (std::size_t i = 0; i < b.bid_groups.size(); ++i) {
         const BidGroup& g = b.bid_groups[i];
-        if (!g.keeps_verdicts || group_admits(b, lp, g)) lp.groups_ok.push_back(static_cast<std::uint32_t>(i));
+        if (group_fits_spec(b, lp, g)) lp.groups_ok.push_back(static_cast<std::uint32_t>(i));
       }
       lp.groups_seen = b.groups_made;
     }
@@ -3229,7 +3243,7 @@ struct Engine::Impl {
     };
     for (const std::uint32_t gi : groups_of(b, lp)) {
       const BidGroup& g = b.bid_groups[gi];
-      if (g.resting == 0 || (!g.keeps_verdicts && !pool_satisfies(lp.p, g.rep))) continue;
+      if (g.resting == 0 || (g.energy && !pool_verified_for(lp.p, g.rep))) continue;
       add(g.any);
       if (region < g.by_region.size() && g.by_region[region]) add(*g.by_region[region]);
     }
@@ -5085,8 +5099,8 @@ struct Engine::Impl {
       // Kept group verdicts equal a fresh judgement.
       if (lp.book_number != std::numeric_limits<std::uint32_t>::max()) {
         for (const BidGroup& g : books.at(lp.p.spec.market).bid_groups) {
-          if (g.keeps_verdicts && lp.book_number < g.verdicts.size() && g.verdicts[lp.book_number] >= 0 &&
-              (g.verdicts[lp.book_number] == 1) != pool_satisfies(lp.p, g.rep)) {
+          if (lp.book_number < g.verdicts.size() && g.verdicts[lp.book_number] >= 0 &&
+              (g.verdicts[lp.book_number] == 1) != pool_fits_spec(lp.p, g.rep)) {
             fail("kept verdict of pool " + std::to_string(id.value) + " stale");
           }
         }
