@@ -2431,9 +2431,7 @@ struct Engine::Impl {
     const PoolSpec& s = p.spec;
     if (s.tier == Tier::spot && !c.interruptible) return false;
     if (!c.tiers.empty() && !contains_tier(c.tiers, s.tier)) return false;
-    if (!c.regions.empty() && std::find(c.regions.begin(), c.regions.end(), s.region) == c.regions.end()) {
-      return false;
-    }
+    if (!c.regions.empty() && !names_region(c.regions, s.region)) return false;
     if (c.nvlink && !s.nvlink) return false;
     if (c.min_fabric && s.fabric < *c.min_fabric) return false;
     if (c.min_fabric_gbps && s.fabric_gbps < *c.min_fabric_gbps) return false;
@@ -2442,6 +2440,11 @@ struct Engine::Impl {
     if (c.min_renewable_pct_x100 && s.energy.renewable_pct_x100 < *c.min_renewable_pct_x100) return false;
     if (c.max_carbon_g_per_kwh_x100 && s.energy.carbon_g_per_kwh_x100 > *c.max_carbon_g_per_kwh_x100) return false;
     return true;
+  }
+  // Out of line: the string search inlined made every pool_fits_spec call save and restore six registers, though
+  // a group's constraints (most calls: a kept verdict's first judgement) name no region.
+  [[gnu::noinline]] static bool names_region(const std::vector<std::string>& regions, const std::string& r) {
+    return std::find(regions.begin(), regions.end(), r) != regions.end();
   }
   // The part of pool_satisfies for energy constraints `c` that changes with time and verification: the pool's
   // energy figures are verified now, and it has a green tier if c asks for one.
@@ -3962,9 +3965,14 @@ struct Engine::Impl {
     }
     const Book& book = (*bid.book);
     const Price tk = book.spec.tick;
+    // pool_satisfies(pool, c) for each spot pool, from the kept verdicts of the bid's group when it is known (as
+    // walk_asks judges pools).
+    const BidGroup* group = known_group(book, bid);
+    std::vector<std::uint32_t> region_nums_buf;
+    const RegionFilter regions(group && !c.regions.empty() ? known_region_nums(bid, region_nums_buf) : region_nums_buf);
     for (const auto& [pid, pp] : book.spot_pools) {
       const LivePool& lp = *pp;
-      if (!pool_satisfies(lp.p, c)) continue;
+      if (!pool_admits(book, lp, group, c, regions)) continue;
       if (lp.p.provider == bid.account) continue;  // never trade with oneself, even through a lease
       for (const LeaseRef& ref : lp.spot_leases) {
         if (ref.price >= bid.request.price) break;  // the rest cost as much or more
