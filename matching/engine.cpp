@@ -1105,15 +1105,19 @@ struct Book {
   std::vector<int> free_groups;            // groups that had no users when listed (BidGroup::listed), each once
   std::map<std::string, int> group_index;  // constraint_key(rep) -> index in bid_groups
   int unconstrained_group{-1};             // the group of bids without constraints, once one rested
-  // Interned constraint sets (RestRequest::cons) of bids that rested, with their group and its slot's `gen`
-  // (an entry of a freed slot is stale): held, so that an address is not reused for other constraints while it
-  // is here (cleared when it grows past 4,096).
+  // Interned constraint sets (RestRequest::cons) of bids that rested or walked (Impl::known_group), with their
+  // group and its slot's `gen` (an entry of a freed slot is stale): held, so that an address is not reused for
+  // other constraints while it is here (cleared when it grows past 4,096).
   struct CachedGroup {
     ConsRef cons;
     int group{-1};
     std::uint32_t gen{0};
   };
-  std::unordered_map<const BidConstraints*, CachedGroup> group_by_cons;
+  mutable std::unordered_map<const BidConstraints*, CachedGroup> group_by_cons;
+  void cache_group(const ConsRef& cons, int group) const {
+    if (group_by_cons.size() >= 4096) group_by_cons.clear();
+    group_by_cons.insert_or_assign(&*cons, CachedGroup{cons, group, bid_groups[static_cast<std::size_t>(group)].gen});
+  }
   // The group cached for constraint set `c`, or -1.
   int cached_group(const BidConstraints* c) const {
     auto it = group_by_cons.find(c);
@@ -3173,14 +3177,18 @@ struct Engine::Impl {
   }
 
   // The group of a bid's constraints (regions apart) if one is known, else null: the one cached for its
-  // constraint set (a bid with equal constraints rested), else the one of its key (constraint_key leaves the
-  // regions out): a set whose bids have not rested, e.g. a resting one's with other regions, would otherwise have
-  // every pool of its walks judged by pool_satisfies (~15,000 calls in the realistic bench's timed part).
+  // constraint set (a bid with equal constraints rested or walked), else the one of its key (constraint_key
+  // leaves the regions out), then cached: a set whose bids have not rested, e.g. a resting one's with other
+  // regions, would otherwise have every pool of its walks judged by pool_satisfies (~15,000 calls in the
+  // realistic bench's timed part).
   const BidGroup* known_group(const Book& b, const RestOrder& bid) const {
     int g = bid.request.cons ? b.cached_group(&*bid.request.cons) : b.unconstrained_group;
     if (g < 0) {
       const auto it = b.group_index.find(constraint_key(bid.request.constraints()));
-      if (it != b.group_index.end()) g = it->second;
+      if (it != b.group_index.end()) {
+        g = it->second;
+        if (bid.request.cons) b.cache_group(bid.request.cons, g);
+      }
     }
     return g < 0 ? nullptr : &b.bid_groups[static_cast<std::size_t>(g)];
   }
@@ -3703,10 +3711,7 @@ struct Engine::Impl {
               lo.bid_group = b.cached_group(&*o.request.cons);
               if (lo.bid_group < 0) {
                 lo.bid_group = group_for(b, *o.request.cons);
-                if (b.group_by_cons.size() >= 4096) b.group_by_cons.clear();
-                b.group_by_cons.insert_or_assign(
-                    &*o.request.cons,
-                    Book::CachedGroup{o.request.cons, lo.bid_group, b.bid_groups[static_cast<std::size_t>(lo.bid_group)].gen});
+                b.cache_group(o.request.cons, lo.bid_group);
               }
             } else {  // most bids: no key to build
               if (b.unconstrained_group < 0) b.unconstrained_group = group_for(b, RestRequest::no_constraints());
