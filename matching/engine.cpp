@@ -946,10 +946,11 @@ struct BidGroup {
   // pointers: a bid naming a late-numbered region (up to ~676 two-letter codes) must not cost the group a whole
   // BidSets for every number before it.
   std::vector<std::unique_ptr<BidSets>> by_region;
-  // Without energy constraints, pool_satisfies(pool, rep) reads only attributes a pool keeps for life
-  // (tier, region, fabric, NVLink, SLA): the verdicts are kept, by the pool's number in its Book
-  // (LivePool::book_number; -1: not judged yet).
-  bool keeps_verdicts{false};
+  // pool_fits_spec(pool, rep), which reads only what a pool keeps for life (its spec: tier, region, fabric,
+  // NVLink, SLA, energy figures), kept by the pool's number in its Book (LivePool::book_number; -1: not judged
+  // yet). With energy constraints (`energy`), the pool must also be verified now (pool_verified_for), which a
+  // verdict cannot keep.
+  bool energy{false};
   mutable std::vector<std::int8_t> verdicts;
   std::uint32_t gen{0};  // how many times its slot was taken by another group: group_by_cons' entries of an earlier one are stale
   bool listed{false};    // in Book::free_groups (since users last fell to 0; it may have users again)
@@ -1129,15 +1130,19 @@ struct Book {
   std::vector<int> free_groups;            // groups that had no users when listed (BidGroup::listed), each once
   std::map<std::string, int> group_index;  // constraint_key(rep) -> index in bid_groups
   int unconstrained_group{-1};             // the group of bids without constraints, once one rested
-  // Interned constraint sets (RestRequest::cons) of bids that rested, with their group and its slot's `gen`
-  // (an entry of a freed slot is stale): held, so that an address is not reused for other constraints while it
-  // is here (cleared when it grows past 4,096).
+  // Interned constraint sets (RestRequest::cons) of bids that rested or walked (Impl::known_group), with their
+  // group and its slot's `gen` (an entry of a freed slot is stale): held, so that an address is not reused for
+  // other constraints while it is here (cleared when it grows past 4,096).
   struct CachedGroup {
     ConsRef cons;
     int group{-1};
     std::uint32_t gen{0};
   };
-  std::unordered_map<const BidConstraints*, CachedGroup> group_by_cons;
+  mutable std::unordered_map<const BidConstraints*, CachedGroup> group_by_cons;
+  void cache_group(const ConsRef& cons, int group) const {
+    if (group_by_cons.size() >= 4096) group_by_cons.clear();
+    group_by_cons.insert_or_assign(&*cons, CachedGroup{cons, group, bid_groups[static_cast<std::size_t>(group)].gen});
+  }
   // The group cached for constraint set `c`, or -1.
   int cached_group(const BidConstraints* c) const {
     auto it = group_by_cons.find(c);
@@ -1247,20 +1252,33 @@ class BidWalk {
     std::uint64_t served{0};  // the runs' generation `entry` was judged against (0: to be judged again)
     bool taken{false};        // `entry` was returned: the cursor moves on past it
   };
+  // A cell that make_cursors found priced in and open, not read yet (a cursor is made on it only once it could
+  // hold the least: its `best` bounds the price of every entry it holds, as a walk only takes entries out of an
+  // index). `cell` is valid while the index's version is `version`; else found again by its weeks.
+  struct Unread {
+    std::int64_t best;
+    const BidIndex* ix{nullptr};
+    const BidCell* cell{nullptr};
+    std::uint64_t version{0};
+    std::int64_t start_week{0};
+    std::int64_t end_week{0};
+  };
   // A walk's vectors, the caller's, reused from walk to walk (fresh ones were a malloc and a free a walk).
   struct Lists {
     std::vector<BidEntry> fixed;
     std::vector<Head> heads;
     std::vector<Cursor> cursors;
+    std::vector<Unread> unread;
     std::vector<const BidIndex*> indexes;
   };
   BidWalk(Seconds a_start, Seconds a_end, Seconds a_min_duration, Seconds now, Lists& lists)
       : from_(std::max(a_start, now)), to_(a_end), min_(a_min_duration), now_(now), from_week_(run_slot(from_)),
         to_week_(run_slot(to_)), heads_(lists.heads),
-        fixed_(lists.fixed), cursors_(lists.cursors), indexes_(lists.indexes) {
+        fixed_(lists.fixed), cursors_(lists.cursors), unread_(lists.unread), indexes_(lists.indexes) {
     heads_.clear();
     fixed_.clear();
     cursors_.clear();
+    unread_.clear();
     indexes_.clear();
   }
   // Given the ask's runs (before the bids are added; the caller's, kept alive, and given again each time the
@@ -1477,20 +1495,35 @@ class BidWalk {
     first_served_ = served_;
     if (!has_first_) indexes_.clear();  // none in the runs, and runs only shrink
   }
-  // Once the first (find_first's) is taken or out of the runs: a cursor on each cell that may still hold a bid
-  // after it in a run. Those before it were not in the runs at find_first, and runs only shrink during a walk.
+  // Once the first (find_first's) is taken or out of the runs: each cell that may still hold a bid after it in a
+  // run, unread. least_cursor reads a cell (makes and settles its cursor) only once its best could come before
+  // the least so far: most are read after the walk's first fills, when the runs left hold none of their windows
+  // (cell_open, no entry read), where a cursor settled here was brought up to date after each fill, then dropped.
   void make_cursors() {
     for (const BidIndex* ix : indexes_) {
       for_each_cell(*ix, floor_.value, true, [&](std::int64_t start_week, const BidCell& cell) {
-        // Built in its place (a cursor is 120 bytes; built aside and pushed, it was written twice) and dropped
-        // again when its cell holds nothing after first_.
-        Cursor& c = cursors_.emplace_back(*ix, start_week, cell, served_);
-        bool held = settle(c);
-        for (; held && !before(first_, c.entry); held = settle(c)) ++c.at;
-        if (!held) cursors_.pop_back();
+        unread_.push_back(Unread{cell.best, ix, &cell, ix->version, start_week, cell.end_week});
       });
     }
     indexes_.clear();
+  }
+  // A cursor on cell u (found again if its index changed), settled on its first entry after first_ that a run
+  // holds; false (no cursor) when it has none. Those before first_ were not in the runs at find_first, and runs
+  // only shrink during a walk.
+  bool read(const Unread& u) {
+    if (!cell_open(u.start_week, u.end_week)) return false;
+    const BidCell* cell = u.cell;
+    if (u.version != u.ix->version) {
+      cell = u.ix->find(u.start_week, u.end_week).second;
+      if (!cell) return false;
+    }
+    // Built in its place (a cursor is 120 bytes; built aside and pushed, it was written twice) and dropped
+    // again when its cell holds nothing after first_.
+    Cursor& c = cursors_.emplace_back(*u.ix, u.start_week, *cell, served_);
+    bool held = settle(c);
+    for (; held && !before(first_, c.entry); held = settle(c)) ++c.at;
+    if (!held) cursors_.pop_back();
+    return held;
   }
   // The place of the least cursor (cursors_.size() if none is left), each brought up to date first: the runs
   // changed since its entry was judged, on to its next entry a run holds (or out, if none). A linear pass: a walk
@@ -1510,6 +1543,22 @@ class BidWalk {
       }
       if (least == kNone || before(c.entry, cursors_[least].entry)) least = i;
       ++i;
+    }
+    // The unread cells whose best may come before the least so far (an equal price may, by priority): read, and
+    // out of the list (the last one takes its place: the others are not moved).
+    std::int64_t bar = least == kNone ? kNoBid : cursors_[least].entry.price.value;
+    for (std::size_t i = 0; i < unread_.size();) {
+      if (unread_[i].best < bar) {
+        ++i;
+        continue;
+      }
+      const Unread u = unread_[i];
+      unread_[i] = unread_.back();
+      unread_.pop_back();
+      if (read(u) && (least == kNone || before(cursors_.back().entry, cursors_[least].entry))) {
+        least = cursors_.size() - 1;
+        bar = cursors_[least].entry.price.value;
+      }
     }
     return least == kNone ? cursors_.size() : least;
   }
@@ -1577,6 +1626,7 @@ class BidWalk {
   std::vector<BidEntry>& fixed_;  // without runs: the fixed-window candidates, sorted by start()
   std::size_t fpos_{0};
   std::vector<Cursor>& cursors_;  // given runs, in no order
+  std::vector<Unread>& unread_;   // given runs: the cells make_cursors found and least_cursor did not read yet
   std::vector<const BidIndex*>& indexes_;  // given runs: those find_first and make_cursors read
   BidEntry first_{};
   bool has_first_{false};  // first_ is find_first's, not taken yet
@@ -1843,23 +1893,27 @@ struct Engine::Impl {
   // (`interned`, the constraint sets shared by the open orders, is Impl's first member: the orders' ConsRefs
   // are destroyed before it.)
 
+  // The key of `interned` (only: never stored, nor compared across runs), a word a field combined as
+  // boost::hash_combine does, a region by std::hash: FNV-1a's byte at a time was ~500 instructions a set (1.5 M in
+  // the realistic bench's 20,000 commands).
   static std::uint64_t constraints_hash(const BidConstraints& c) {
-    Fnv1a h;
-    h.i64(static_cast<std::int64_t>(c.tiers.size()));
-    for (Tier t : c.tiers) h.i64(static_cast<std::int64_t>(t));
-    h.i64(static_cast<std::int64_t>(c.regions.size()));
-    for (const std::string& r : c.regions) h.str(r);
-    h.i64(c.nvlink);
-    h.i64(c.min_fabric ? static_cast<std::int64_t>(*c.min_fabric) : -1);
-    h.i64(c.min_fabric_gbps.value_or(-1));
-    h.i64(c.min_sla_pct_x1000.value_or(-1));
-    h.i64(c.green_only);
-    h.i64(c.max_pue_x1000.value_or(-1));
-    h.i64(c.min_renewable_pct_x100.value_or(-1));
-    h.i64(c.max_carbon_g_per_kwh_x100.value_or(-1));
-    h.i64(c.single_pool);
-    h.i64(c.interruptible);
-    return h.value();
+    std::uint64_t h = 0;
+    const auto add = [&](std::uint64_t v) { h ^= v + 0x9E3779B97F4A7C15ULL + (h << 6) + (h >> 2); };
+    add(c.tiers.size());
+    for (Tier t : c.tiers) add(static_cast<std::uint64_t>(t));
+    add(c.regions.size());
+    for (const std::string& r : c.regions) add(std::hash<std::string>{}(r));
+    add(c.nvlink);
+    add(static_cast<std::uint64_t>(c.min_fabric ? static_cast<std::int64_t>(*c.min_fabric) : -1));
+    add(static_cast<std::uint64_t>(c.min_fabric_gbps.value_or(-1)));
+    add(static_cast<std::uint64_t>(c.min_sla_pct_x1000.value_or(-1)));
+    add(c.green_only);
+    add(static_cast<std::uint64_t>(c.max_pue_x1000.value_or(-1)));
+    add(static_cast<std::uint64_t>(c.min_renewable_pct_x100.value_or(-1)));
+    add(static_cast<std::uint64_t>(c.max_carbon_g_per_kwh_x100.value_or(-1)));
+    add(c.single_pool);
+    add(c.interruptible);
+    return h;
   }
 
   // The shared set equal to `c`; none (a null ConsRef) for no constraint at all (most bids, every ask), tested
@@ -2378,27 +2432,36 @@ struct Engine::Impl {
   }
 
   bool pool_satisfies(const Pool& p, const BidConstraints& c) const {
+    return pool_fits_spec(p, c) && (!has_energy(c) || pool_verified_for(p, c));
+  }
+  static bool has_energy(const BidConstraints& c) {
+    return c.green_only || c.max_pue_x1000 || c.min_renewable_pct_x100 || c.max_carbon_g_per_kwh_x100;
+  }
+  // The part of pool_satisfies that reads only the pool's spec, which never changes once the pool is added (a
+  // BidGroup keeps its verdicts).
+  static bool pool_fits_spec(const Pool& p, const BidConstraints& c) {
     const PoolSpec& s = p.spec;
     if (s.tier == Tier::spot && !c.interruptible) return false;
     if (!c.tiers.empty() && !contains_tier(c.tiers, s.tier)) return false;
-    if (!c.regions.empty() && std::find(c.regions.begin(), c.regions.end(), s.region) == c.regions.end()) {
-      return false;
-    }
+    if (!c.regions.empty() && !names_region(c.regions, s.region)) return false;
     if (c.nvlink && !s.nvlink) return false;
     if (c.min_fabric && s.fabric < *c.min_fabric) return false;
     if (c.min_fabric_gbps && s.fabric_gbps < *c.min_fabric_gbps) return false;
     if (c.min_sla_pct_x1000 && s.sla_pct_x1000 < *c.min_sla_pct_x1000) return false;
-    const bool energy = c.green_only || c.max_pue_x1000 || c.min_renewable_pct_x100 || c.max_carbon_g_per_kwh_x100;
-    if (energy) {
-      if (!p.verified_at(now)) return false;
-      if (c.green_only && p.green_tier == GreenTier::none) return false;
-      if (c.max_pue_x1000 && s.energy.pue_x1000 > *c.max_pue_x1000) return false;
-      if (c.min_renewable_pct_x100 && s.energy.renewable_pct_x100 < *c.min_renewable_pct_x100) return false;
-      if (c.max_carbon_g_per_kwh_x100 && s.energy.carbon_g_per_kwh_x100 > *c.max_carbon_g_per_kwh_x100) {
-        return false;
-      }
-    }
+    if (c.max_pue_x1000 && s.energy.pue_x1000 > *c.max_pue_x1000) return false;
+    if (c.min_renewable_pct_x100 && s.energy.renewable_pct_x100 < *c.min_renewable_pct_x100) return false;
+    if (c.max_carbon_g_per_kwh_x100 && s.energy.carbon_g_per_kwh_x100 > *c.max_carbon_g_per_kwh_x100) return false;
     return true;
+  }
+  // Out of line: the string search inlined made every pool_fits_spec call save and restore six registers, though
+  // a group's constraints (most calls: a kept verdict's first judgement) name no region.
+  [[gnu::noinline]] static bool names_region(const std::vector<std::string>& regions, const std::string& r) {
+    return std::find(regions.begin(), regions.end(), r) != regions.end();
+  }
+  // The part of pool_satisfies for energy constraints `c` that changes with time and verification: the pool's
+  // energy figures are verified now, and it has a green tier if c asks for one.
+  bool pool_verified_for(const Pool& p, const BidConstraints& c) const {
+    return p.verified_at(now) && (!c.green_only || p.green_tier != GreenTier::none);
   }
 
   // ---------------------------------------------------------------- order geometry
@@ -3091,10 +3154,9 @@ struct Engine::Impl {
     rep.regions.clear();
     auto [it, inserted] = b.group_index.try_emplace(constraint_key(rep), -1);
     if (inserted) {
-      const bool energy = rep.green_only || rep.max_pue_x1000 || rep.min_renewable_pct_x100 || rep.max_carbon_g_per_kwh_x100;
       BidGroup fresh;
+      fresh.energy = has_energy(rep);
       fresh.rep = std::move(rep);
-      fresh.keeps_verdicts = !energy;
       BidGroup* slot = nullptr;
       while (!slot && !b.free_groups.empty()) {
         const int f = b.free_groups.back();
@@ -3133,20 +3195,34 @@ struct Engine::Impl {
   // Sets up `walk` over the resting bids of `b` that `pool` satisfies (the groups it satisfies, their
   // bids without regions or naming the pool's region) priced at `floor` or more; duration bids only if
   // `with_duration`. Every key the walk returns then passes pool_satisfies(pool, its constraints).
-  // pool_satisfies(lp.p, g.rep), kept in g when it keeps verdicts.
-  bool group_admits(const Book& b, const LivePool& lp, const BidGroup& g) const {
-    if (!g.keeps_verdicts) return pool_satisfies(lp.p, g.rep);
+  // pool_fits_spec(lp.p, g.rep), kept in g.
+  bool group_fits_spec(const Book& b, const LivePool& lp, const BidGroup& g) const {
     if (lp.book_number == std::numeric_limits<std::uint32_t>::max()) lp.book_number = b.pools_numbered++;
     const std::uint32_t number = lp.book_number;
     if (g.verdicts.size() <= number) g.verdicts.resize(b.pools_numbered, -1);
     std::int8_t& v = g.verdicts[number];
-    if (v < 0) v = pool_satisfies(lp.p, g.rep) ? 1 : 0;
+    if (v < 0) v = pool_fits_spec(lp.p, g.rep) ? 1 : 0;
     return v == 1;
   }
+  // pool_satisfies(lp.p, g.rep): the kept verdict, and for energy constraints the pool's verification now.
+  bool group_admits(const Book& b, const LivePool& lp, const BidGroup& g) const {
+    return group_fits_spec(b, lp, g) && (!g.energy || pool_verified_for(lp.p, g.rep));
+  }
 
-  // The group of a bid's constraints if one is known (a bid with equal constraints rested), else null.
+  // The group of a bid's constraints (regions apart) if one is known, else null: the one cached for its
+  // constraint set (a bid with equal constraints rested or walked), else the one of its key (constraint_key
+  // leaves the regions out), then cached: a set whose bids have not rested, e.g. a resting one's with other
+  // regions, would otherwise have every pool of its walks judged by pool_satisfies (~15,000 calls in the
+  // realistic bench's timed part).
   const BidGroup* known_group(const Book& b, const RestOrder& bid) const {
-    const int g = bid.request.cons ? b.cached_group(&*bid.request.cons) : b.unconstrained_group;
+    int g = bid.request.cons ? b.cached_group(&*bid.request.cons) : b.unconstrained_group;
+    if (g < 0) {
+      const auto it = b.group_index.find(constraint_key(bid.request.constraints()));
+      if (it != b.group_index.end()) {
+        g = it->second;
+        if (bid.request.cons) b.cache_group(bid.request.cons, g);
+      }
+    }
     return g < 0 ? nullptr : &b.bid_groups[static_cast<std::size_t>(g)];
   }
 
@@ -3155,9 +3231,9 @@ struct Engine::Impl {
   // pools (realistic bench), ~50 instructions a call out of line.
   [[gnu::always_inline]] bool pool_admits(const Book& b, const LivePool& lp, const BidGroup* g,
                                           const BidConstraints& c, const RegionFilter& regions) const {
-    if (g && g->keeps_verdicts && lp.book_number < g->verdicts.size()) {
+    if (g && lp.book_number < g->verdicts.size()) {
       const std::int8_t v = g->verdicts[lp.book_number];
-      if (v >= 0) return v == 1 && regions.admits(lp.region);
+      if (v >= 0) return v == 1 && (!g->energy || pool_verified_for(lp.p, g->rep)) && regions.admits(lp.region);
     }
     return judge_pool(b, lp, g, c, regions);
   }
@@ -3193,15 +3269,15 @@ struct Engine::Impl {
     return std::max(b.duration_ceiling, b.fixed_ceiling);
   }
 
-  // The groups of `b` that `lp` may satisfy: those whose kept verdict admits it, and those that keep none (the
-  // caller judges them), listed again only when b's groups changed (Book::groups_made): an ask's walk then
+  // The groups of `b` that `lp` may satisfy: those whose kept verdict admits it (the caller asks an energy group's
+  // pool_verified_for), listed again only when b's groups changed (Book::groups_made): an ask's walk then
   // passes over none of the ~3 in 4 groups its pool fails (realistic bench: 7.6 admitted of 28).
   const std::vector<std::uint32_t>& groups_of(const Book& b, const LivePool& lp) const {
     if (lp.groups_seen != b.groups_made) {
       lp.groups_ok.clear();
       for (std::size_t i = 0; i < b.bid_groups.size(); ++i) {
         const BidGroup& g = b.bid_groups[i];
-        if (!g.keeps_verdicts || group_admits(b, lp, g)) lp.groups_ok.push_back(static_cast<std::uint32_t>(i));
+        if (group_fits_spec(b, lp, g)) lp.groups_ok.push_back(static_cast<std::uint32_t>(i));
       }
       lp.groups_seen = b.groups_made;
     }
@@ -3218,7 +3294,7 @@ struct Engine::Impl {
     };
     for (const std::uint32_t gi : groups_of(b, lp)) {
       const BidGroup& g = b.bid_groups[gi];
-      if (g.resting == 0 || (!g.keeps_verdicts && !pool_satisfies(lp.p, g.rep))) continue;
+      if (g.resting == 0 || (g.energy && !pool_verified_for(lp.p, g.rep))) continue;
       add(g.any);
       if (region < g.by_region.size() && g.by_region[region]) add(*g.by_region[region]);
     }
@@ -3668,10 +3744,7 @@ struct Engine::Impl {
               lo.bid_group = b.cached_group(&*o.request.cons);
               if (lo.bid_group < 0) {
                 lo.bid_group = group_for(b, *o.request.cons);
-                if (b.group_by_cons.size() >= 4096) b.group_by_cons.clear();
-                b.group_by_cons.insert_or_assign(
-                    &*o.request.cons,
-                    Book::CachedGroup{o.request.cons, lo.bid_group, b.bid_groups[static_cast<std::size_t>(lo.bid_group)].gen});
+                b.cache_group(o.request.cons, lo.bid_group);
               }
             } else {  // most bids: no key to build
               if (b.unconstrained_group < 0) b.unconstrained_group = group_for(b, RestRequest::no_constraints());
@@ -3937,9 +4010,14 @@ struct Engine::Impl {
     }
     const Book& book = (*bid.book);
     const Price tk = book.spec.tick;
+    // pool_satisfies(pool, c) for each spot pool, from the kept verdicts of the bid's group when it is known (as
+    // walk_asks judges pools).
+    const BidGroup* group = known_group(book, bid);
+    std::vector<std::uint32_t> region_nums_buf;
+    const RegionFilter regions(group && !c.regions.empty() ? known_region_nums(bid, region_nums_buf) : region_nums_buf);
     for (const auto& [pid, pp] : book.spot_pools) {
       const LivePool& lp = *pp;
-      if (!pool_satisfies(lp.p, c)) continue;
+      if (!pool_admits(book, lp, group, c, regions)) continue;
       if (lp.p.provider == bid.account) continue;  // never trade with oneself, even through a lease
       for (const LeaseRef& ref : lp.spot_leases) {
         if (ref.price >= bid.request.price) break;  // the rest cost as much or more
@@ -5082,8 +5160,8 @@ struct Engine::Impl {
       // Kept group verdicts equal a fresh judgement.
       if (lp.book_number != std::numeric_limits<std::uint32_t>::max()) {
         for (const BidGroup& g : books.at(lp.p.spec.market).bid_groups) {
-          if (g.keeps_verdicts && lp.book_number < g.verdicts.size() && g.verdicts[lp.book_number] >= 0 &&
-              (g.verdicts[lp.book_number] == 1) != pool_satisfies(lp.p, g.rep)) {
+          if (lp.book_number < g.verdicts.size() && g.verdicts[lp.book_number] >= 0 &&
+              (g.verdicts[lp.book_number] == 1) != pool_fits_spec(lp.p, g.rep)) {
             fail("kept verdict of pool " + std::to_string(id.value) + " stale");
           }
         }
