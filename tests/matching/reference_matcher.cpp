@@ -713,6 +713,16 @@ std::vector<std::size_t> ReferenceMatcher::preemptable_leases(const Order& bid) 
   return out;
 }
 
+std::size_t ReferenceMatcher::preemptable_unless_post_only(OrderId bid) const {
+  for (const Order& o : orders_) {
+    if (o.id != bid || !o.is_open() || !o.is_buy()) continue;
+    Order taker = o;
+    taker.request.post_only = false;
+    return preemptable_leases(taker).size();
+  }
+  return 0;
+}
+
 // Own leases are never candidates, so a preemption never meets self-trade prevention.
 void ReferenceMatcher::preempt_for(std::size_t bid_index, EventSink& out) {
   Seconds s{0}, e{0};
