@@ -856,6 +856,39 @@ TEST_CASE("a lease made by a preemption stays tied to the ask that sold the GPUs
   CHECK(vs_restored.empty());
 }
 
+// Found by the lifecycles' green policy twists (GPUEX_SEED=1703 GPUEX_LIFECYCLES=1, shrunk to these commands): a
+// policy that moves a verified pool's discount by a bp re-prices its open asks (DESIGN.md §4 "Green discount"),
+// and the ask's OrderUpdated announces its new discount although 1.70 x 0.8501 rounds down to the same 0.001 tick
+// of L40S as 1.70 x 0.85. The reference changed the ask's discount without an event.
+TEST_CASE("a discount moved by a bp re-prices an ask whose effective price stays", "[differential]") {
+  const std::int64_t t0 = kStart;
+  PoolSpec spec;
+  spec.market = MarketId{"L40S"};
+  spec.region = "FR";
+  spec.tier = Tier::spot;
+  spec.gpus_per_node = 4;
+  spec.nodes = 2;
+  spec.energy = EnergyAttributes{1250, 6000, 30000};  // green
+  OrderRequest ask;
+  ask.side = Side::sell;
+  ask.pool = PoolId(1);
+  ask.price = Price(1'700'000);
+  ask.quantity = Qty(4);
+  ask.start = Seconds(t0);
+  ask.end = Seconds(t0 + 3 * 86400);
+  GreenPolicy policy = GreenPolicy::defaults();
+  policy.rules[1].discount_bps = 1499;
+  const std::vector<Command> script{
+      Command{1, Seconds(t0), AccountId(2), AddPool{spec}},
+      Command{2, Seconds(t0), AccountId(2), PlaceOrder{ask}},
+      Command{3, Seconds(t0 + 300), AccountId(99), VerifyPool{PoolId(1), true, Seconds(t0 + 86400), "audit"}},
+      Command{4, Seconds(t0 + 700), AccountId(99), SetGreenPolicy{policy}},
+  };
+  const std::string vs_reference = reference_divergence(script);
+  INFO(vs_reference);
+  CHECK(vs_reference.empty());
+}
+
 TEST_CASE("debug: restore divergence of one random sequence", "[.debug]") {
   const std::uint64_t seed = std::strtoull(std::getenv("GPUEX_SEED") ? std::getenv("GPUEX_SEED") : "3000011", nullptr, 10);
   const EngineConfig config = RandomCommands::config();
