@@ -889,26 +889,35 @@ TEST_CASE("a discount moved by a bp re-prices an ask whose effective price stays
   CHECK(vs_reference.empty());
 }
 
+// GPUEX_LIFECYCLES=1 plays lifecycles; GPUEX_SEQUENCES=n tries n seeds from GPUEX_SEED on (a restore soak).
 TEST_CASE("debug: restore divergence of one random sequence", "[.debug]") {
-  const std::uint64_t seed = std::strtoull(std::getenv("GPUEX_SEED") ? std::getenv("GPUEX_SEED") : "3000011", nullptr, 10);
+  const std::uint64_t first = std::strtoull(std::getenv("GPUEX_SEED") ? std::getenv("GPUEX_SEED") : "3000011", nullptr, 10);
+  const int sequences = std::getenv("GPUEX_SEQUENCES") ? std::atoi(std::getenv("GPUEX_SEQUENCES")) : 1;
+  const bool lifecycles = std::getenv("GPUEX_LIFECYCLES") && std::string(std::getenv("GPUEX_LIFECYCLES")) == "1";
   const EngineConfig config = RandomCommands::config();
-  Engine a(config);
-  RandomCommands gen(seed, kStart);
-  std::vector<Command> log;
-  for (int k = 0; k < 150; ++k) {
-    log.push_back(gen.next());
-    EventSink ev;
-    a.apply(log.back(), ev);
-    gen.observe(ev);
-  }
-  const std::size_t first_cut = std::getenv("GPUEX_CUT") ? std::strtoull(std::getenv("GPUEX_CUT"), nullptr, 10) : 1;
-  for (std::size_t cut = first_cut; cut < log.size(); ++cut) {
-    const std::string d = restore_divergence(log, cut);
-    if (!d.empty()) {
-      std::cout << "cut " << cut << ": " << d << "\n";
-      break;
+  int differ = 0;
+  for (std::uint64_t seed = first; seed < first + static_cast<std::uint64_t>(sequences); ++seed) {
+    Engine a(config);
+    RandomCommands gen(seed, kStart);
+    if (lifecycles) gen.play_lifecycles();
+    std::vector<Command> log;
+    for (int k = 0; k < 150; ++k) {
+      log.push_back(gen.next());
+      EventSink ev;
+      a.apply(log.back(), ev);
+      gen.observe(ev);
+    }
+    const std::size_t first_cut = std::getenv("GPUEX_CUT") ? std::strtoull(std::getenv("GPUEX_CUT"), nullptr, 10) : 1;
+    for (std::size_t cut = first_cut; cut < log.size(); ++cut) {
+      const std::string d = restore_divergence(log, cut);
+      if (!d.empty()) {
+        std::cout << "seed " << seed << " cut " << cut << ": " << d << "\n";
+        ++differ;
+        break;
+      }
     }
   }
+  std::cout << "restore divergence: " << differ << " of " << sequences << " sequences\n";
 }
 
 // Exposure limits on an amend (DESIGN.md §4: "An order that would exceed one is rejected"): an amend that raises
