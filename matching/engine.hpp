@@ -19,7 +19,7 @@
 //      start <= now, -> completed when end <= now (billed), a preemption notice over when ends_at <= now
 //      (billed, ended; status stays preempted).
 //   c. Verification expiries (verified_until <= now) in pool id order: PoolChanged, then OrderUpdated for
-//      each open ask of the pool whose effective price changed, in order id order.
+//      each open ask of the pool whose effective price or discount changed, in order id order.
 //   d. Time-driven matching (not in halted markets): the asks that time can bring together with resting
 //      bids (those re-priced in c, those whose window start or a step-up of free capacity arrived), in
 //      ask priority (effective price ascending, then priority, then id), each matched as an incoming

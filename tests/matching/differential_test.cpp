@@ -2,8 +2,10 @@
 // must produce identical events; market invariants are checked after every command.
 //
 // Replay one sequence: GPUEX_SEED=<seed printed on failure> gpuex_matching_tests "[differential]"
-// Each seed runs as a plain sequence and then (half as many, at least eight) as one that plays spot-lease
+// Each seed runs as a plain sequence and then (half as many, at least twelve) as one that plays spot-lease
 // lifecycles (RandomCommands::play_lifecycles): GPUEX_LIFECYCLES=0 or 1 runs only the one or the other kind.
+// Those go on with an engine restored from its snapshot wherever a lifecycle asks for a restart
+// (RandomCommands::restore_after_last), so a GPUEX_SEED replay restores where the whole run did.
 // The run prints once what the sequences reached ("differential coverage: ..."), and checks minimum counts.
 // Other knobs (for hand runs): GPUEX_SEQUENCES=n and GPUEX_COMMANDS=n (a longer soak from GPUEX_SEED on),
 // GPUEX_DIFF_STATS=1 (print the event mix), GPUEX_DIFF_SUMMARY=1 (one line per failing sequence beyond the first
@@ -14,6 +16,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -185,6 +188,8 @@ struct Mix {
   std::map<OrderId, bool> ask_repriced;
   std::map<OrderId, bool> ask_filled;
   std::map<OrderId, int> ask_trades;
+  std::map<PoolId, std::set<OrderId>> pool_asks_sold;  // the asks of each pool that sold a lease
+  bool restored{false};  // the sequence went on with an engine restored in the middle of a lifecycle
   void new_sequence() {
     bids.clear();
     leases.clear();
@@ -192,6 +197,92 @@ struct Mix {
     ask_repriced.clear();
     ask_filled.clear();
     ask_trades.clear();
+    pool_asks_sold.clear();
+    restored = false;
+  }
+  // Whether the leases as last seen hold one that `pred` picks and that has not ended.
+  template <class Pred>
+  bool live_lease(Pred pred) const {
+    for (const auto& [id, l] : leases)
+      if (!l.ended && pred(l)) return true;
+    return false;
+  }
+  // What a command did to the leases as they were before it (call before count()): the rules of DESIGN.md §4
+  // that meet preemptible capacity, as the lifecycles' twists (random_commands.hpp) reach them.
+  void count_reach(const Command& cmd, const EventSink& events, const ReferenceMatcher& ref) {
+    const auto* place = std::get_if<PlaceOrder>(&cmd.body);
+    const bool amend = std::holds_alternative<Amend>(cmd.body);
+    std::map<OrderId, std::set<OrderId>> preempting;  // bid -> the asks whose leases it preempted
+    std::map<OrderId, int> preemptions;
+    for (const Event& e : events) {
+      if (const auto* t = std::get_if<TradeEvent>(&e)) {
+        const Trade& tr = t->trade;
+        if (!tr.preemption) {
+          if (!tr.bucket.is_spot() && tr.tier == Tier::spot) add("cov_forward_trade_spot_pool");
+          std::set<OrderId>& sold = pool_asks_sold[tr.pool];
+          if (sold.insert(tr.sell_order).second && sold.size() >= 2) add("cov_pool_second_ask_sold");
+          continue;
+        }
+        preempting[tr.buy_order].insert(tr.sell_order);
+        ++preemptions[tr.buy_order];
+        if (amend) add("cov_preempt_by_amend");
+        if (place && place->order.time_in_force == TimeInForce::fok) add("cov_preempt_fok");
+        if (!tr.bucket.is_spot()) add("cov_preempt_forward");
+        if (restored) add("cov_preempt_after_restore");
+        auto it = leases.find(tr.preempted_lease);
+        if (it != leases.end() && it->second.green_discount_bps != tr.green_discount_bps)
+          add("cov_preempt_discount_moved");
+        if (live_lease([&](const Lease& l) {
+              return l.buyer == tr.buyer && l.pool == tr.pool &&
+                     (l.status == LeaseStatus::active || l.status == LeaseStatus::reserved);
+            }))
+          add("cov_preempt_bidder_holds_lease");
+      } else if (const auto* d = std::get_if<OrderDone>(&e)) {
+        const Order& o = d->order;
+        if (o.reason == Reason::self_trade && place && place->order.constraints.interruptible)
+          add("cov_stp_interruptible_bid");
+        if (o.is_sell() && o.status == OrderStatus::cancelled && o.reason == Reason::none &&
+            live_lease([&](const Lease& l) { return l.sell_order == o.id; }))
+          add("cov_cancel_leased_ask");
+      } else if (const auto* u = std::get_if<OrderUpdated>(&e)) {
+        const Order& o = u->order;
+        const bool leased = o.is_sell() && live_lease([&](const Lease& l) { return l.sell_order == o.id; });
+        if (amend && leased && std::get<Amend>(cmd.body).order == o.id) add("cov_amend_leased_ask");
+        if (amend && o.is_buy() && std::get<Amend>(cmd.body).order == o.id && std::get<Amend>(cmd.body).quantity &&
+            o.request.constraints.interruptible)
+          add("cov_amend_interruptible_bid_quantity");
+        if (leased && std::holds_alternative<SetGreenPolicy>(cmd.body)) add("cov_policy_repriced_leased_ask");
+      } else if (const auto* a = std::get_if<OrderAccepted>(&e)) {
+        const Order& o = a->order;
+        if (o.request.post_only && o.request.constraints.interruptible && ref.preemptable_unless_post_only(o.id) > 0)
+          add("cov_post_only_rests_over_preemptible");
+      } else if (const auto* r = std::get_if<OrderRejected>(&e)) {
+        if (r->order.reason == Reason::exposure_limit &&
+            live_lease([&](const Lease& l) { return l.buyer == r->order.account; }))
+          add("cov_exposure_limit_with_leases");
+      } else if (const auto* c = std::get_if<CommandRejected>(&e)) {
+        if (c->reason == Reason::exposure_limit && live_lease([&](const Lease& l) { return l.buyer == cmd.account; }))
+          add("cov_exposure_limit_with_leases");
+      }
+    }
+    for (const auto& [bid, asks] : preempting) {
+      if (preemptions[bid] >= 2) add("cov_preempt_several_leases");
+      if (asks.size() >= 2) add("cov_preempt_across_asks");
+    }
+    // Pool commands on a pool whose leases live, or lived.
+    const PoolId target = std::holds_alternative<ResizePool>(cmd.body)   ? std::get<ResizePool>(cmd.body).pool
+                          : std::holds_alternative<RetirePool>(cmd.body) ? std::get<RetirePool>(cmd.body).pool
+                                                                          : PoolId();
+    if (target.value != 0) {
+      bool refused = false;
+      for (const Event& e : events) refused = refused || std::holds_alternative<CommandRejected>(e);
+      const bool live = live_lease([&](const Lease& l) { return l.pool == target; });
+      bool had = false;
+      for (const auto& [id, l] : leases) had = had || l.pool == target;
+      const char* what = std::holds_alternative<ResizePool>(cmd.body) ? "cov_resize_" : "cov_retire_";
+      if (live) add(std::string(what) + (refused ? "refused" : "done") + "_with_live_leases");
+      if (!live && had && !refused && !std::holds_alternative<ResizePool>(cmd.body)) add("cov_retire_after_leases");
+    }
   }
   // What a command of that kind was answered with, when it was refused: "cancel_not_found", "amend_off_tick".
   void count_refusal(const Command& cmd, const EventSink& events) {
@@ -417,14 +508,15 @@ TEST_CASE("the engine and the reference matcher produce identical events", "[dif
   const bool stats = std::getenv("GPUEX_DIFF_STATS") != nullptr;
   // Triage of a soak run: look past the known engine bug (see "a lease made by a preemption stays tied ...").
   const bool known_bugs = std::getenv("GPUEX_KNOWN_BUGS") != nullptr;
-  // After the plain sequences, half as many (at least eight: about half of them reach a preemption of a
-  // split-off lease whose ask was re-priced and filled) from the same seeds that play spot-lease lifecycles
-  // (RandomCommands::play_lifecycles); GPUEX_LIFECYCLES=0 or 1 runs only the plain or only those ones.
+  // After the plain sequences, half as many (at least twelve: about two in five of them reach a preemption of a
+  // split-off lease whose ask was re-priced and filled, since the lifecycles' twists share their steps) from the
+  // same seeds that play spot-lease lifecycles (RandomCommands::play_lifecycles); GPUEX_LIFECYCLES=0 or 1 runs
+  // only the plain or only those ones.
   const char* lifecycle_env = std::getenv("GPUEX_LIFECYCLES");
   const int plain = lifecycle_env && std::string(lifecycle_env) == "1" ? 0 : sequences;
   const int lifecycle = lifecycle_env && std::string(lifecycle_env) == "0" ? 0
                         : plain == 0                                      ? sequences
-                                                                          : std::max(8, sequences / 2);
+                                                                          : std::max(12, sequences / 2);
   const EngineConfig config = RandomCommands::config();
   Mix mix;        // of the plain sequences: the mix checked below is theirs, as before lifecycles were played
   Mix lifecycles;  // of the lifecycle sequences
@@ -459,6 +551,7 @@ TEST_CASE("the engine and the reference matcher produce identical events", "[dif
       std::string broken = take_free(fast, ref);
       ++commands;
       (life ? lifecycle_steps : plain_commands) += life ? gen.last_was_lifecycle() : 1;
+      m.count_reach(cmd, slow, ref);
       m.count(slow);
       m.count_refusal(cmd, slow);
       if (error.empty() && fast == slow && broken.empty()) broken = check_invariants(engine, ref);
@@ -495,7 +588,10 @@ TEST_CASE("the engine and the reference matcher produce identical events", "[dif
       // snapshot() / restore() round-trips with an equal digest; from the middle on, every fourth sequence goes
       // on with the restored engine (as after a restart, with everything so far committed).
       // (Chosen by seed, so that a replay of one sequence with GPUEX_SEED restores where the whole run did.)
-      if ((k == 40 || k == length - 1) && seed % 4 == kDefaultSeed % 4 && !known_bugs) {
+      // A lifecycle also asks for a restart now and then, in the middle of its preemptions and notices.
+      const bool mid_lifecycle = life && gen.restore_after_last();
+      if (((k == 40 || k == length - 1) && seed % 4 == kDefaultSeed % 4 || mid_lifecycle) && !known_bugs) {
+        if (mid_lifecycle) m.restored = true, m.add("cov_restored_mid_lifecycle");
         engine.committed_through(cmd.seq);
         ref.committed_through(cmd.seq);
         const EngineState state = engine.snapshot();
@@ -518,6 +614,23 @@ TEST_CASE("the engine and the reference matcher produce identical events", "[dif
       << ", asks re-priced " << x["cov_ask_repriced"] << " (then filled " << x["cov_ask_repriced_then_filled"]
       << "), asks filled by 3+ trades " << x["cov_ask_filled_by_3_or_more_trades"] << ", leases released "
       << x["lease_released"] << ", completed " << x["lease_completed"];
+    // What the rest of the market did to preemptible capacity (the lifecycles' twists).
+    s << "; preemptions taking several leases " << x["cov_preempt_several_leases"] << " (across asks "
+      << x["cov_preempt_across_asks"] << "), by an amend " << x["cov_preempt_by_amend"] << ", fok "
+      << x["cov_preempt_fok"] << ", forward " << x["cov_preempt_forward"] << ", after a mid-lifecycle restore "
+      << x["cov_preempt_after_restore"] << " (restores " << x["cov_restored_mid_lifecycle"]
+      << "), at a discount moved since the lease " << x["cov_preempt_discount_moved"]
+      << ", by a bidder holding a lease there " << x["cov_preempt_bidder_holds_lease"]
+      << "; second asks of a pool sold " << x["cov_pool_second_ask_sold"] << ", forward trades on spot pools "
+      << x["cov_forward_trade_spot_pool"] << ", STP on interruptible bids " << x["cov_stp_interruptible_bid"]
+      << ", post_only bids resting over preemptible leases " << x["cov_post_only_rests_over_preemptible"]
+      << ", exposure_limit with live leases " << x["cov_exposure_limit_with_leases"] << ", market_halted "
+      << x["rejected_market_halted"] + x["amend_market_halted"] << ", leased asks cancelled "
+      << x["cov_cancel_leased_ask"] << ", amended " << x["cov_amend_leased_ask"] << ", re-priced by a policy "
+      << x["cov_policy_repriced_leased_ask"] << ", interruptible bids cut " << x["cov_amend_interruptible_bid_quantity"]
+      << ", pools with live leases resized " << x["cov_resize_done_with_live_leases"] << " (refused "
+      << x["cov_resize_refused_with_live_leases"] << "), retirements refused "
+      << x["cov_retire_refused_with_live_leases"] << ", retired after leases " << x["cov_retire_after_leases"];
     return s.str();
   };
   std::cout << "differential coverage: " << plain << " plain sequences (" << plain_commands << " commands): "
@@ -609,6 +722,38 @@ TEST_CASE("the engine and the reference matcher produce identical events", "[dif
     CHECK(lifecycles["cov_ask_filled_by_3_or_more_trades"] > 50 * life20k);
     CHECK(lifecycles["lease_released"] > 200 * life20k);
     CHECK(lifecycles["lease_completed"] > 1000 * life20k);
+    // What the rest of the market does to preemptible capacity (the lifecycles' twists, random_commands.hpp), a
+    // third of what the 37,500 lifecycle commands reach now: 122 preemptions taking several leases (28 across
+    // asks of one pool), 28 by an amend, 163 fok, 245 forward, 845 after 614 restores in the middle of a
+    // lifecycle, 44 at a discount moved since the lease, 650 by a bidder holding a lease there; 1,014 second asks
+    // of a pool sold, 608 forward trades on spot pools, 193 self-trade stops of interruptible bids, 30 post_only
+    // bids resting over preemptible leases, 238 exposure_limit refusals of accounts with live leases, 1,079
+    // market_halted, 248 / 766 / 54 asks with live leases cancelled / amended / re-priced by a policy, 287
+    // interruptible bids cut, 156 / 65 resizes of pools with live leases done / refused, 90 retirements
+    // refused, 237 pools retired after their leases.
+    CHECK(lifecycles["cov_preempt_several_leases"] > 40 * life20k);
+    CHECK(lifecycles["cov_preempt_across_asks"] > 9 * life20k);
+    CHECK(lifecycles["cov_preempt_by_amend"] > 9 * life20k);
+    CHECK(lifecycles["cov_preempt_fok"] > 50 * life20k);
+    CHECK(lifecycles["cov_preempt_forward"] > 80 * life20k);
+    CHECK(lifecycles["cov_restored_mid_lifecycle"] > 200 * life20k);
+    CHECK(lifecycles["cov_preempt_after_restore"] > 250 * life20k);
+    CHECK(lifecycles["cov_preempt_discount_moved"] > 14 * life20k);
+    CHECK(lifecycles["cov_preempt_bidder_holds_lease"] > 200 * life20k);
+    CHECK(lifecycles["cov_pool_second_ask_sold"] > 300 * life20k);
+    CHECK(lifecycles["cov_forward_trade_spot_pool"] > 200 * life20k);
+    CHECK(lifecycles["cov_stp_interruptible_bid"] > 60 * life20k);
+    CHECK(lifecycles["cov_post_only_rests_over_preemptible"] > 10 * life20k);
+    CHECK(lifecycles["cov_exposure_limit_with_leases"] > 80 * life20k);
+    CHECK(lifecycles["rejected_market_halted"] + lifecycles["amend_market_halted"] > 300 * life20k);
+    CHECK(lifecycles["cov_cancel_leased_ask"] > 80 * life20k);
+    CHECK(lifecycles["cov_amend_leased_ask"] > 250 * life20k);
+    CHECK(lifecycles["cov_policy_repriced_leased_ask"] > 18 * life20k);
+    CHECK(lifecycles["cov_amend_interruptible_bid_quantity"] > 90 * life20k);
+    CHECK(lifecycles["cov_resize_done_with_live_leases"] > 50 * life20k);
+    CHECK(lifecycles["cov_resize_refused_with_live_leases"] > 20 * life20k);
+    CHECK(lifecycles["cov_retire_refused_with_live_leases"] > 30 * life20k);
+    CHECK(lifecycles["cov_retire_after_leases"] > 80 * life20k);
   }
 }
 
@@ -712,26 +857,68 @@ TEST_CASE("a lease made by a preemption stays tied to the ask that sold the GPUs
   CHECK(vs_restored.empty());
 }
 
+// Found by the lifecycles' green policy twists (GPUEX_SEED=1703 GPUEX_LIFECYCLES=1, shrunk to these commands): a
+// policy that moves a verified pool's discount by a bp re-prices its open asks (DESIGN.md §4 "Green discount"),
+// and the ask's OrderUpdated announces its new discount although 1.70 x 0.8501 rounds down to the same 0.001 tick
+// of L40S as 1.70 x 0.85. The reference changed the ask's discount without an event.
+TEST_CASE("a discount moved by a bp re-prices an ask whose effective price stays", "[differential]") {
+  const std::int64_t t0 = kStart;
+  PoolSpec spec;
+  spec.market = MarketId{"L40S"};
+  spec.region = "FR";
+  spec.tier = Tier::spot;
+  spec.gpus_per_node = 4;
+  spec.nodes = 2;
+  spec.energy = EnergyAttributes{1250, 6000, 30000};  // green
+  OrderRequest ask;
+  ask.side = Side::sell;
+  ask.pool = PoolId(1);
+  ask.price = Price(1'700'000);
+  ask.quantity = Qty(4);
+  ask.start = Seconds(t0);
+  ask.end = Seconds(t0 + 3 * 86400);
+  GreenPolicy policy = GreenPolicy::defaults();
+  policy.rules[1].discount_bps = 1499;
+  const std::vector<Command> script{
+      Command{1, Seconds(t0), AccountId(2), AddPool{spec}},
+      Command{2, Seconds(t0), AccountId(2), PlaceOrder{ask}},
+      Command{3, Seconds(t0 + 300), AccountId(99), VerifyPool{PoolId(1), true, Seconds(t0 + 86400), "audit"}},
+      Command{4, Seconds(t0 + 700), AccountId(99), SetGreenPolicy{policy}},
+  };
+  const std::string vs_reference = reference_divergence(script);
+  INFO(vs_reference);
+  CHECK(vs_reference.empty());
+}
+
+// GPUEX_LIFECYCLES=1 plays lifecycles; GPUEX_SEQUENCES=n tries n seeds from GPUEX_SEED on (a restore soak).
 TEST_CASE("debug: restore divergence of one random sequence", "[.debug]") {
-  const std::uint64_t seed = std::strtoull(std::getenv("GPUEX_SEED") ? std::getenv("GPUEX_SEED") : "3000011", nullptr, 10);
+  const std::uint64_t first = std::strtoull(std::getenv("GPUEX_SEED") ? std::getenv("GPUEX_SEED") : "3000011", nullptr, 10);
+  const int sequences = std::getenv("GPUEX_SEQUENCES") ? std::atoi(std::getenv("GPUEX_SEQUENCES")) : 1;
+  const bool lifecycles = std::getenv("GPUEX_LIFECYCLES") && std::string(std::getenv("GPUEX_LIFECYCLES")) == "1";
   const EngineConfig config = RandomCommands::config();
-  Engine a(config);
-  RandomCommands gen(seed, kStart);
-  std::vector<Command> log;
-  for (int k = 0; k < 150; ++k) {
-    log.push_back(gen.next());
-    EventSink ev;
-    a.apply(log.back(), ev);
-    gen.observe(ev);
-  }
-  const std::size_t first_cut = std::getenv("GPUEX_CUT") ? std::strtoull(std::getenv("GPUEX_CUT"), nullptr, 10) : 1;
-  for (std::size_t cut = first_cut; cut < log.size(); ++cut) {
-    const std::string d = restore_divergence(log, cut);
-    if (!d.empty()) {
-      std::cout << "cut " << cut << ": " << d << "\n";
-      break;
+  int differ = 0;
+  for (std::uint64_t seed = first; seed < first + static_cast<std::uint64_t>(sequences); ++seed) {
+    Engine a(config);
+    RandomCommands gen(seed, kStart);
+    if (lifecycles) gen.play_lifecycles();
+    std::vector<Command> log;
+    for (int k = 0; k < 150; ++k) {
+      log.push_back(gen.next());
+      EventSink ev;
+      a.apply(log.back(), ev);
+      gen.observe(ev);
+    }
+    const std::size_t first_cut = std::getenv("GPUEX_CUT") ? std::strtoull(std::getenv("GPUEX_CUT"), nullptr, 10) : 1;
+    for (std::size_t cut = first_cut; cut < log.size(); ++cut) {
+      const std::string d = restore_divergence(log, cut);
+      if (!d.empty()) {
+        std::cout << "seed " << seed << " cut " << cut << ": " << d << "\n";
+        ++differ;
+        break;
+      }
     }
   }
+  std::cout << "restore divergence: " << differ << " of " << sequences << " sequences\n";
 }
 
 // Exposure limits on an amend (DESIGN.md §4: "An order that would exceed one is rejected"): an amend that raises

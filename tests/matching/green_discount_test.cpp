@@ -158,3 +158,27 @@ TEST_CASE("a policy change re-prices every affected pool", "[green]") {
   CHECK(f.order(g).effective_price == usd4(18000));
   CHECK(f.order(g).green_discount_bps == 1000);
 }
+
+// DESIGN.md §4 "Green discount": a policy change re-prices the pool's open asks at once; an ask's discount is part
+// of its price (its trades record it), so a discount moved by a bp is a re-pricing the ask's OrderUpdated announces,
+// even where its effective price rounds down to the same tick. (The reference matcher changed the discount in
+// silence: found by the differential test's lifecycles, GPUEX_SEED=1703 GPUEX_LIFECYCLES=1.)
+TEST_CASE("a discount moved without moving the effective price still re-prices the ask", "[green]") {
+  Fixture f;
+  const PoolId green = f.add_pool(kProvider, green_spec());
+  f.run(kAdmin, VerifyPool{green, true, Seconds(T0 + 365 * D), "cert"});
+  const OrderId g = f.place(kProvider, sell(green, usd4(5000), 8, T0, T0 + 10 * H));  // 0.50 -> 0.4250
+  CHECK(f.order(g).effective_price == usd4(4250));
+  GreenPolicy p = GreenPolicy::defaults();
+  p.rules[1].discount_bps = 1499;  // 0.50 x 0.8501 = 0.425050, down to the tick: 0.4250 again
+  f.run(kAdmin, SetGreenPolicy{p});
+  const auto updated = of_type<OrderUpdated>(f.events());
+  REQUIRE(updated.size() == 1);
+  CHECK(updated[0].order.id == g);
+  CHECK(updated[0].order.effective_price == usd4(4250));
+  CHECK(updated[0].order.green_discount_bps == 1499);
+  f.place(kBuyer, buy_duration(usd4(4250), 8, H));
+  REQUIRE(trades_of(f.events()).size() == 1);
+  CHECK(trades_of(f.events())[0].price == usd4(4250));
+  CHECK(trades_of(f.events())[0].green_discount_bps == 1499);
+}

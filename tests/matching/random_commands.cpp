@@ -12,7 +12,7 @@ constexpr std::int64_t kMinute = 60;
 constexpr std::int64_t kHour = 3600;
 constexpr std::int64_t kDay = 86400;
 // Per command while none runs, the chance (in thousandths) that a spot-lease lifecycle scenario starts.
-constexpr std::int64_t kScenarioStartPerMille = 20;
+constexpr std::int64_t kScenarioStartPerMille = 35;
 
 const AccountId kP1{1};   // provider that also buys (self-trades)
 const AccountId kP2{2};   // provider
@@ -314,13 +314,16 @@ CommandBody RandomCommands::repeat_client_order(AccountId& account) {
 // The scenario's bids: interruptible, on its market, and mostly held to its pool by attributes the plain random
 // bids never ask for (400 Gb/s and a 99.9 % SLA in FR), so that free capacity elsewhere does not take them
 // before they preempt; now and then unconstrained, to meet the rest of the market too.
-OrderRequest RandomCommands::scenario_bid(Qty quantity, Price price) {
+OrderRequest RandomCommands::scenario_bid(Qty quantity, Price price, Qty chunk) {
   OrderRequest r;
   r.side = Side::buy;
   r.market = scenario_.market;
   r.price = price;
   r.quantity = quantity;
-  r.min_chunk = scenario_.ask_chunk;
+  r.min_chunk = chunk;
+  // Now and then a lot of its own: one GPU against an ask's pairs, or pairs against an ask's single GPUs (the fill
+  // is a multiple of both).
+  if (chance(15)) r.min_chunk = chunk.value == 1 && quantity.value % 2 == 0 ? Qty(2) : Qty(1);
   BidConstraints& c = r.constraints;
   c.interruptible = true;
   if (chance(80)) {
@@ -335,51 +338,81 @@ OrderRequest RandomCommands::scenario_bid(Qty quantity, Price price) {
   return r;
 }
 
-// The cheapest lease on the scenario's pool that a preemption may still take (running or reserved, not in its
-// notice), first by price then id as preemption takes them; only split-off ones if `split_only`.
-const RandomCommands::LeaseInfo* RandomCommands::cheapest_scenario_lease(AccountId not_of, bool split_only) const {
-  const LeaseInfo* best = nullptr;
-  for (const LeaseInfo& l : leases_) {
-    if (l.pool != scenario_.pool || l.ended || l.buyer == not_of) continue;
-    if (l.status != LeaseStatus::active && l.status != LeaseStatus::reserved) continue;
-    if (split_only && l.split_from.value == 0) continue;
-    if (!best || l.price < best->price || (l.price == best->price && l.id < best->id)) best = &l;
-  }
-  return best;
+// The leases on the scenario's pool that a preemption may still take (running or reserved, not in their notice),
+// in the order preemption takes them: by price, then id.
+std::vector<const RandomCommands::LeaseInfo*> RandomCommands::preemptible_scenario_leases() const {
+  std::vector<const LeaseInfo*> out;
+  for (const LeaseInfo& l : leases_)
+    if (l.pool == scenario_.pool && !l.ended && (l.status == LeaseStatus::active || l.status == LeaseStatus::reserved))
+      out.push_back(&l);
+  std::sort(out.begin(), out.end(), [](const LeaseInfo* a, const LeaseInfo* b) {
+    return a->price != b->price ? a->price < b->price : a->id < b->id;
+  });
+  return out;
 }
 
-// The scenario's next command, or none when it cannot go on (its pool or ask refused or gone): the caller then
+// The cheapest of them not bought by `not_of`; only split-off ones if `split_only`.
+const RandomCommands::LeaseInfo* RandomCommands::cheapest_scenario_lease(AccountId not_of, bool split_only) const {
+  for (const LeaseInfo* l : preemptible_scenario_leases())
+    if (l->buyer != not_of && (!split_only || l->split_from.value != 0)) return l;
+  return nullptr;
+}
+
+RandomCommands::ScenarioAsk* RandomCommands::scenario_ask(OrderId id) {
+  for (ScenarioAsk& a : scenario_.asks)
+    if (a.id == id) return &a;
+  return nullptr;
+}
+
+std::vector<RandomCommands::ScenarioAsk*> RandomCommands::open_scenario_asks() {
+  std::vector<ScenarioAsk*> out;
+  for (ScenarioAsk& a : scenario_.asks)
+    if (a.open) out.push_back(&a);
+  return out;
+}
+
+// The list price of the ask that sold lease `l` as the lifecycle last saw it (the lease's own if not its ask).
+Price RandomCommands::ask_price_of(const LeaseInfo& l) {
+  const ScenarioAsk* a = scenario_ask(l.sell_order);
+  return a ? a->price : l.price;
+}
+
+// Someone who bids for lease `l`'s GPUs: mostly neither its buyer nor its provider (who may not preempt it: their
+// bids skip it for the next lease, and the provider's meet its own open asks under self-trade prevention).
+AccountId RandomCommands::bidder_for(const LeaseInfo& l) {
+  static const std::vector<AccountId> traders{kP1, kP2, kB1, kB2};
+  const std::int64_t k = range(0, 99);
+  if (k < 5) return l.buyer;
+  if (k < 9) return scenario_.provider;
+  AccountId b = pick(traders);
+  while (b == l.buyer || b == scenario_.provider) b = pick(traders);
+  return b;
+}
+
+// The scenario's next command, or none when it cannot go on (its pool or asks refused or gone): the caller then
 // draws a plain random one.
 std::optional<CommandBody> RandomCommands::scenario_body(AccountId& account) {
   Scenario& s = scenario_;
   const PoolInfo* pool = nullptr;
   for (const PoolInfo& p : pools_)
     if (p.id == s.pool && !p.retired) pool = &p;
-  bool ask_open = false;
-  for (const OrderInfo& o : orders_)
-    if (o.id == s.ask && o.open) ask_open = true;
+  const std::vector<ScenarioAsk*> open = open_scenario_asks();
   constexpr std::int64_t kStep = 50000;  // 0.05 USD, on every market's tick
-  static const std::vector<AccountId> traders{kP1, kP2, kB1, kB2};
-  // Someone who may preempt lease `l`: neither its buyer nor its provider.
-  auto bidder_for = [&](const LeaseInfo& l) {
-    AccountId b = pick(traders);
-    while (b == l.buyer || b == s.provider) b = pick(traders);
-    return b;
+  auto lots = [](Qty q, Qty chunk) { return std::max<std::int64_t>(1, q.value / std::max<std::int64_t>(1, chunk.value)); };
+  // A bid's window over ask `a` from now on (a fixed one: a bid for its start, when it starts later).
+  auto window_over = [&](OrderRequest& r, const ScenarioAsk& a) {
+    r.start = Seconds(std::max(now_, a.start));
+    r.end = Seconds(a.end);
   };
-  auto lots = [&](Qty q) { return std::max<std::int64_t>(1, q.value / std::max<std::int64_t>(1, s.ask_chunk.value)); };
-  // Now and then, while its ask sells and its leases are preempted, the pool changes under them: a verification
-  // (or its withdrawal), which re-prices the open ask and the preemptions by the green discount, or a resize.
-  const bool selling = s.stage == Stage::fill || s.stage == Stage::sweep || s.stage == Stage::preempt ||
-                       s.stage == Stage::preempt_split;
-  if (pool && selling && chance(12)) {
-    if (chance(75)) {
-      account = kAdminAccount;
-      if (chance(80)) return VerifyPool{s.pool, true, Seconds(now_ + range(1, 5) * kDay), "audit"};
-      return VerifyPool{s.pool, false, Seconds(0), ""};
-    }
-    account = s.provider;
-    const std::int64_t nodes = std::max<std::int64_t>(1, pool->nodes + (chance(50) ? 1 : -1));
-    return ResizePool{s.pool, static_cast<std::int32_t>(nodes)};
+  // Once its leases live, now and then the rest of the market strikes the lifecycle (twist()); a halt is short.
+  const bool leased = s.stage >= Stage::first_lease && s.stage <= Stage::after;
+  if (s.halted && chance(60)) {
+    s.halted = false;
+    account = kAdminAccount;
+    return HaltMarket{s.market, false};
+  }
+  if (pool && leased && s.twists && chance(30)) {
+    if (std::optional<CommandBody> body = twist(account)) return body;
   }
   switch (s.stage) {
     case Stage::idle:
@@ -392,63 +425,77 @@ std::optional<CommandBody> RandomCommands::scenario_body(AccountId& account) {
       spec.sla_pct_x1000 = 99900;
       spec.gpus_per_node = chance(50) ? 2 : 4;
       spec.nodes = static_cast<std::int32_t>(spec.gpus_per_node == 2 ? range(2, 4) : range(1, 2));
+      if (chance(20)) spec.market = markets()[2];  // L40S: its coarse tick rounds effective prices more
       account = chance(50) ? kP1 : kP2;
       s = Scenario{};
       s.stage = Stage::ask;
       s.provider = account;
       s.market = spec.market;
       s.awaiting_pool = true;
+      s.asks_left = chance(45) ? static_cast<int>(range(2, 3)) : 1;  // asks sharing the pool
+      s.twists = chance(70);
       return AddPool{spec};
     }
     case Stage::ask: {
       if (!pool) break;
+      // The pool's GPUs shared among the asks (the last takes what is left), each at its own price (now and then
+      // the previous one's, a tie that time priority breaks); a later one now and then starts hours ahead.
+      std::int64_t offered = 0;
+      for (const ScenarioAsk& a : s.asks) offered += a.quantity.value;
+      const std::int64_t rest = std::int64_t{pool->gpus_per_node} * pool->nodes - offered;
+      if (rest <= 0) {
+        s.stage = Stage::first_lease;
+        return scenario_body(account);
+      }
+      // The first takes half or more, so that its first lease is long enough to split.
+      const std::int64_t share = s.asks_left <= 1 ? rest
+                                 : s.asks.empty() ? range((rest + 1) / 2, std::max<std::int64_t>(1, rest - s.asks_left + 1))
+                                                  : std::max<std::int64_t>(1, rest / s.asks_left);
       OrderRequest r;
       r.side = Side::sell;
       r.pool = s.pool;
-      r.price = Price(range(30, 40) * kStep);  // 1.50 .. 2.00 USD
-      const std::int64_t gpus = std::max<std::int64_t>(1, std::int64_t{pool->gpus_per_node} * pool->nodes);
-      r.min_chunk = Qty(gpus % 2 == 0 && chance(20) ? 2 : 1);
-      r.quantity = Qty(gpus);
-      r.start = Seconds(now_ - range(0, 10 * kMinute));
+      r.price = !s.asks.empty() && chance(25) ? s.asks.back().price : Price(range(30, 40) * kStep);  // 1.50 .. 2.00
+      r.min_chunk = Qty(share % 2 == 0 && chance(20) ? 2 : 1);
+      r.quantity = Qty(share);
+      r.start = Seconds(!s.asks.empty() && chance(25) ? now_ + range(1, 12) * kHour : now_ - range(0, 10 * kMinute));
       r.end = Seconds(now_ + range(24, 72) * kHour);
       r.time_in_force = TimeInForce::gtc;
+      // Now and then a minimum duration (which preemptions of its leases must respect too), or an expiry that
+      // ends it while its leases live (they can no longer be preempted then).
+      if (chance(25)) r.min_duration = Seconds(range(1, 4) * 30 * kMinute);
+      if (chance(15)) r.time_in_force = TimeInForce::gtd, r.expire_at = Seconds(now_ + range(2, 20) * kHour);
       account = pool->provider;
-      s.ask = OrderId();
-      s.ask_price = r.price;
-      s.ask_quantity = r.quantity;
-      s.ask_chunk = r.min_chunk;
-      s.ask_end = r.end->value;
+      s.pending = ScenarioAsk{OrderId(), r.price, r.quantity, r.min_chunk, r.start->value, r.end->value, true};
       s.awaiting_ask = true;
-      s.stage = Stage::first_lease;
+      if (--s.asks_left <= 0) s.stage = Stage::first_lease;
       return PlaceOrder{r};
     }
     case Stage::first_lease: {
-      if (!pool || !ask_open) break;
+      if (!pool || open.empty()) break;
       // The long lease a preemption later splits: at least two lots when the ask has three or more.
-      const std::int64_t n = lots(s.ask_quantity);
+      const ScenarioAsk& a = *open.front();
+      const std::int64_t n = lots(a.quantity, a.chunk);
       const std::int64_t q = n >= 3 ? range(2, std::max<std::int64_t>(2, n / 2)) : 1;
-      OrderRequest r = scenario_bid(Qty(q * s.ask_chunk.value), Price(s.ask_price.value + range(0, 2) * kStep));
-      r.start = Seconds(now_);
-      r.end = Seconds(s.ask_end);
+      OrderRequest r = scenario_bid(Qty(q * a.chunk.value), Price(a.price.value + range(0, 2) * kStep), a.chunk);
+      window_over(r, a);
       account = chance(50) ? kB1 : kB2;
       s.stage = Stage::amend;
       s.left = static_cast<int>(range(1, 2));
       return PlaceOrder{r};
     }
     case Stage::amend: {
-      if (!pool || !ask_open) {
+      if (!pool || open.empty()) {
         s.stage = Stage::preempt;
         return scenario_body(account);
       }
       // Mostly dearer: the leases it sold keep their own price, and preemption takes the ask's last one.
       static const std::vector<std::int64_t> steps{-1, 1, 1, 2, 3, 4};
+      const ScenarioAsk& o = open.front()->id == s.asks.front().id && chance(70) ? *open.front() : *pick(open);
       Amend a;
-      a.order = s.ask;
+      a.order = o.id;
       const std::int64_t k = range(0, 9);
-      if (k < 9) a.price = Price(std::max<std::int64_t>(kStep, s.ask_price.value + pick(steps) * kStep));
-      if (k >= 6 && s.ask_quantity.value > s.ask_chunk.value) {
-        a.quantity = Qty(s.ask_quantity.value - s.ask_chunk.value);  // one lot less
-      }
+      if (k < 9) a.price = Price(std::max<std::int64_t>(kStep, o.price.value + pick(steps) * kStep));
+      if (k >= 6 && o.quantity.value > o.chunk.value) a.quantity = Qty(o.quantity.value - o.chunk.value);  // a lot less
       account = s.provider;
       if (--s.left <= 0) {
         s.stage = Stage::fill;
@@ -458,28 +505,38 @@ std::optional<CommandBody> RandomCommands::scenario_body(AccountId& account) {
     }
     case Stage::fill:
     case Stage::sweep: {
-      if (!pool || !ask_open) {
+      if (!pool || open.empty()) {
         s.stage = Stage::preempt;
         return scenario_body(account);
       }
-      // Several bids for the rest of the ask's window, the last for all of it (ioc): the ask ends filled.
+      // Several bids for the rest of an ask's window, then one for all of each ask (ioc): the asks end filled.
       const bool sweep = s.stage == Stage::sweep;
-      const std::int64_t n = lots(s.ask_quantity);
+      const ScenarioAsk& a = sweep ? *open.front() : *pick(open);
+      const std::int64_t n = lots(a.quantity, a.chunk);
       const std::int64_t q = sweep ? n : range(1, std::max<std::int64_t>(1, n / 3));
-      const Price price(s.ask_price.value + range(sweep ? 1 : 0, 2) * kStep);
-      OrderRequest r = scenario_bid(Qty(q * s.ask_chunk.value), price);
-      r.start = Seconds(now_);
-      r.end = Seconds(s.ask_end);
+      const Price price(a.price.value + range(sweep ? 1 : 0, 2) * kStep);
+      OrderRequest r = scenario_bid(Qty(q * a.chunk.value), price, a.chunk);
+      window_over(r, a);
+      if (!sweep && chance(15)) {
+        // Part of the window: hours from now (the ask's free capacity steps up again after it), or later on.
+        if (chance(50) && a.start <= now_) r.start.reset(), r.end.reset(), r.duration = Seconds(range(1, 8) * kHour);
+        else r.start = Seconds(r.start->value + range(1, 6) * kHour);
+      }
       if (sweep) r.time_in_force = TimeInForce::ioc;
       account = chance(50) ? kB1 : kB2;
-      if (sweep) s.stage = Stage::preempt;
-      else if (--s.left <= 0) s.stage = Stage::sweep;
+      if (!sweep && --s.left <= 0) {
+        s.stage = Stage::sweep;
+        s.left = static_cast<int>(s.asks.size());
+      } else if (sweep && --s.left <= 0) {
+        s.stage = Stage::preempt;
+      }
       return PlaceOrder{r};
     }
     case Stage::preempt:
     case Stage::preempt_split: {
       // Dear short bids that find no free capacity: the first takes part of the cheapest lease (which splits),
-      // the next ones the rest split off from it, in part or whole.
+      // the next ones the rest split off from it, in part or whole; now and then one takes several leases at
+      // once (of asks at different prices), the last of them in part.
       const bool split = s.stage == Stage::preempt_split;
       const LeaseInfo* l = cheapest_scenario_lease(AccountId(), split);
       if (!l && split) l = cheapest_scenario_lease(AccountId(), false);
@@ -488,20 +545,36 @@ std::optional<CommandBody> RandomCommands::scenario_body(AccountId& account) {
         s.left = static_cast<int>(range(2, 5));
         return scenario_body(account);
       }
-      const std::int64_t n = lots(l->quantity);
-      const std::int64_t q = split ? range(1, n) : n >= 2 ? range(1, n - 1) : 1;
-      const Price price(std::max(s.ask_price.value, l->price.value) + range(1, 5) * kStep);
-      OrderRequest r = scenario_bid(Qty(q * s.ask_chunk.value), price);
+      const Qty chunk = scenario_ask(l->sell_order) ? scenario_ask(l->sell_order)->chunk : Qty(1);
+      const std::int64_t n = lots(l->quantity, chunk);
+      std::int64_t q = split ? range(1, n) : n >= 2 ? range(1, n - 1) : 1;
+      std::int64_t dearest = std::max(ask_price_of(*l).value, l->price.value);
+      const bool several = split && chance(25);
+      if (several) {
+        const std::vector<const LeaseInfo*> all = preemptible_scenario_leases();
+        const std::size_t m = std::min<std::size_t>(all.size(), static_cast<std::size_t>(range(2, 3)));
+        q = 0;
+        for (std::size_t i = 0; i < m; ++i) {
+          q += lots(all[i]->quantity, chunk);
+          dearest = std::max({dearest, ask_price_of(*all[i]).value, all[i]->price.value});
+        }
+        if (m > 0) q -= range(0, lots(all[m - 1]->quantity, chunk) - 1);
+        q = std::max<std::int64_t>(1, q + (chance(15) ? 1 : 0));  // now and then a lot more than they hold
+      }
+      OrderRequest r = scenario_bid(Qty(q * chunk.value), Price(dearest + range(1, 5) * kStep), chunk);
+      if (several && chance(30)) r.time_in_force = TimeInForce::fok;
       if (chance(25)) {
-        r.start = Seconds(now_ + range(3, 30) * kMinute);  // a fixed window after the notice
-        r.end = Seconds(r.start->value + kHour);
+        // A fixed window after the notice: minutes ahead (spot), or hours ahead (a forward trade over the lease).
+        r.start = Seconds(now_ + (chance(60) ? range(3, 30) * kMinute : range(1, 12) * kHour));
+        r.end = Seconds(r.start->value + range(1, 3) * kHour);
       } else {
         r.duration = Seconds(range(1, 4) * 30 * kMinute);
       }
       account = bidder_for(*l);
+      if (account == s.provider) r.stp = static_cast<StpMode>(range(0, 2));
       if (!split) {
         s.stage = Stage::preempt_split;
-        s.left = static_cast<int>(range(1, 3));
+        s.left = static_cast<int>(range(2, 4));
       } else if (--s.left <= 0) {
         s.stage = Stage::after;
         s.left = static_cast<int>(range(2, 5));
@@ -509,21 +582,231 @@ std::optional<CommandBody> RandomCommands::scenario_body(AccountId& account) {
       return PlaceOrder{r};
     }
     case Stage::after: {
-      // Through the leases' lives (next() lets time run on): releases by their buyers, and ticks.
-      if (--s.left <= 0) s.stage = Stage::idle;
+      // Through the leases' lives (next() lets time run on): releases by their buyers, ticks, and now and then
+      // the provider offers released GPUs again (a new ask on the pool, met by resting bids in priority order).
+      if (--s.left <= 0) {
+        s.stage = chance(40) ? Stage::retire : Stage::idle;
+        s.left = static_cast<int>(range(4, 8));
+      }
       std::vector<LeaseInfo> mine;
       for (const LeaseInfo& l : leases_)
         if (l.pool == s.pool && !l.ended) mine.push_back(l);
-      if (!mine.empty() && chance(40)) {
+      const std::int64_t k = range(0, 99);
+      if (!mine.empty() && k < 35) {
         const LeaseInfo& l = pick(mine);
         account = l.buyer;
         return ReleaseLease{l.id};
       }
+      if (pool && k < 60) {
+        OrderRequest r;
+        r.side = Side::sell;
+        r.pool = s.pool;
+        r.price = Price(range(28, 42) * kStep);
+        r.quantity = Qty(range(1, 2));
+        r.start = Seconds(now_);
+        r.end = Seconds(now_ + range(2, 24) * kHour);
+        r.time_in_force = TimeInForce::gtc;
+        r.post_only = chance(15);
+        account = s.provider;
+        s.pending = ScenarioAsk{OrderId(), r.price, r.quantity, r.min_chunk, r.start->value, r.end->value, true};
+        s.awaiting_ask = true;
+        return PlaceOrder{r};
+      }
       return Tick{};
     }
+    case Stage::retire: {
+      // The provider withdraws what it still offers and retires the pool once its leases have ended (a retirement
+      // tried while something lives on it is refused: pool_busy).
+      if (!pool) break;
+      if (--s.left <= 0) s.stage = Stage::idle;
+      if (!open.empty()) {
+        account = s.provider;
+        return Cancel{open.front()->id};
+      }
+      bool live = false;
+      for (const LeaseInfo& l : leases_) live = live || (l.pool == s.pool && !l.ended);
+      if (live && s.stage != Stage::idle && chance(70)) return Tick{};
+      account = s.provider;
+      s.stage = Stage::idle;
+      return RetirePool{s.pool};
+    }
   }
-  s.stage = Stage::idle;  // its pool or ask was refused or has gone
+  s.stage = Stage::idle;  // its pool or asks were refused or have gone
   return std::nullopt;
+}
+
+// What the rest of the market does to a lifecycle while its leases live, or none when the drawn kind has nothing
+// to act on: each kind is a rule of DESIGN.md §4 that meets preemptible capacity only here.
+std::optional<CommandBody> RandomCommands::twist(AccountId& account) {
+  Scenario& s = scenario_;
+  constexpr std::int64_t kStep = 50000;
+  const PoolInfo* pool = nullptr;
+  for (const PoolInfo& p : pools_)
+    if (p.id == s.pool && !p.retired) pool = &p;
+  if (!pool) return std::nullopt;
+  const std::vector<const LeaseInfo*> leases = preemptible_scenario_leases();
+  const std::vector<ScenarioAsk*> open = open_scenario_asks();
+  // The dearest price a preemption of the cheapest lease would take, a step or a few above.
+  auto over_leases = [&]() {
+    std::int64_t p = open.empty() ? 35 * kStep : open.front()->price.value;
+    if (!leases.empty()) p = std::max(ask_price_of(*leases.front()).value, leases.front()->price.value);
+    return Price(p + range(1, 4) * kStep);
+  };
+  // A bid it placed to rest, amended: a lot less (it keeps its priority) or dearer (it loses it, and is matched
+  // again: it may take free capacity or preempt leases now).
+  std::vector<const OrderInfo*> resting;
+  for (const OrderInfo& o : orders_)
+    if (o.open && std::find(s.resting.begin(), s.resting.end(), o.id) != s.resting.end()) resting.push_back(&o);
+  if (!resting.empty() && chance(40)) {
+    const OrderInfo& o = *pick(resting);
+    Amend a;
+    a.order = o.id;
+    if (chance(30) && o.quantity.value >= 2 * o.min_chunk.value) a.quantity = Qty(o.quantity.value - o.min_chunk.value);
+    else a.price = chance(70) ? over_leases() : Price(o.limit.value + range(1, 3) * kStep);
+    account = o.account;
+    return a;
+  }
+  const std::int64_t k = range(0, 99);
+  if (k < 12) {
+    // A verification (or a short one that expires among the next commands, or its withdrawal): the open asks
+    // and the preemptions re-priced by the green discount.
+    account = kAdminAccount;
+    const std::int64_t v = range(0, 9);
+    if (v < 7) return VerifyPool{s.pool, true, Seconds(now_ + range(1, 5) * kDay), "audit"};
+    if (v < 8) return VerifyPool{s.pool, true, Seconds(now_ + range(1, 30) * kMinute), "short"};
+    return VerifyPool{s.pool, false, Seconds(0), ""};
+  }
+  if (k < 19) {
+    // A resize: a node more or less, or down to one (never below what the asks and leases hold: pool_busy).
+    account = s.provider;
+    const std::int64_t nodes = chance(30) ? 1 : std::max<std::int64_t>(1, pool->nodes + (chance(50) ? 1 : -1));
+    return ResizePool{s.pool, static_cast<std::int32_t>(nodes)};
+  }
+  if (k < 26) {
+    // A green policy change between fills: every pool re-classified, its open asks re-priced and matched.
+    GreenPolicy p = GreenPolicy::defaults();
+    const std::int64_t v = range(0, 3);
+    // (A few bps more or less can leave an ask's effective price where it was, on a coarse tick.)
+    if (v == 1) p.rules[1].discount_bps = static_cast<std::int32_t>(range(1, 30) * 100);
+    if (v == 1 && chance(50)) {
+      p.rules[0].discount_bps += static_cast<std::int32_t>(range(-9, 9));
+      p.rules[1].discount_bps = static_cast<std::int32_t>(1500 + range(-9, 9));
+    }
+    if (v == 2) p.rules.clear();
+    if (v == 3) p.rules[0].max_pue_x1000 = 1300, p.rules[0].discount_bps = 2500;
+    account = kAdminAccount;
+    return SetGreenPolicy{p};
+  }
+  if (k < 31) {
+    if (s.halted) return std::nullopt;
+    s.halted = true;  // placements and amends refused, cancels and releases go on, time moves the leases
+    account = kAdminAccount;
+    return HaltMarket{s.market, true};
+  }
+  if (k < 38) {
+    // Exposure limits: an account's open notional counts what its leases still owe, so a limit set near that
+    // refuses its next bid, until a preemption or a release lowers what it owes (or the limit is lifted again).
+    account = kAdminAccount;
+    if (s.limited && chance(50)) {
+      const AccountId who = *s.limited;
+      s.limited.reset();
+      over_limit_[who] = false;
+      return SetLimits{who, Limits{}};
+    }
+    if (leases.empty()) return std::nullopt;
+    const AccountId who = pick(leases)->buyer;
+    std::int64_t owed = 0;  // micro-dollars: price x GPUs x hours of its leases
+    for (const LeaseInfo& l : leases_)
+      if (l.buyer == who && !l.ended) owed += l.price.value * l.quantity.value * (l.end - l.start) / kHour;
+    Limits lim;
+    lim.max_open_notional = owed * range(90, 125) / 100 + range(1, 10) * 1'000'000;
+    if (chance(20)) lim.max_open_gpus = Qty(range(1, 6));
+    s.limited = who;
+    over_limit_[who] = lim.max_open_notional <= 30'000'000;
+    return SetLimits{who, lim};
+  }
+  if (k < 41) {
+    // The provider withdraws an ask, or all its orders (in the market or everywhere): the leases its asks sold
+    // can no longer be preempted.
+    if (open.empty()) return std::nullopt;
+    account = s.provider;
+    if (chance(50)) return Cancel{pick(open)->id};
+    return CancelAll{chance(50) ? std::optional<MarketId>(s.market) : std::nullopt};
+  }
+  if (k < 45) {
+    account = chance(50) ? kB1 : kB2;
+    return CancelAll{chance(50) ? std::optional<MarketId>(s.market) : std::nullopt};
+  }
+  if (k < 53) {
+    // An ask amended while its leases live: a lot less (only from what is free over the rest of its window),
+    // or a new price (it loses its time priority; preemptions of its leases take the new one).
+    if (open.empty()) return std::nullopt;
+    const ScenarioAsk& o = *pick(open);
+    Amend a;
+    a.order = o.id;
+    if (chance(40) && o.quantity.value > o.chunk.value) a.quantity = Qty(o.quantity.value - o.chunk.value);
+    else a.price = Price(std::max<std::int64_t>(kStep, o.price.value + range(-3, 4) * kStep));
+    account = s.provider;
+    return a;
+  }
+  if (k < 63) {
+    // Any resting bid of the market amended, as above.
+    std::vector<const OrderInfo*> bids;
+    for (const OrderInfo& o : orders_)
+      if (o.open && o.side == Side::buy && o.market == s.market) bids.push_back(&o);
+    if (bids.empty()) return std::nullopt;
+    const OrderInfo& o = *pick(bids);
+    Amend a;
+    a.order = o.id;
+    if (chance(35) && o.quantity.value >= 2 * o.min_chunk.value) a.quantity = Qty(o.quantity.value - o.min_chunk.value);
+    else a.price = chance(60) ? over_leases() : Price(o.limit.value + range(1, 3) * kStep);
+    account = o.account;
+    return a;
+  }
+  if (k < 66) {
+    account = s.provider;  // refused while anything is open or leased on it
+    return RetirePool{s.pool};
+  }
+  if (k < 74) {
+    // A forward bid over the leases' windows, hours ahead: it takes an ask's free capacity there, or preempts a
+    // lease that holds the GPUs through its window (the lease ends after the notice, long before it starts).
+    const Price price = chance(60) ? over_leases() : Price(range(30, 42) * kStep);
+    const Qty chunk = open.empty() ? Qty(1) : open.front()->chunk;
+    OrderRequest r = scenario_bid(Qty(range(1, 3) * chunk.value), price, chunk);
+    r.start = Seconds(now_ + range(20, 12 * 60) * kMinute);
+    r.end = Seconds(r.start->value + range(1, 4) * kHour);
+    account = leases.empty() ? kB1 : bidder_for(*leases.front());
+    return PlaceOrder{r};
+  }
+  if (k < 80) {
+    // The provider's own interruptible bid: its own open asks cross it (self-trade prevention, in every mode and
+    // time in force), and the leases on its pool are its own sales, never preempted by it.
+    const Qty chunk = open.empty() ? Qty(1) : open.front()->chunk;
+    OrderRequest r = scenario_bid(Qty(range(1, 3) * chunk.value), over_leases(), chunk);
+    if (chance(50)) r.duration = Seconds(range(1, 4) * kHour);
+    else if (!open.empty()) {
+      r.start = Seconds(std::max(now_, open.front()->start));
+      r.end = Seconds(std::min(r.start->value + range(1, 6) * kHour, open.front()->end));
+    } else {
+      r.duration = Seconds(kHour);
+    }
+    r.stp = static_cast<StpMode>(range(0, 2));
+    account = s.provider;
+    return PlaceOrder{r};
+  }
+  // A bid that rests on the preemptible GPUs: post_only and priced over the leases (it never takes, so it never
+  // preempts either), or cheap; amends and re-offers meet it later.
+  const Qty chunk = open.empty() ? Qty(1) : open.front()->chunk;
+  const bool post_only = k < 88;
+  const Price price = post_only ? over_leases() : Price(range(26, 36) * kStep);
+  OrderRequest r = scenario_bid(Qty(range(1, 3) * chunk.value), price, chunk);
+  r.time_in_force = chance(80) ? TimeInForce::gtc : TimeInForce::gtd;
+  if (r.time_in_force == TimeInForce::gtd) r.expire_at = Seconds(now_ + range(1, 48) * kHour);
+  r.post_only = post_only;
+  r.duration = Seconds(range(1, 6) * kHour);
+  account = leases.empty() ? kB2 : bidder_for(*leases.front());
+  s.awaiting_bid = true;
+  return PlaceOrder{r};
 }
 
 CommandBody RandomCommands::random_body(AccountId& account) {
@@ -684,13 +967,15 @@ Command RandomCommands::next() {
   // A running scenario needs its leases alive until it preempts them: small steps; then time runs on through
   // notices, releases and the leases' ends.
   if (scenario_.stage != Stage::idle && scenario_.stage != Stage::pool) {
-    if (scenario_.stage != Stage::after) now_ = before + (t < 50 ? 0 : range(1, 120));
+    if (scenario_.stage != Stage::after && scenario_.stage != Stage::retire) now_ = before + (t < 50 ? 0 : range(1, 120));
     else now_ = before + (t < 30 ? range(121, 15 * kMinute) : t < 75 ? range(15 * kMinute, 12 * kHour)
                                                                     : range(12 * kHour, 3 * kDay));
   }
   AccountId account;
   last_was_scenario_ = false;
   CommandBody body = random_body(account);
+  // Now and then a restart in the middle of a lifecycle (drawn only while one runs, so plain sequences stay).
+  restore_after_last_ = last_was_scenario_ && scenario_.stage >= Stage::first_lease && chance(6);
   if (const auto* p = std::get_if<PlaceOrder>(&body); p && !p->order.client_order_id.empty())
     placed_with_cid_.push_back(Placed{account, p->order});
   // Now and then a stamp earlier than the last one: the engine must treat it as the time it already has.
@@ -701,24 +986,29 @@ Command RandomCommands::next() {
 void RandomCommands::observe(const EventSink& events) {
   for (const Event& e : events) {
     if (const auto* a = std::get_if<OrderAccepted>(&e)) {
-      if (scenario_.awaiting_ask && a->order.is_sell() && a->order.request.pool == scenario_.pool)
-        scenario_.ask = a->order.id;
+      if (scenario_.awaiting_ask && a->order.is_sell() && a->order.request.pool == scenario_.pool) {
+        scenario_.pending.id = a->order.id;
+        scenario_.asks.push_back(scenario_.pending);
+      }
+      if (scenario_.awaiting_bid && a->order.is_buy()) scenario_.resting.push_back(a->order.id);
       orders_.push_back(OrderInfo{a->order.id, a->order.account, a->order.request.side, a->order.request.quantity,
                                   a->order.request.min_chunk, true, a->order.market, a->order.effective_price,
-                                  a->order.window_start.value, a->order.window_end.value});
+                                  a->order.window_start.value, a->order.window_end.value, a->order.request.price});
     } else if (const auto* d = std::get_if<OrderDone>(&e)) {
       for (OrderInfo& o : orders_)
         if (o.id == d->order.id) o.open = false;
+      if (ScenarioAsk* ask = scenario_ask(d->order.id)) ask->open = false;
     } else if (const auto* u = std::get_if<OrderUpdated>(&e)) {
       for (OrderInfo& o : orders_)
-        if (o.id == u->order.id) o.quantity = u->order.request.quantity;
-      if (u->order.id == scenario_.ask) {
-        scenario_.ask_price = u->order.request.price;
-        scenario_.ask_quantity = u->order.request.quantity;
+        if (o.id == u->order.id) o.quantity = u->order.request.quantity, o.limit = u->order.request.price;
+      if (ScenarioAsk* ask = scenario_ask(u->order.id)) {
+        ask->price = u->order.request.price;
+        ask->quantity = u->order.request.quantity;
       }
     } else if (const auto* l = std::get_if<LeaseChanged>(&e)) {
       const Lease& n = l->lease;
-      const LeaseInfo info{n.id, n.buyer, n.ended, n.pool, n.quantity, n.price, n.split_from, n.status};
+      const LeaseInfo info{n.id,          n.buyer,      n.ended,         n.pool,       n.quantity, n.price,
+                           n.split_from, n.status,     n.sell_order,    n.start.value, n.end.value};
       bool known = false;
       for (LeaseInfo& x : leases_) {
         if (x.id != n.id) continue;
@@ -740,7 +1030,7 @@ void RandomCommands::observe(const EventSink& events) {
                                   p->pool.spec.gpus_per_node, p->pool.spec.nodes, p->pool.retired});
     }
   }
-  scenario_.awaiting_pool = scenario_.awaiting_ask = false;
+  scenario_.awaiting_pool = scenario_.awaiting_ask = scenario_.awaiting_bid = false;
 }
 
 }  // namespace gpuex::matching::test

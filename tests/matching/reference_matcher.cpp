@@ -508,9 +508,11 @@ void ReferenceMatcher::reclassify(Pool& p, bool force_event, EventSink& out) {
   for (Order& o : orders_) {
     if (!o.is_sell() || !o.is_open() || o.request.pool != p.id) continue;
     // "An ask's effective price = its list price x (1 - discount), rounded down to the tick."
+    // A new discount re-prices the ask even where its effective price rounds to the same tick: the discount is
+    // part of its price (its trades record it), so its OrderUpdated tells.
     const Price eff = ref::effective_price(o.request.price, bps, tick(o.market));
+    if (eff == o.effective_price && bps == o.green_discount_bps) continue;
     o.green_discount_bps = bps;
-    if (eff == o.effective_price) continue;
     o.effective_price = eff;
     o.updated_at = now_;
     refresh(o);
@@ -711,6 +713,16 @@ std::vector<std::size_t> ReferenceMatcher::preemptable_leases(const Order& bid) 
     return leases_[x].id < leases_[y].id;
   });
   return out;
+}
+
+std::size_t ReferenceMatcher::preemptable_unless_post_only(OrderId bid) const {
+  for (const Order& o : orders_) {
+    if (o.id != bid || !o.is_open() || !o.is_buy()) continue;
+    Order taker = o;
+    taker.request.post_only = false;
+    return preemptable_leases(taker).size();
+  }
+  return 0;
 }
 
 // Own leases are never candidates, so a preemption never meets self-trade prevention.

@@ -50,6 +50,8 @@ class ReferenceMatcher {
   // Bid and ask are eligible for each other now, ignoring price (DESIGN.md §4 "Eligibility").
   bool eligible(const Order& bid, const Order& ask) const;
   Depth depth(const MarketId& market, Bucket bucket) const;
+  // How many leases an open bid could preempt now if it were not post_only (for the test's coverage counts).
+  std::size_t preemptable_unless_post_only(OrderId bid) const;
 
  private:
   struct View {
