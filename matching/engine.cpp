@@ -280,8 +280,8 @@ class LeaseIds {
   std::uint64_t* p_{nullptr};
 };
 
-// What only an ask keeps (Order's fields; a bid's are 0 or empty in every state this engine makes, and the
-// engine's own ask-only fields), apart from the order: an 80-byte record per ask (56 % of a realistic book),
+// What only an ask keeps (Order's fields, which a bid has only when it sent a min_duration or a snapshot gave
+// it others, and the engine's own ask-only fields), apart from the order: an 80-byte record per ask (56 % of a realistic book),
 // so that an order's slot is 160 bytes (LiveOrder).
 struct AskSide {
   Steps free;  // its free capacity
@@ -1988,7 +1988,7 @@ struct Engine::Impl {
       r.filled_gpu_seconds = o.filled_gpu_seconds;
       r.free_gpu_seconds = o.free_gpu_seconds;
     }
-    // A bid's ask record only when the snapshot gave it something to keep (none the engine writes).
+    // A bid's ask record only when it has something to keep: a min_duration it sent, or what a snapshot gave it.
     if (r.is_sell() || o.total_gpu_seconds != 0 || o.lapsed_gpu_seconds != 0 || o.cancelled_gpu_seconds != 0 ||
         !o.free.empty() || o.green_discount_bps != 0 || o.effective_price != q.price || q.min_duration.value != 0) {
       // A sell's pool: mutable from a const method as book_of's book (pools' nodes never move).
@@ -2604,12 +2604,11 @@ struct Engine::Impl {
     if (!lo.in_book || !o.is_open()) return s;
     s.bucket = o.bucket;
     s.side = o.request.side;
+    s.price = shown_price(o);
     if (o.is_buy()) {
       s.constrained = shown_constrained(o);
-      s.price = o.request.price;
       s.qty = Qty32(o.remaining);
     } else {
-      s.price = o.effective_price();
       s.qty = Qty32(ask_view_qty(o, as_placed));
     }
     s.shown = s.constrained || s.qty.value > 0;
@@ -3192,9 +3191,6 @@ struct Engine::Impl {
     b.free_groups.push_back(gi);
   }
 
-  // Sets up `walk` over the resting bids of `b` that `pool` satisfies (the groups it satisfies, their
-  // bids without regions or naming the pool's region) priced at `floor` or more; duration bids only if
-  // `with_duration`. Every key the walk returns then passes pool_satisfies(pool, its constraints).
   // pool_fits_spec(lp.p, g.rep), kept in g.
   bool group_fits_spec(const Book& b, const LivePool& lp, const BidGroup& g) const {
     if (lp.book_number == std::numeric_limits<std::uint32_t>::max()) lp.book_number = b.pools_numbered++;
@@ -3284,6 +3280,9 @@ struct Engine::Impl {
     return lp.groups_ok;
   }
 
+  // Sets up `walk` over the resting bids of `b` that `pool` satisfies (the groups it satisfies, their
+  // bids without regions or naming the pool's region) priced at `floor` or more; duration bids only if
+  // `with_duration`. Every key the walk returns then passes pool_satisfies(pool, its constraints).
   void bids_for(const Book& b, const LivePool& lp, Price floor, bool with_duration, BidWalk& walk) const {
     const std::uint32_t region = lp.region;
     // Inlined (GCC kept it out of line: ~62,000 calls of ~47 instructions in the realistic bench, a third of them
@@ -5399,6 +5398,7 @@ struct Engine::Impl {
     std::map<ViewKey, View> fresh;
     for (const LiveOrder& lo : orders) {
       const Shown s = compute_shown(lo);
+      if (ShownMark(s) != lo.shown) fail("order " + std::to_string(lo.o.id.value) + " shown mark stale");
       if (!s.shown) continue;
       View& v = fresh[ViewKey{*lo.o.market(), s.bucket}];
       if (s.constrained) {

@@ -161,6 +161,25 @@ TEST_CASE("a bid that sent a min_duration keeps it through an amend and a restor
   CHECK(a.digest() == b.digest());
 }
 
+// A snapshot may give a bid an effective price other than its limit (the engine never makes one, but restore
+// takes what the state says): the restored bid keeps it in an ask record and the state reads back whole.
+TEST_CASE("a restored bid keeps an effective price other than its limit", "[determinism][restore]") {
+  Engine a(Fixture::default_config());
+  EventSink out;
+  a.apply(Command{1, Seconds(T0), kProvider, AddPool{pool_spec(8, 2)}}, out);
+  a.apply(Command{2, Seconds(T0), kBuyer, PlaceOrder{buy_window(usd4(10000), 4, T0 + D, T0 + 2 * D)}}, out);
+  EngineState sa = a.snapshot();
+  REQUIRE(sa.open_orders.size() == 1);
+  sa.open_orders[0].effective_price = usd4(10001);
+  Engine b = Engine::restore(Fixture::default_config(), sa);
+  CHECK(b.snapshot() == sa);
+  CHECK(b.digest() == Engine::digest(sa));
+  const Order* o = b.order(OrderId(2));
+  REQUIRE(o != nullptr);
+  CHECK(o->effective_price == usd4(10001));
+  CHECK(o->request.price == usd4(10000));
+}
+
 TEST_CASE("the digest changes with state", "[determinism]") {
   Engine a(Fixture::default_config());
   const std::uint64_t empty = a.digest();
