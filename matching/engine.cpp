@@ -2532,8 +2532,9 @@ struct Engine::Impl {
   // Before an order's shown price changes while it may be shown (an amend's new price, a re-pricing): its
   // contribution at the old price taken off its view, which refresh_view could not tell afterwards (ShownMark
   // keeps no price). The same changes of the view, in the same order, as refresh_view's taking off the old and
-  // putting on the new, which the hook after the change does.
-  void hide_view(LiveOrder& lo) {
+  // putting on the new, which the hook after the change does. Also an ended order's (unshow). `flatten`: view_add()
+  // inlined, as in refresh_view (out of line, a call with the Shown passed in memory).
+  [[gnu::flatten]] void hide_view(LiveOrder& lo) {
     view_apply(lo.shown.as_of(shown_price(lo.o), lo.o.bucket, lo.o.request.side, shown_constrained(lo.o)), lo.o.market(),
                -1);
     lo.shown = ShownMark();
@@ -2630,13 +2631,25 @@ struct Engine::Impl {
     t.before.push_back(LevelBefore{side, price, before, after});
   }
 
+  // The month set at placement or restore (order_bucket) stays until the order turns spot: no month computed.
+  void settle_bucket(RestOrder& o) const {
+    if (!o.bucket.is_spot() && in_spot_bucket(o)) o.bucket = Bucket::spot();
+  }
+
+  // refresh_view of an order that is no longer open (hook's end of it): its contribution, if any, off its view at
+  // the bucket it was shown in, then its bucket settled (its OrderDone reports it). Without compute_shown (it
+  // shows nothing now) and refresh_view's frame: ~40,000 of plain's 69,000 refreshes.
+  void unshow(LiveOrder& lo) {
+    if (lo.shown.shown()) hide_view(lo);
+    settle_bucket(lo.o);
+  }
+
   // `as_placed`: as ask_view_qty()'s. `flatten`: view_add(), called only here (through view_apply), inlined at
   // its three calls (GCC kept it out of line: a call with the Shown passed in memory on every change).
   [[gnu::flatten]] void refresh_view(LiveOrder& lo, bool as_placed = false) {
-    // The month set at placement or restore (order_bucket) stays until the order turns spot: no month computed.
     // The bucket it was shown in is the one it had until here (ShownMark).
     const Bucket was_bucket = lo.o.bucket;
-    if (!lo.o.bucket.is_spot() && in_spot_bucket(lo.o)) lo.o.bucket = Bucket::spot();
+    settle_bucket(lo.o);
     const Shown s = compute_shown(lo, as_placed);
     // Unchanged (the side never changes, and the price of an order still shown neither: hide_view): nothing to do.
     if (ShownMark(s) == lo.shown && s.bucket == was_bucket) return;
@@ -3730,7 +3743,7 @@ struct Engine::Impl {
       account_add(lo, -1);
       lo.counted = false;
     }
-    refresh_view(lo);
+    unshow(lo);
     if (lo.timer == LiveOrder::kClosed) return;
     lo.timer = LiveOrder::kClosed;
     if (o.is_sell()) close_ask(lo);
