@@ -2994,21 +2994,25 @@ struct Engine::Impl {
         std::array<std::pair<std::int64_t, Seq>, kMaxStop> best;
         std::size_t n_best = 0;
         std::pair<std::int64_t, Seq> cut{limit.value, std::numeric_limits<Seq>::max()};
-        // The cells of a row before ws's week hold runs that start before it, and a cell after we's (in its row)
-        // runs that end after it: past those edges, a run surely holds the window's times, and only its
-        // min_duration is judged (`inside`). The index's vectors are read through pointers taken once: the
+        // The cells of a row before ws's week hold runs that start before it (`starts_before`: e.start > ws is
+        // not asked), and a cell after we's (in its row) runs that end after it (`ends_after`: e.end < we is not
+        // asked); past both edges only a run's min_duration is judged. Each is known per row and cell, so the
+        // scan is instantiated for each pair. The index's vectors are read through pointers taken once: the
         // candidates' push_back would otherwise make the compiler load them again for every entry and cell.
         RunPoolMark* const marks = ix.marks.data();
         const LivePool* const* const run_pools = ix.pools.data();
-        const auto scan = [&](const RunSet& set, auto inside) {
+        const auto scan = [&](const RunSet& set, auto starts_before, auto ends_after) {
           for (const std::vector<RunEntry>& chunk : set.chunks()) {
             if (chunk.front().effective.value > cut.first) return;
             for (const RunEntry& e : chunk) {
               if (e.effective.value >= cut.first && (e.effective.value > cut.first || e.priority > cut.second)) {
                 return;
               }
-              if constexpr (!decltype(inside)::value) {
-                if (e.start > ws32 || e.end < we32) continue;
+              if constexpr (!decltype(starts_before)::value) {
+                if (e.start > ws32) continue;
+              }
+              if constexpr (!decltype(ends_after)::value) {
+                if (e.end < we32) continue;
               }
               if (len32 < e.min_duration) continue;
               const std::uint32_t pool = e.pool;
@@ -3032,6 +3036,13 @@ struct Engine::Impl {
             }
           }
         };
+        const auto scan_cell = [&](const RunCell& cell, auto starts_before, auto ends_after) {
+          if (cell.least > cut.first) return;
+          for (std::size_t k = 0; k < n_tiers; ++k) {
+            const std::size_t t = tiers[k];
+            if (cell.cheapest[t] <= cut.first) scan(cell.by_tier[t], starts_before, ends_after);
+          }
+        };
         const std::size_t ws_row = ix.row_of(ws32);
         const std::size_t rows = std::min(ws_row + 1, ix.rows.size());
         const std::int64_t we_week = ix.end_week(we32);  // one division, not one a row
@@ -3041,19 +3052,14 @@ struct Engine::Impl {
           const std::size_t we_cell = RunIndex::cell_at(r, we_week);
           const RunCell* const cells = row.cells.data();
           const std::size_t n_cells = row.cells.size();
-          for (std::size_t i = we_cell; i < n_cells; ++i) {
-            const RunCell& cell = cells[i];
-            if (cell.least > cut.first) continue;
-            const bool inside = r < ws_row && i > we_cell;
-            for (std::size_t k = 0; k < n_tiers; ++k) {
-              const std::size_t t = tiers[k];
-              if (cell.cheapest[t] > cut.first) continue;
-              if (inside) {
-                scan(cell.by_tier[t], std::true_type{});
-              } else {
-                scan(cell.by_tier[t], std::false_type{});
-              }
-            }
+          if (we_cell >= n_cells) continue;
+          // we's cell, then the cells after it (ends_after); starts_before decided once a row.
+          if (r < ws_row) {
+            scan_cell(cells[we_cell], std::true_type{}, std::false_type{});
+            for (std::size_t i = we_cell + 1; i < n_cells; ++i) scan_cell(cells[i], std::true_type{}, std::true_type{});
+          } else {
+            scan_cell(cells[we_cell], std::false_type{}, std::false_type{});
+            for (std::size_t i = we_cell + 1; i < n_cells; ++i) scan_cell(cells[i], std::false_type{}, std::true_type{});
           }
         }
         // The candidates pushed before the cut came down to its last place and priced past it: the walk never
