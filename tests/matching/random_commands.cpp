@@ -652,19 +652,23 @@ std::optional<CommandBody> RandomCommands::twist(AccountId& account) {
     if (!leases.empty()) p = std::max(ask_price_of(*leases.front()).value, leases.front()->price.value);
     return Price(p + range(1, 4) * kStep);
   };
+  // Bid `o` amended: in `cut_pct` of cases (when it has a lot to spare) a lot less, which keeps its priority;
+  // else dearer, which loses it and matches it again, in `over_pct` of those over the leases (it may preempt).
+  auto amend_bid = [&](const OrderInfo& o, int cut_pct, int over_pct) {
+    Amend a;
+    a.order = o.id;
+    if (chance(cut_pct) && o.quantity.value >= 2 * o.min_chunk.value) a.quantity = Qty(o.quantity.value - o.min_chunk.value);
+    else a.price = chance(over_pct) ? over_leases() : Price(o.limit.value + range(1, 3) * kStep);
+    account = o.account;
+    return a;
+  };
   // A bid it placed to rest, amended: a lot less (it keeps its priority) or dearer (it loses it, and is matched
   // again: it may take free capacity or preempt leases now).
   std::vector<const OrderInfo*> resting;
   for (const OrderInfo& o : orders_)
     if (o.open && std::find(s.resting.begin(), s.resting.end(), o.id) != s.resting.end()) resting.push_back(&o);
   if (!resting.empty() && chance(40)) {
-    const OrderInfo& o = *pick(resting);
-    Amend a;
-    a.order = o.id;
-    if (chance(30) && o.quantity.value >= 2 * o.min_chunk.value) a.quantity = Qty(o.quantity.value - o.min_chunk.value);
-    else a.price = chance(70) ? over_leases() : Price(o.limit.value + range(1, 3) * kStep);
-    account = o.account;
-    return a;
+    return amend_bid(*pick(resting), 30, 70);
   }
   const std::int64_t k = range(0, 99);
   if (k < 12) {
@@ -755,13 +759,7 @@ std::optional<CommandBody> RandomCommands::twist(AccountId& account) {
     for (const OrderInfo& o : orders_)
       if (o.open && o.side == Side::buy && o.market == s.market) bids.push_back(&o);
     if (bids.empty()) return std::nullopt;
-    const OrderInfo& o = *pick(bids);
-    Amend a;
-    a.order = o.id;
-    if (chance(35) && o.quantity.value >= 2 * o.min_chunk.value) a.quantity = Qty(o.quantity.value - o.min_chunk.value);
-    else a.price = chance(60) ? over_leases() : Price(o.limit.value + range(1, 3) * kStep);
-    account = o.account;
-    return a;
+    return amend_bid(*pick(bids), 35, 60);
   }
   if (k < 66) {
     account = s.provider;  // refused while anything is open or leased on it
