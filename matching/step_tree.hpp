@@ -47,9 +47,26 @@ class StepTree {
   // Drops history before `t`: the value from `t` on is unchanged.
   void trim_before(Seconds t) {
     // Nothing before `t` (the common case: callers trim at `now` on every change): no split and merge.
+    int parent = -1;  // first's (first is its left child)
     int first = root_;
-    while (first >= 0 && n(first).l >= 0) first = n(first).l;
+    while (first >= 0 && n(first).l >= 0) {
+      parent = first;
+      first = n(first).l;
+    }
     if (first < 0 || n(first).key >= t.value) return;
+    // One change before `t` and none at it (often the node the last trim left): the value from `t` on is that
+    // change's, so the node moves to `t` in place (its key stays below the next one): no split, release and
+    // merge (~800 instructions a trim in the realistic bench).
+    int next = n(first).r;  // first's successor: the leftmost node of its right subtree, else its parent
+    if (next >= 0) {
+      while (n(next).l >= 0) next = n(next).l;
+    } else {
+      next = parent;
+    }
+    if (next < 0 || n(next).key > t.value) {
+      n(first).key = t.value;
+      return;
+    }
     int left = -1;
     int right = -1;
     split(root_, t.value, left, right);  // left: keys <= t
