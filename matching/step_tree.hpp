@@ -23,7 +23,7 @@ namespace gpuex::matching {
 class StepTree {
  public:
   // Adds `delta` over [from, to).
-  void add(Seconds from, Seconds to, std::int64_t delta) {
+  [[gnu::noinline]] void add(Seconds from, Seconds to, std::int64_t delta) {
     if (from >= to || delta == 0) return;
     bump(from.value, delta);
     bump(to.value, -delta);
@@ -218,10 +218,11 @@ class StepTree {
   }
 
   // Adds `d` to the change at `key` (creating or dropping its node). One descent along the search path
-  // (recorded): an existing node is updated there; a new one goes where its priority places it, taking
-  // the split subtree below as its children (the treap insert); then every node of the path above gains d
-  // in its sum (resum, bottom-up).
-  void bump(std::int64_t key, std::int64_t d) {
+  // (recorded): an existing node is updated there, and every node of the path above gains d in its sum (resum,
+  // bottom-up); a new one is insert()'s. Inlined twice into add() (always_inline), whose two calls of it cost
+  // ~25 instructions an add in the plain bench, where nearly every change exists already; the insert, most of
+  // the realistic bench's, stays out of line.
+  [[gnu::always_inline]] void bump(std::int64_t key, std::int64_t d) {
     int path[kMaxDepth];
     int depth = 0;
     int t = root_;
@@ -232,18 +233,23 @@ class StepTree {
     }
     // Every node above the change gains d in its sum (in 32 bits: d is the difference of two running sums).
     const std::int32_t d32 = narrow(d);
-    if (t >= 0) {  // found: update it (a change that drops to 0 leaves, its children merged in its place)
-      Node& x = n(t);
-      if (delta_of(t) + d32 == 0) {
-        int& ref = depth == 0 ? root_ : (key < n(path[depth - 1]).key ? n(path[depth - 1]).l : n(path[depth - 1]).r);
-        ref = merge(x.l, x.r);
-        free_.push_back(t);
-      } else {
-        resum(t, x.sum + d32);
-      }
-      for (int i = depth - 1; i >= 0; --i) resum(path[i], n(path[i]).sum + d32);
-      return;
+    if (t < 0) return insert(path, depth, key, d32);
+    // Found: update it (a change that drops to 0 leaves, its children merged in its place).
+    Node& x = n(t);
+    if (delta_of(t) + d32 == 0) {
+      int& ref = depth == 0 ? root_ : (key < n(path[depth - 1]).key ? n(path[depth - 1]).l : n(path[depth - 1]).r);
+      ref = merge(x.l, x.r);
+      free_.push_back(t);
+    } else {
+      resum(t, x.sum + d32);
     }
+    for (int i = depth - 1; i >= 0; --i) resum(path[i], n(path[i]).sum + d32);
+  }
+
+  // bump()'s new change `d` at `key`, which no node holds (`path`: the search path, `depth` nodes from the root).
+  // The new node goes where its priority places it (the treap insert), taking the subtree there, split at `key`,
+  // as its children; the path above it gains d in its sums.
+  [[gnu::noinline]] void insert(const int* path, int depth, std::int64_t key, std::int32_t d) {
     const int fresh = make(key, d);
     const std::uint32_t p = prio(fresh);
     // The first node of the path the new node outranks (merge() puts the higher priority above). The path's
@@ -252,11 +258,31 @@ class StepTree {
     // priority, where the count from the top computed prio() for most of the path.
     int at = depth;
     while (at > 0 && prio(path[at - 1]) < p) --at;
-    int& slot = at == 0 ? root_ : (key < n(path[at - 1]).key ? n(path[at - 1]).l : n(path[at - 1]).r);
-    split(slot, key, n(fresh).l, n(fresh).r);
-    pull(fresh, d32);
-    slot = fresh;
-    for (int i = at - 1; i >= 0; --i) resum(path[i], n(path[i]).sum + d32);
+    // The split of the subtree at `at`, as split() would (the same nodes, the same shape), from the path
+    // already walked, bottom-up: its search path is the path's rest. A node before `key` goes left with its
+    // left subtree, its right child the left part of the split below it; a node after `key` goes right, the
+    // mirror. Each node's delta is read before its child on the path changes (delta_of), then pulled over it.
+    int left = -1;
+    int right = -1;
+    std::int32_t dx = at < depth ? delta_of(path[depth - 1]) : 0;
+    for (int i = depth - 1; i >= at; --i) {
+      const int x = path[i];
+      const std::int32_t above = i > at ? delta_of(path[i - 1]) : 0;
+      if (n(x).key < key) {
+        n(x).r = left;
+        left = x;
+      } else {
+        n(x).l = right;
+        right = x;
+      }
+      pull(x, dx);
+      dx = above;
+    }
+    n(fresh).l = left;
+    n(fresh).r = right;
+    pull(fresh, d);
+    (at == 0 ? root_ : (key < n(path[at - 1]).key ? n(path[at - 1]).l : n(path[at - 1]).r)) = fresh;
+    for (int i = at - 1; i >= 0; --i) resum(path[i], n(path[i]).sum + d);
   }
 
   // One change before `t` and none at it (often the node the last trim left; `first` the leftmost node, `parent`
