@@ -9,6 +9,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
@@ -105,38 +106,35 @@ class StepTree {
     return x;
   }
 
-  Node& n(int i) { return nodes_[static_cast<std::size_t>(i)]; }
-  const Node& n(int i) const { return nodes_[static_cast<std::size_t>(i)]; }
+  // Node i is nodes_[i + 1]: nodes_[0] is "no node" (-1), a sentinel with sum 0 and the lowest maxpre, so that
+  // pull, resum and delta_of read a missing child as they read a node (the same sums and maxpre as with a test
+  // for it, ~4 instructions a node of every bump's path fewer), and bump's descent stops at it (its key set to
+  // the one looked for). It is made with the first node (an empty tree holds none); the +1 folds into the
+  // address arithmetic. Node indices, so priorities and shapes, are those of an array without it.
+  Node& n(int i) { return nodes_.data()[static_cast<std::ptrdiff_t>(i) + 1]; }
+  const Node& n(int i) const { return nodes_.data()[static_cast<std::ptrdiff_t>(i) + 1]; }
+  // Below every maxpre and running sum (they lie within +-(kMaxPoolGpus + 2 kMaxQuantity), engine.cpp), and
+  // added to one in 64 bits (pull, resum) without overflow.
+  static constexpr std::int32_t kNoMaxpre = std::numeric_limits<std::int32_t>::min();
 
   // Node i's own change: its sum less its children's (while its sum is that of its present children).
   std::int32_t delta_of(int i) const {
     const Node& x = n(i);
-    return x.sum - (x.l >= 0 ? n(x.l).sum : 0) - (x.r >= 0 ? n(x.r).sum : 0);
+    return x.sum - n(x.l).sum - n(x.r).sum;
   }
 
   // sum = left sum + delta + right sum; maxpre = the largest of the left's maxpre, the running sum at this
-  // node (left sum + delta) and that plus the right's maxpre (each child's terms only if it exists).
-  // In 32 bits: every term is a running sum or the difference of two, inside the bounds above. Inlined into
+  // node (left sum + delta) and that plus the right's maxpre (a missing child is the sentinel: sum 0, a maxpre
+  // below every other). Stored in 32 bits: every result is a running sum or the difference of two, inside the
+  // bounds above; the maxima are taken in 64 (the sentinel's maxpre added to a running sum). Inlined into
   // split and merge (always_inline), as before.
   [[gnu::always_inline]] void pull(int i, std::int32_t delta) {
     Node& x = n(i);
-    std::int32_t here = delta;
-    std::int32_t best;
-    if (x.l >= 0) {
-      const Node& l = n(x.l);
-      here += l.sum;
-      best = std::max(l.maxpre, here);
-    } else {
-      best = here;
-    }
-    if (x.r >= 0) {
-      const Node& r = n(x.r);
-      x.sum = here + r.sum;
-      best = std::max(best, here + r.maxpre);
-    } else {
-      x.sum = here;
-    }
-    x.maxpre = best;
+    const Node& l = n(x.l);
+    const Node& r = n(x.r);
+    const std::int64_t here = std::int64_t{l.sum} + delta;
+    x.sum = narrow(here + r.sum);
+    x.maxpre = narrow(std::max({std::int64_t{l.maxpre}, here, here + r.maxpre}));
   }
 
   // Node i's sum set to `sum` (its delta unchanged, a change below it of sum - the old sum), maxpre with it:
@@ -144,19 +142,10 @@ class StepTree {
   // GCC kept the pull it replaces out of line, a call per node of the path.
   [[gnu::always_inline]] void resum(int i, std::int32_t sum) {
     Node& x = n(i);
+    const Node& r = n(x.r);
     x.sum = sum;
-    std::int32_t here = sum;
-    std::int32_t best;
-    if (x.r >= 0) {
-      const Node& r = n(x.r);
-      here -= r.sum;
-      best = here + r.maxpre;
-    } else {
-      best = here;
-    }
-    best = std::max(best, here);
-    if (x.l >= 0) best = std::max(best, n(x.l).maxpre);
-    x.maxpre = best;
+    const std::int64_t here = std::int64_t{sum} - r.sum;
+    x.maxpre = narrow(std::max({std::int64_t{n(x.l).maxpre}, here, here + r.maxpre}));
   }
 
   int make(std::int64_t key, std::int64_t delta) {
@@ -165,8 +154,8 @@ class StepTree {
       i = free_.back();
       free_.pop_back();
     } else {
-      i = static_cast<int>(nodes_.size());
       if (nodes_.size() == nodes_.capacity()) grow();
+      i = static_cast<int>(nodes_.size()) - 1;  // after the sentinel
       nodes_.emplace_back();
     }
     n(i) = Node{key, narrow(delta), narrow(delta), -1, -1};
@@ -175,8 +164,15 @@ class StepTree {
 
   // The nodes' room grown by a quarter into the whole of its size class (size_class.hpp), not doubled: a pool's
   // tree is a few dozen nodes, and doubling left it a quarter empty on average. Out of line, so that make()
-  // still inlines into bump().
-  [[gnu::noinline]] void grow() { nodes_.reserve(room_in_class(nodes_.size() + nodes_.size() / 4 + 1, sizeof(Node))); }
+  // still inlines into bump(). The first makes the sentinel (see n()).
+  [[gnu::noinline]] void grow() {
+    if (nodes_.empty()) {
+      nodes_.reserve(room_in_class(2, sizeof(Node)));
+      nodes_.push_back(Node{0, 0, kNoMaxpre, -1, -1});
+      return;
+    }
+    nodes_.reserve(room_in_class(nodes_.size() + nodes_.size() / 4 + 1, sizeof(Node)));
+  }
 
   void release(int i) {
     if (i < 0) return;
@@ -226,10 +222,13 @@ class StepTree {
     int path[kMaxDepth];
     int depth = 0;
     int t = root_;
-    while (t >= 0 && n(t).key != key) {
-      if (depth == kMaxDepth) return bump_slow(key, d);
-      path[depth++] = t;
-      t = key < n(t).key ? n(t).l : n(t).r;
+    if (t >= 0) {
+      n(-1).key = key;  // the descent stops at the sentinel (see n()) when no node holds `key`
+      while (n(t).key != key) {
+        if (depth == kMaxDepth) return bump_slow(key, d);
+        path[depth++] = t;
+        t = key < n(t).key ? n(t).l : n(t).r;
+      }
     }
     // Every node above the change gains d in its sum (in 32 bits: d is the difference of two running sums).
     const std::int32_t d32 = narrow(d);
@@ -353,7 +352,7 @@ class StepTree {
     int left = -1;
     int right = -1;
     split(root_, t.value, left, right);  // left: keys <= t
-    const std::int64_t s = left < 0 ? 0 : nodes_[static_cast<std::size_t>(left)].sum;
+    const std::int64_t s = left < 0 ? 0 : n(left).sum;
     release(left);
     if (s != 0) right = merge(make(t.value, s), right);
     root_ = right;
@@ -395,7 +394,7 @@ class StepTree {
     for (int t = root_; t >= 0;) {
       const Node& x = n(t);
       if (x.key <= key) {
-        s += std::int64_t{x.sum} - (x.r < 0 ? 0 : n(x.r).sum);  // the left's sum and x's delta
+        s += std::int64_t{x.sum} - n(x.r).sum;  // the left's sum and x's delta
         t = x.r;
       } else {
         t = x.l;
