@@ -9,6 +9,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
@@ -23,7 +24,7 @@ namespace gpuex::matching {
 class StepTree {
  public:
   // Adds `delta` over [from, to).
-  void add(Seconds from, Seconds to, std::int64_t delta) {
+  [[gnu::noinline]] void add(Seconds from, Seconds to, std::int64_t delta) {
     if (from >= to || delta == 0) return;
     bump(from.value, delta);
     bump(to.value, -delta);
@@ -105,38 +106,36 @@ class StepTree {
     return x;
   }
 
-  Node& n(int i) { return nodes_[static_cast<std::size_t>(i)]; }
-  const Node& n(int i) const { return nodes_[static_cast<std::size_t>(i)]; }
+  // Node i is nodes_[i + 1]: nodes_[0] is "no node" (-1), a sentinel with sum 0 and the lowest maxpre, so that
+  // pull, resum and delta_of read a missing child as they read a node (the same sums and maxpre as with a test
+  // for it, ~4 instructions a node of every bump's path fewer), and bump's descent stops at it (its key set to
+  // the one looked for). It is made with the first node (an empty tree holds none); the +1 folds into the
+  // address arithmetic. Node indices, so priorities and shapes, are those of an array without it.
+  Node& n(int i) { return nodes_.data()[static_cast<std::ptrdiff_t>(i) + 1]; }
+  const Node& n(int i) const { return nodes_.data()[static_cast<std::ptrdiff_t>(i) + 1]; }
+  // Below every maxpre and running sum (they lie within +-(kMaxPoolGpus + 2 kMaxQuantity), engine.cpp), and
+  // added to one in 64 bits (pull, resum) without overflow.
+  static constexpr std::int32_t kNoMaxpre = std::numeric_limits<std::int32_t>::min();
 
   // Node i's own change: its sum less its children's (while its sum is that of its present children).
   std::int32_t delta_of(int i) const {
     const Node& x = n(i);
-    return x.sum - (x.l >= 0 ? n(x.l).sum : 0) - (x.r >= 0 ? n(x.r).sum : 0);
+    return x.sum - n(x.l).sum - n(x.r).sum;
   }
 
   // sum = left sum + delta + right sum; maxpre = the largest of the left's maxpre, the running sum at this
-  // node (left sum + delta) and that plus the right's maxpre (each child's terms only if it exists).
-  // In 32 bits: every term is a running sum or the difference of two, inside the bounds above. Inlined into
+  // node (left sum + delta) and that plus the right's maxpre (a missing child is the sentinel: sum 0, a maxpre
+  // below every other). Stored in 32 bits: every result is a running sum or the difference of two, inside the
+  // bounds above; the maxima are taken in 64 (the sentinel's maxpre added to a running sum), by two std::max
+  // (GCC left the initializer_list form out of line in add(), a call a node: plain +1.2 %). Inlined into
   // split and merge (always_inline), as before.
   [[gnu::always_inline]] void pull(int i, std::int32_t delta) {
     Node& x = n(i);
-    std::int32_t here = delta;
-    std::int32_t best;
-    if (x.l >= 0) {
-      const Node& l = n(x.l);
-      here += l.sum;
-      best = std::max(l.maxpre, here);
-    } else {
-      best = here;
-    }
-    if (x.r >= 0) {
-      const Node& r = n(x.r);
-      x.sum = here + r.sum;
-      best = std::max(best, here + r.maxpre);
-    } else {
-      x.sum = here;
-    }
-    x.maxpre = best;
+    const Node& l = n(x.l);
+    const Node& r = n(x.r);
+    const std::int64_t here = std::int64_t{l.sum} + delta;
+    x.sum = narrow(here + r.sum);
+    x.maxpre = narrow(std::max(std::max<std::int64_t>(l.maxpre, here), here + r.maxpre));
   }
 
   // Node i's sum set to `sum` (its delta unchanged, a change below it of sum - the old sum), maxpre with it:
@@ -144,29 +143,20 @@ class StepTree {
   // GCC kept the pull it replaces out of line, a call per node of the path.
   [[gnu::always_inline]] void resum(int i, std::int32_t sum) {
     Node& x = n(i);
+    const Node& r = n(x.r);
     x.sum = sum;
-    std::int32_t here = sum;
-    std::int32_t best;
-    if (x.r >= 0) {
-      const Node& r = n(x.r);
-      here -= r.sum;
-      best = here + r.maxpre;
-    } else {
-      best = here;
-    }
-    best = std::max(best, here);
-    if (x.l >= 0) best = std::max(best, n(x.l).maxpre);
-    x.maxpre = best;
+    const std::int64_t here = std::int64_t{sum} - r.sum;
+    x.maxpre = narrow(std::max(std::max<std::int64_t>(n(x.l).maxpre, here), here + r.maxpre));
   }
 
   int make(std::int64_t key, std::int64_t delta) {
     int i;
-    if (!free_.empty()) {
-      i = free_.back();
-      free_.pop_back();
+    if (free_ >= 0) {
+      i = free_;
+      free_ = n(i).l;
     } else {
-      i = static_cast<int>(nodes_.size());
       if (nodes_.size() == nodes_.capacity()) grow();
+      i = static_cast<int>(nodes_.size()) - 1;  // after the sentinel
       nodes_.emplace_back();
     }
     n(i) = Node{key, narrow(delta), narrow(delta), -1, -1};
@@ -175,14 +165,26 @@ class StepTree {
 
   // The nodes' room grown by a quarter into the whole of its size class (size_class.hpp), not doubled: a pool's
   // tree is a few dozen nodes, and doubling left it a quarter empty on average. Out of line, so that make()
-  // still inlines into bump().
-  [[gnu::noinline]] void grow() { nodes_.reserve(room_in_class(nodes_.size() + nodes_.size() / 4 + 1, sizeof(Node))); }
+  // still inlines into bump(). The first makes the sentinel (see n()).
+  [[gnu::noinline]] void grow() {
+    if (nodes_.empty()) {
+      nodes_.reserve(room_in_class(2, sizeof(Node)));
+      nodes_.push_back(Node{0, 0, kNoMaxpre, -1, -1});
+      return;
+    }
+    nodes_.reserve(room_in_class(nodes_.size() + nodes_.size() / 4 + 1, sizeof(Node)));
+  }
+
+  void free_node(int i) {
+    n(i).l = free_;
+    free_ = i;
+  }
 
   void release(int i) {
     if (i < 0) return;
     release(n(i).l);
     release(n(i).r);
-    free_.push_back(i);
+    free_node(i);
   }
 
   // left: keys <= key; right: keys > key.
@@ -218,32 +220,41 @@ class StepTree {
   }
 
   // Adds `d` to the change at `key` (creating or dropping its node). One descent along the search path
-  // (recorded): an existing node is updated there; a new one goes where its priority places it, taking
-  // the split subtree below as its children (the treap insert); then every node of the path above gains d
-  // in its sum (resum, bottom-up).
-  void bump(std::int64_t key, std::int64_t d) {
+  // (recorded): an existing node is updated there, and every node of the path above gains d in its sum (resum,
+  // bottom-up); a new one is insert()'s. Inlined twice into add() (always_inline), whose two calls of it cost
+  // ~25 instructions an add in the plain bench, where nearly every change exists already; the insert, most of
+  // the realistic bench's, stays out of line.
+  [[gnu::always_inline]] void bump(std::int64_t key, std::int64_t d) {
     int path[kMaxDepth];
     int depth = 0;
     int t = root_;
-    while (t >= 0 && n(t).key != key) {
-      if (depth == kMaxDepth) return bump_slow(key, d);
-      path[depth++] = t;
-      t = key < n(t).key ? n(t).l : n(t).r;
+    if (t >= 0) {
+      n(-1).key = key;  // the descent stops at the sentinel (see n()) when no node holds `key`
+      while (n(t).key != key) {
+        if (depth == kMaxDepth) return bump_slow(key, d);
+        path[depth++] = t;
+        t = key < n(t).key ? n(t).l : n(t).r;
+      }
     }
     // Every node above the change gains d in its sum (in 32 bits: d is the difference of two running sums).
     const std::int32_t d32 = narrow(d);
-    if (t >= 0) {  // found: update it (a change that drops to 0 leaves, its children merged in its place)
-      Node& x = n(t);
-      if (delta_of(t) + d32 == 0) {
-        int& ref = depth == 0 ? root_ : (key < n(path[depth - 1]).key ? n(path[depth - 1]).l : n(path[depth - 1]).r);
-        ref = merge(x.l, x.r);
-        free_.push_back(t);
-      } else {
-        resum(t, x.sum + d32);
-      }
-      for (int i = depth - 1; i >= 0; --i) resum(path[i], n(path[i]).sum + d32);
-      return;
+    if (t < 0) return insert(path, depth, key, d32);
+    // Found: update it (a change that drops to 0 leaves, its children merged in its place).
+    Node& x = n(t);
+    if (delta_of(t) + d32 == 0) {
+      int& ref = depth == 0 ? root_ : (key < n(path[depth - 1]).key ? n(path[depth - 1]).l : n(path[depth - 1]).r);
+      ref = merge(x.l, x.r);
+      free_node(t);
+    } else {
+      resum(t, x.sum + d32);
     }
+    for (int i = depth - 1; i >= 0; --i) resum(path[i], n(path[i]).sum + d32);
+  }
+
+  // bump()'s new change `d` at `key`, which no node holds (`path`: the search path, `depth` nodes from the root).
+  // The new node goes where its priority places it (the treap insert), taking the subtree there, split at `key`,
+  // as its children; the path above it gains d in its sums.
+  [[gnu::noinline]] void insert(const int* path, int depth, std::int64_t key, std::int32_t d) {
     const int fresh = make(key, d);
     const std::uint32_t p = prio(fresh);
     // The first node of the path the new node outranks (merge() puts the higher priority above). The path's
@@ -252,11 +263,31 @@ class StepTree {
     // priority, where the count from the top computed prio() for most of the path.
     int at = depth;
     while (at > 0 && prio(path[at - 1]) < p) --at;
-    int& slot = at == 0 ? root_ : (key < n(path[at - 1]).key ? n(path[at - 1]).l : n(path[at - 1]).r);
-    split(slot, key, n(fresh).l, n(fresh).r);
-    pull(fresh, d32);
-    slot = fresh;
-    for (int i = at - 1; i >= 0; --i) resum(path[i], n(path[i]).sum + d32);
+    // The split of the subtree at `at`, as split() would (the same nodes, the same shape), from the path
+    // already walked, bottom-up: its search path is the path's rest. A node before `key` goes left with its
+    // left subtree, its right child the left part of the split below it; a node after `key` goes right, the
+    // mirror. Each node's delta is read before its child on the path changes (delta_of), then pulled over it.
+    int left = -1;
+    int right = -1;
+    std::int32_t dx = at < depth ? delta_of(path[depth - 1]) : 0;
+    for (int i = depth - 1; i >= at; --i) {
+      const int x = path[i];
+      const std::int32_t above = i > at ? delta_of(path[i - 1]) : 0;
+      if (n(x).key < key) {
+        n(x).r = left;
+        left = x;
+      } else {
+        n(x).l = right;
+        right = x;
+      }
+      pull(x, dx);
+      dx = above;
+    }
+    n(fresh).l = left;
+    n(fresh).r = right;
+    pull(fresh, d);
+    (at == 0 ? root_ : (key < n(path[at - 1]).key ? n(path[at - 1]).l : n(path[at - 1]).r)) = fresh;
+    for (int i = at - 1; i >= 0; --i) resum(path[i], n(path[i]).sum + d);
   }
 
   // One change before `t` and none at it (often the node the last trim left; `first` the leftmost node, `parent`
@@ -294,7 +325,7 @@ class StepTree {
       if (parent < 0 || n(first).r >= 0 || n(parent).key > t.value) break;
       const std::int32_t d = delta_of(parent) + n(first).sum;  // a leaf's sum is its change
       n(parent).l = -1;
-      free_.push_back(first);
+      free_node(first);
       --depth;
       if (d != 0) {
         pull(parent, d);
@@ -302,7 +333,7 @@ class StepTree {
         continue;
       }
       const int r = n(parent).r;
-      free_.push_back(parent);
+      free_node(parent);
       --depth;
       (depth == 0 ? root_ : n(spine[depth - 1]).l) = r;
       const int above = depth;
@@ -327,7 +358,7 @@ class StepTree {
     int left = -1;
     int right = -1;
     split(root_, t.value, left, right);  // left: keys <= t
-    const std::int64_t s = left < 0 ? 0 : nodes_[static_cast<std::size_t>(left)].sum;
+    const std::int64_t s = left < 0 ? 0 : n(left).sum;
     release(left);
     if (s != 0) right = merge(make(t.value, s), right);
     root_ = right;
@@ -352,7 +383,7 @@ class StepTree {
       if (delta_of(t) + narrow(d) == 0) {
         const int gone = t;
         t = merge(x.l, x.r);
-        free_.push_back(gone);
+        free_node(gone);
       } else {
         resum(t, x.sum + narrow(d));
       }
@@ -369,7 +400,7 @@ class StepTree {
     for (int t = root_; t >= 0;) {
       const Node& x = n(t);
       if (x.key <= key) {
-        s += std::int64_t{x.sum} - (x.r < 0 ? 0 : n(x.r).sum);  // the left's sum and x's delta
+        s += std::int64_t{x.sum} - n(x.r).sum;  // the left's sum and x's delta
         t = x.r;
       } else {
         t = x.l;
@@ -412,7 +443,10 @@ class StepTree {
   }
 
   std::vector<Node> nodes_;
-  std::vector<int> free_;
+  // The last node freed (-1: none), each free node's l the one freed before it: make() takes them back last
+  // first, as a stack. Chained through the nodes, not a vector of their indices: no array a tree (its first
+  // push allocated) and no call a push.
+  int free_{-1};
   int root_{-1};
 };
 

@@ -78,18 +78,9 @@ void Steps::erase_front(std::uint32_t k) {
 
 // Only the pieces that overlap or touch [from, to) are rebuilt (the others cannot merge with the result:
 // their neighbours across the boundary keep their values), then spliced in place.
-void Steps::add(Seconds from, Seconds to, std::int64_t delta) {
+void Steps::add_to_pieces(Seconds from, Seconds to, std::int64_t delta) {
   if (from >= to || delta == 0) return;
-  const std::span<const Step> v = pieces();
-  if (v.empty()) {  // a new ask's free capacity: one piece, nothing to splice
-    if (cap_ == 0) {
-      p_ = allocate(1);
-      cap_ = 1;
-    }
-    p_[0] = Step{from, to, delta};
-    n_ = 1;
-    return;
-  }
+  const std::span<const Step> v = pieces();  // not empty (add())
   const auto lo = static_cast<std::size_t>(
       std::partition_point(v.begin(), v.end(), [&](const Step& p) { return p.to < from; }) - v.begin());
   if (lo < v.size() && v[lo].from <= from && to < v[lo].to) {
