@@ -1549,21 +1549,26 @@ class BidWalk {
       ++i;
     }
     // The unread cells whose best may come before the least so far (an equal price may, by priority): read, and
-    // out of the list (the last one takes its place: the others are not moved).
+    // out of the list (the last one takes its place: the others are not moved). Through a pointer and a count
+    // of its own, the list cut to it once at the end: read() writes cursors_, so the compiler loaded unread_'s
+    // bounds again and divided out its size for every cell passed over (14 instructions each, ~150,000 of them
+    // in the realistic bench's 20,000 commands).
     std::int64_t bar = least == kNone ? kNoBid : cursors_[least].entry.price.value;
-    for (std::size_t i = 0; i < unread_.size();) {
-      if (unread_[i].best < bar) {
+    Unread* const cells = unread_.data();
+    std::size_t n = unread_.size();
+    for (std::size_t i = 0; i < n;) {
+      if (cells[i].best < bar) {
         ++i;
         continue;
       }
-      const Unread u = unread_[i];
-      unread_[i] = unread_.back();
-      unread_.pop_back();
+      const Unread u = cells[i];
+      cells[i] = cells[--n];
       if (read(u) && (least == kNone || before(cursors_.back().entry, cursors_[least].entry))) {
         least = cursors_.size() - 1;
         bar = cursors_[least].entry.price.value;
       }
     }
+    unread_.resize(n);
     return least == kNone ? cursors_.size() : least;
   }
   // Settles c from its entry (from the one after it if it was taken), re-sought first if its index changed
