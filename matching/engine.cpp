@@ -1549,26 +1549,26 @@ class BidWalk {
       ++i;
     }
     // The unread cells whose best may come before the least so far (an equal price may, by priority): read, and
-    // out of the list (the last one takes its place: the others are not moved). Through a pointer and a count
-    // of its own, the list cut to it once at the end: read() writes cursors_, so the compiler loaded unread_'s
-    // bounds again and divided out its size for every cell passed over (14 instructions each, ~150,000 of them
-    // in the realistic bench's 20,000 commands).
+    // out of the list (the last one takes its place: the others are not moved). Through pointers of its own, the
+    // list cut to the end one once at the end: read() writes cursors_, so the compiler loaded unread_'s bounds
+    // again and divided out its size for every cell passed over (14 instructions each, ~150,000 of them in the
+    // realistic bench's 20,000 commands; 8 with an index and a count).
     std::int64_t bar = least == kNone ? kNoBid : cursors_[least].entry.price.value;
-    Unread* const cells = unread_.data();
-    std::size_t n = unread_.size();
-    for (std::size_t i = 0; i < n;) {
-      if (cells[i].best < bar) {
-        ++i;
+    Unread* u = unread_.data();
+    Unread* end = u + unread_.size();
+    while (u != end) {
+      if (u->best < bar) {
+        ++u;
         continue;
       }
-      const Unread u = cells[i];
-      cells[i] = cells[--n];
-      if (read(u) && (least == kNone || before(cursors_.back().entry, cursors_[least].entry))) {
+      const Unread cell = *u;
+      *u = *--end;
+      if (read(cell) && (least == kNone || before(cursors_.back().entry, cursors_[least].entry))) {
         least = cursors_.size() - 1;
         bar = cursors_[least].entry.price.value;
       }
     }
-    unread_.resize(n);
+    unread_.resize(static_cast<std::size_t>(end - unread_.data()));
     return least == kNone ? cursors_.size() : least;
   }
   // Settles c from its entry (from the one after it if it was taken), re-sought first if its index changed
@@ -2907,9 +2907,17 @@ struct Engine::Impl {
       return std::find(nums->begin(), nums->end(), region) != nums->end();
     }
   };
+  // A run's (effective price, priority), its place in a fixed-window walk, as scan_runs' stop keeps it:
+  // trivially constructible, so that the array of them is not zeroed at every scan (std::pair's constructor
+  // did: 32 stores a walk).
+  struct RunKey {
+    std::int64_t effective;
+    Seq priority;
+    friend auto operator<=>(const RunKey&, const RunKey&) = default;
+  };
   // Puts v in the place of a max-heap's greatest (v is less) by one sift down from the top: a push_heap and a
   // pop_heap sifted twice, out of line (~7,500 of each in the realistic bench's 20,000 commands).
-  static void replace_greatest(std::pair<std::int64_t, Seq>* heap, std::size_t n, std::pair<std::int64_t, Seq> v) {
+  static void replace_greatest(RunKey* heap, std::size_t n, RunKey v) {
     std::size_t i = 0;
     for (std::size_t child = 1; child < n; child = 2 * i + 1) {
       if (child + 1 < n && heap[child] < heap[child + 1]) ++child;
@@ -2947,9 +2955,9 @@ struct Engine::Impl {
     constexpr std::size_t kMaxStop = 16;
     const std::size_t want =
         stop_after > 0 && stop_after <= static_cast<std::int64_t>(kMaxStop) ? static_cast<std::size_t>(stop_after) : 0;
-    std::array<std::pair<std::int64_t, Seq>, kMaxStop> best;
+    std::array<RunKey, kMaxStop> best;
     std::size_t n_best = 0;
-    std::pair<std::int64_t, Seq> cut{limit.value, std::numeric_limits<Seq>::max()};
+    RunKey cut{limit.value, std::numeric_limits<Seq>::max()};
     // The cells of a row before ws's week hold runs that start before it (`starts_before`: e.start > ws is
     // not asked), and a cell after we's (in its row) runs that end after it (`ends_after`: e.end < we is not
     // asked); past both edges only a run's min_duration is judged. Each is known per row and cell, so the
@@ -2959,9 +2967,10 @@ struct Engine::Impl {
     const LivePool* const* const run_pools = ix.pools.data();
     const auto scan = [&](const RunSet& set, auto starts_before, auto ends_after) {
       for (const std::vector<RunEntry>& chunk : set.chunks()) {
-        if (chunk.front().effective.value > cut.first) return;
+        if (chunk.front().effective.value > cut.effective) return;
         for (const RunEntry& e : chunk) {
-          if (e.effective.value >= cut.first && (e.effective.value > cut.first || e.priority > cut.second)) {
+          if (e.effective.value >= cut.effective &&
+              (e.effective.value > cut.effective || e.priority > cut.priority)) {
             return;
           }
           if constexpr (!decltype(starts_before)::value) {
@@ -2993,10 +3002,10 @@ struct Engine::Impl {
       }
     };
     const auto scan_cell = [&](const RunCell& cell, auto starts_before, auto ends_after) {
-      if (cell.least > cut.first) return;
+      if (cell.least > cut.effective) return;
       for (std::size_t k = 0; k < n_tiers; ++k) {
         const std::size_t t = tiers[k];
-        if (cell.cheapest[t] <= cut.first) scan(cell.by_tier[t], starts_before, ends_after);
+        if (cell.cheapest[t] <= cut.effective) scan(cell.by_tier[t], starts_before, ends_after);
       }
     };
     const std::size_t ws_row = ix.row_of(ws32);
@@ -3023,7 +3032,7 @@ struct Engine::Impl {
     // before the heap is made instead of being heaped.
     if (want > 0 && n_best == want) {
       std::erase_if(cands, [&](const AskCandidate& x) {
-        return x.effective.value > cut.first || (x.effective.value == cut.first && x.priority > cut.second);
+        return x.effective.value > cut.effective || (x.effective.value == cut.effective && x.priority > cut.priority);
       });
     }
   }
