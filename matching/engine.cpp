@@ -910,9 +910,12 @@ struct BidIndex {
     best = kNoBid;
     for (const BidRow& r : rows) best = std::max(best, r.best);
   }
-  // The first row whose start week is not before `week`.
+  // The first row whose start week is not before `week`. The first row itself, without the search, when it is
+  // not before it: an ask's window that starts now (~2 in 5 in the realistic bench) starts before every resting
+  // fixed-window bid, and each walk asks this of every index it reads, twice (find_first, make_cursors).
   std::vector<BidRow>::const_iterator row_from(std::int64_t week) const {
-    return std::partition_point(rows.begin(), rows.end(), [&](const BidRow& r) { return r.start_week < week; });
+    if (rows.empty() || rows.front().start_week >= week) return rows.begin();
+    return std::partition_point(rows.begin() + 1, rows.end(), [&](const BidRow& r) { return r.start_week < week; });
   }
   // The cell of (start week, end week) and its row, or nulls.
   std::pair<const BidRow*, const BidCell*> find(std::int64_t start_week, std::int64_t end_week) const {
