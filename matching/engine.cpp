@@ -910,9 +910,12 @@ struct BidIndex {
     best = kNoBid;
     for (const BidRow& r : rows) best = std::max(best, r.best);
   }
-  // The first row whose start week is not before `week`.
+  // The first row whose start week is not before `week`. The first row itself, without the search, when it is
+  // not before it: an ask's window that starts now (~2 in 5 in the realistic bench) starts before every resting
+  // fixed-window bid, and each walk asks this of every index it reads, twice (find_first, make_cursors).
   std::vector<BidRow>::const_iterator row_from(std::int64_t week) const {
-    return std::partition_point(rows.begin(), rows.end(), [&](const BidRow& r) { return r.start_week < week; });
+    if (rows.empty() || rows.front().start_week >= week) return rows.begin();
+    return std::partition_point(rows.begin() + 1, rows.end(), [&](const BidRow& r) { return r.start_week < week; });
   }
   // The cell of (start week, end week) and its row, or nulls.
   std::pair<const BidRow*, const BidCell*> find(std::int64_t start_week, std::int64_t end_week) const {
@@ -1549,21 +1552,26 @@ class BidWalk {
       ++i;
     }
     // The unread cells whose best may come before the least so far (an equal price may, by priority): read, and
-    // out of the list (the last one takes its place: the others are not moved).
+    // out of the list (the last one takes its place: the others are not moved). Through pointers of its own, the
+    // list cut to the end one once at the end: read() writes cursors_, so the compiler loaded unread_'s bounds
+    // again and divided out its size for every cell passed over (14 instructions each, ~150,000 of them in the
+    // realistic bench's 20,000 commands; 8 with an index and a count).
     std::int64_t bar = least == kNone ? kNoBid : cursors_[least].entry.price.value;
-    for (std::size_t i = 0; i < unread_.size();) {
-      if (unread_[i].best < bar) {
-        ++i;
+    Unread* u = unread_.data();
+    Unread* end = u + unread_.size();
+    while (u != end) {
+      if (u->best < bar) {
+        ++u;
         continue;
       }
-      const Unread u = unread_[i];
-      unread_[i] = unread_.back();
-      unread_.pop_back();
-      if (read(u) && (least == kNone || before(cursors_.back().entry, cursors_[least].entry))) {
+      const Unread cell = *u;
+      *u = *--end;
+      if (read(cell) && (least == kNone || before(cursors_.back().entry, cursors_[least].entry))) {
         least = cursors_.size() - 1;
         bar = cursors_[least].entry.price.value;
       }
     }
+    unread_.resize(static_cast<std::size_t>(end - unread_.data()));
     return least == kNone ? cursors_.size() : least;
   }
   // Settles c from its entry (from the one after it if it was taken), re-sought first if its index changed
@@ -2902,9 +2910,17 @@ struct Engine::Impl {
       return std::find(nums->begin(), nums->end(), region) != nums->end();
     }
   };
+  // A run's (effective price, priority), its place in a fixed-window walk, as scan_runs' stop keeps it:
+  // trivially constructible, so that the array of them is not zeroed at every scan (std::pair's constructor
+  // did: 32 stores a walk).
+  struct RunKey {
+    std::int64_t effective;
+    Seq priority;
+    friend auto operator<=>(const RunKey&, const RunKey&) = default;
+  };
   // Puts v in the place of a max-heap's greatest (v is less) by one sift down from the top: a push_heap and a
   // pop_heap sifted twice, out of line (~7,500 of each in the realistic bench's 20,000 commands).
-  static void replace_greatest(std::pair<std::int64_t, Seq>* heap, std::size_t n, std::pair<std::int64_t, Seq> v) {
+  static void replace_greatest(RunKey* heap, std::size_t n, RunKey v) {
     std::size_t i = 0;
     for (std::size_t child = 1; child < n; child = 2 * i + 1) {
       if (child + 1 < n && heap[child] < heap[child + 1]) ++child;
@@ -2914,6 +2930,116 @@ struct Engine::Impl {
     }
     heap[i] = v;
   }
+  // walk_asks' candidates for a fixed-window bid's [ws, we) (0 <= ws < we <= kRunMax) from the book's free-run
+  // index, into `cands` (see walk_asks for stop_after). Out of line and not a template: one copy for every
+  // walk_asks, and the scan's loops keep their values in registers (inlined into each walk_asks, the cell and
+  // entry loops kept their counters and bounds on the stack).
+  [[gnu::noinline]] void scan_runs(const Book& b, const RestOrder& bid, Price limit, const BidConstraints& c,
+                                   const BidGroup* group, const RegionFilter& regions, Seconds ws, Seconds we,
+                                   std::int64_t stop_after, std::vector<AskCandidate>& cands) const {
+    // The runs that hold [ws, we): in cells whose start week is at most ws's and end week at least we's.
+    RunIndex& ix = b.free_runs;
+    const std::uint64_t mark = ++walk_count * 4;  // RunPoolMark::word without its flags
+    const auto ws32 = static_cast<std::uint32_t>(ws.value);
+    const auto we32 = static_cast<std::uint32_t>(we.value);
+    const auto len32 = static_cast<std::uint32_t>((we - ws).value);
+    // The tiers pool_satisfies admits (it judges the tier again with the rest, per pool), listed: a cell's
+    // loop reads only theirs (most bids exclude spot).
+    std::array<std::size_t, kTiers> tiers{};
+    std::size_t n_tiers = 0;
+    for (std::size_t t = 0; t < kTiers; ++t) {
+      const Tier tier = static_cast<Tier>(t);
+      if ((tier != Tier::spot || c.interruptible) && (c.tiers.empty() || contains_tier(c.tiers, tier))) {
+        tiers[n_tiers++] = t;
+      }
+    }
+    // The stop_after least (effective, priority) of the sure candidates so far (a max-heap), and the
+    // greatest of them once there are that many: runs after it are left out (cells are sorted).
+    constexpr std::size_t kMaxStop = 16;
+    const std::size_t want =
+        stop_after > 0 && stop_after <= static_cast<std::int64_t>(kMaxStop) ? static_cast<std::size_t>(stop_after) : 0;
+    std::array<RunKey, kMaxStop> best;
+    std::size_t n_best = 0;
+    RunKey cut{limit.value, std::numeric_limits<Seq>::max()};
+    // The cells of a row before ws's week hold runs that start before it (`starts_before`: e.start > ws is
+    // not asked), and a cell after we's (in its row) runs that end after it (`ends_after`: e.end < we is not
+    // asked); past both edges only a run's min_duration is judged. Each is known per row and cell, so the
+    // scan is instantiated for each pair. The index's vectors are read through pointers taken once: the
+    // candidates' push_back would otherwise make the compiler load them again for every entry and cell.
+    RunPoolMark* const marks = ix.marks.data();
+    const LivePool* const* const run_pools = ix.pools.data();
+    const auto scan = [&](const RunSet& set, auto starts_before, auto ends_after) {
+      for (const std::vector<RunEntry>& chunk : set.chunks()) {
+        if (chunk.front().effective.value > cut.effective) return;
+        for (const RunEntry& e : chunk) {
+          if (e.effective.value >= cut.effective &&
+              (e.effective.value > cut.effective || e.priority > cut.priority)) {
+            return;
+          }
+          if constexpr (!decltype(starts_before)::value) {
+            if (e.start > ws32) continue;
+          }
+          if constexpr (!decltype(ends_after)::value) {
+            if (e.end < we32) continue;
+          }
+          if (len32 < e.min_duration) continue;
+          const std::uint32_t pool = e.pool;
+          std::uint64_t& pm = marks[pool].word;
+          if ((pm & ~RunPoolMark::kFlags) != mark) {
+            const LivePool& pp = *run_pools[pool];
+            pm = mark | (pool_admits(b, pp, group, c, regions) ? RunPoolMark::kOk : 0) |
+                 (pp.p.provider == bid.account ? RunPoolMark::kOwn : 0);
+          }
+          if (!(pm & RunPoolMark::kOk)) continue;
+          cands.push_back(AskCandidate{e.effective, e.priority, e.lo, run_pools[pool]});
+          if (want == 0 || !e.unit_lot || (pm & RunPoolMark::kOwn)) continue;
+          if (n_best < want) {
+            best[n_best++] = {e.effective.value, e.priority};
+            std::push_heap(best.begin(), best.begin() + static_cast<std::ptrdiff_t>(n_best));
+          } else {
+            // The entry is before the cut (the checks above), the greatest kept: it takes the cut's place.
+            replace_greatest(best.data(), n_best, {e.effective.value, e.priority});
+          }
+          if (n_best == want) cut = best.front();
+        }
+      }
+    };
+    const auto scan_cell = [&](const RunCell& cell, auto starts_before, auto ends_after) {
+      if (cell.least > cut.effective) return;
+      for (std::size_t k = 0; k < n_tiers; ++k) {
+        const std::size_t t = tiers[k];
+        if (cell.cheapest[t] <= cut.effective) scan(cell.by_tier[t], starts_before, ends_after);
+      }
+    };
+    const std::size_t ws_row = ix.row_of(ws32);
+    const std::size_t rows = std::min(ws_row + 1, ix.rows.size());
+    const std::int64_t we_week = ix.end_week(we32);  // one division, not one a row
+    for (std::size_t r = 0; r < rows; ++r) {
+      const RunRow& row = ix.rows[r];
+      if (row.size == 0) continue;
+      const std::size_t we_cell = RunIndex::cell_at(r, we_week);
+      const RunCell* const cells = row.cells.data();
+      const std::size_t n_cells = row.cells.size();
+      if (we_cell >= n_cells) continue;
+      // we's cell, then the cells after it (ends_after); starts_before decided once a row.
+      if (r < ws_row) {
+        scan_cell(cells[we_cell], std::true_type{}, std::false_type{});
+        for (std::size_t i = we_cell + 1; i < n_cells; ++i) scan_cell(cells[i], std::true_type{}, std::true_type{});
+      } else {
+        scan_cell(cells[we_cell], std::false_type{}, std::false_type{});
+        for (std::size_t i = we_cell + 1; i < n_cells; ++i) scan_cell(cells[i], std::false_type{}, std::true_type{});
+      }
+    }
+    // The candidates pushed before the cut came down to its last place and priced past it: the walk never
+    // reaches them (fn stops by the want-th sure candidate, which is at most the cut), so they are dropped
+    // before the heap is made instead of being heaped.
+    if (want > 0 && n_best == want) {
+      std::erase_if(cands, [&](const AskCandidate& x) {
+        return x.effective.value > cut.effective || (x.effective.value == cut.effective && x.priority > cut.priority);
+      });
+    }
+  }
+
   mutable std::deque<WalkScratch> head_stack;  // a deque: a nested walk's emplace_back keeps references
   mutable std::size_t head_depth{0};
   mutable std::uint64_t walk_count{0};  // numbers fixed-window walks (RunPoolMark::word)
@@ -2969,106 +3095,7 @@ struct Engine::Impl {
           }
         }
       } else {
-        // The runs that hold [ws, we): in cells whose start week is at most ws's and end week at least we's.
-        RunIndex& ix = b.free_runs;
-        const std::uint64_t mark = ++walk_count * 4;  // RunPoolMark::word without its flags
-        const auto ws32 = static_cast<std::uint32_t>(ws.value);
-        const auto we32 = static_cast<std::uint32_t>(we.value);
-        const auto len32 = static_cast<std::uint32_t>((we - ws).value);
-        // The tiers pool_satisfies admits (it judges the tier again with the rest, per pool), listed: a cell's
-        // loop reads only theirs (most bids exclude spot).
-        std::array<std::size_t, kTiers> tiers{};
-        std::size_t n_tiers = 0;
-        for (std::size_t t = 0; t < kTiers; ++t) {
-          const Tier tier = static_cast<Tier>(t);
-          if ((tier != Tier::spot || c.interruptible) && (c.tiers.empty() || contains_tier(c.tiers, tier))) {
-            tiers[n_tiers++] = t;
-          }
-        }
-        // The stop_after least (effective, priority) of the sure candidates so far (a max-heap), and the
-        // greatest of them once there are that many: runs after it are left out (cells are sorted).
-        constexpr std::size_t kMaxStop = 16;
-        const std::size_t want =
-            stop_after > 0 && stop_after <= static_cast<std::int64_t>(kMaxStop) ? static_cast<std::size_t>(stop_after) : 0;
-        std::array<std::pair<std::int64_t, Seq>, kMaxStop> best;
-        std::size_t n_best = 0;
-        std::pair<std::int64_t, Seq> cut{limit.value, std::numeric_limits<Seq>::max()};
-        // The cells of a row before ws's week hold runs that start before it (`starts_before`: e.start > ws is
-        // not asked), and a cell after we's (in its row) runs that end after it (`ends_after`: e.end < we is not
-        // asked); past both edges only a run's min_duration is judged. Each is known per row and cell, so the
-        // scan is instantiated for each pair. The index's vectors are read through pointers taken once: the
-        // candidates' push_back would otherwise make the compiler load them again for every entry and cell.
-        RunPoolMark* const marks = ix.marks.data();
-        const LivePool* const* const run_pools = ix.pools.data();
-        const auto scan = [&](const RunSet& set, auto starts_before, auto ends_after) {
-          for (const std::vector<RunEntry>& chunk : set.chunks()) {
-            if (chunk.front().effective.value > cut.first) return;
-            for (const RunEntry& e : chunk) {
-              if (e.effective.value >= cut.first && (e.effective.value > cut.first || e.priority > cut.second)) {
-                return;
-              }
-              if constexpr (!decltype(starts_before)::value) {
-                if (e.start > ws32) continue;
-              }
-              if constexpr (!decltype(ends_after)::value) {
-                if (e.end < we32) continue;
-              }
-              if (len32 < e.min_duration) continue;
-              const std::uint32_t pool = e.pool;
-              std::uint64_t& pm = marks[pool].word;
-              if ((pm & ~RunPoolMark::kFlags) != mark) {
-                const LivePool& pp = *run_pools[pool];
-                pm = mark | (pool_admits(b, pp, group, c, regions) ? RunPoolMark::kOk : 0) |
-                     (pp.p.provider == bid.account ? RunPoolMark::kOwn : 0);
-              }
-              if (!(pm & RunPoolMark::kOk)) continue;
-              cands.push_back(AskCandidate{e.effective, e.priority, e.lo, run_pools[pool]});
-              if (want == 0 || !e.unit_lot || (pm & RunPoolMark::kOwn)) continue;
-              if (n_best < want) {
-                best[n_best++] = {e.effective.value, e.priority};
-                std::push_heap(best.begin(), best.begin() + static_cast<std::ptrdiff_t>(n_best));
-              } else {
-                // The entry is before the cut (the checks above), the greatest kept: it takes the cut's place.
-                replace_greatest(best.data(), n_best, {e.effective.value, e.priority});
-              }
-              if (n_best == want) cut = best.front();
-            }
-          }
-        };
-        const auto scan_cell = [&](const RunCell& cell, auto starts_before, auto ends_after) {
-          if (cell.least > cut.first) return;
-          for (std::size_t k = 0; k < n_tiers; ++k) {
-            const std::size_t t = tiers[k];
-            if (cell.cheapest[t] <= cut.first) scan(cell.by_tier[t], starts_before, ends_after);
-          }
-        };
-        const std::size_t ws_row = ix.row_of(ws32);
-        const std::size_t rows = std::min(ws_row + 1, ix.rows.size());
-        const std::int64_t we_week = ix.end_week(we32);  // one division, not one a row
-        for (std::size_t r = 0; r < rows; ++r) {
-          const RunRow& row = ix.rows[r];
-          if (row.size == 0) continue;
-          const std::size_t we_cell = RunIndex::cell_at(r, we_week);
-          const RunCell* const cells = row.cells.data();
-          const std::size_t n_cells = row.cells.size();
-          if (we_cell >= n_cells) continue;
-          // we's cell, then the cells after it (ends_after); starts_before decided once a row.
-          if (r < ws_row) {
-            scan_cell(cells[we_cell], std::true_type{}, std::false_type{});
-            for (std::size_t i = we_cell + 1; i < n_cells; ++i) scan_cell(cells[i], std::true_type{}, std::true_type{});
-          } else {
-            scan_cell(cells[we_cell], std::false_type{}, std::false_type{});
-            for (std::size_t i = we_cell + 1; i < n_cells; ++i) scan_cell(cells[i], std::false_type{}, std::true_type{});
-          }
-        }
-        // The candidates pushed before the cut came down to its last place and priced past it: the walk never
-        // reaches them (fn stops by the want-th sure candidate, which is at most the cut), so they are dropped
-        // before the heap is made instead of being heaped.
-        if (want > 0 && n_best == want) {
-          std::erase_if(cands, [&](const AskCandidate& x) {
-            return x.effective.value > cut.first || (x.effective.value == cut.first && x.priority > cut.second);
-          });
-        }
+        scan_runs(b, bid, limit, c, group, regions, ws, we, stop_after, cands);
       }
       // The order (effective, priority, id), as a min-heap's; the id is read from the order only for equal
       // priorities (an order's priority is the sequence number of the command that gave it, so two orders never
