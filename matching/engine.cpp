@@ -177,14 +177,20 @@ struct ShownMark {
 // inline; the optional times as values with a presence mask; the constraints interned (shared by every
 // order with equal constraints; null = none); the rarely set client_order_id and a request market that
 // differs from the resolved one, a gtd order's expire_at and the body hash (non-zero only with a
-// client_order_id, or as restored) in a side object (null when none is set). Impl::to_order rebuilds the
-// OrderRequest exactly.
+// client_order_id, or as restored) in a side object (null when none is set), with what does not fit the order's
+// compact fields (a start other than its window_start; a duration, an updated_at, a window_end or a priority that
+// the 32-bit fields do not hold).
+// Impl::to_order rebuilds the OrderRequest exactly.
 struct RestCold {
   std::string client_order_id;
   MarketId request_market;
   Seconds expire_at;
-  Seconds duration;  // only with a start too (see RestRequest::start_v)
-  Seconds end;       // only when it is not the order's window_end (kColdEnd; see Impl::make_order)
+  Seconds duration;    // only when it does not fit RestRequest::duration_v (kColdDuration)
+  Seconds start;       // only when it is not the order's window_start (kColdStart; see Impl::make_order)
+  Seconds end;         // only when it is not the order's window_end (kColdEnd; see Impl::make_order)
+  Seconds updated_at;  // only when RestOrder::updated_after cannot hold it (kWide)
+  Seconds window_end;  // only when RestOrder::window_length cannot hold it (kWide)
+  Seq priority{0};     // only when RestOrder::priority_lag cannot hold it (kWide)
   std::uint64_t body_hash{0};
   PoolId pool;       // a buy's, if it named one (it is ignored, and echoed); a sell's is its AskSide's
 };
@@ -214,7 +220,8 @@ class Owned {
   std::unique_ptr<T> p_;
 };
 
-// An order's RestCold: rare (most orders have none) and never changed once made.
+// An order's RestCold: rare (most orders have none) and never changed once made (RestOrder::set_wide replaces it
+// with a changed copy, in the rare case it needs one).
 using ColdRef = Owned<const RestCold>;
 
 // The leases an ask created, in one allocation: a word of count and capacity, then the ids, the capacity
@@ -282,7 +289,7 @@ class LeaseIds {
 
 // What only an ask keeps (Order's fields, which a bid has only when it sent a min_duration or a snapshot gave
 // it others, and the engine's own ask-only fields), apart from the order: an 80-byte record per ask (56 % of a realistic book),
-// so that an order's slot is 160 bytes (LiveOrder).
+// so that an order's slot is 144 bytes (LiveOrder).
 struct AskSide {
   Steps free;  // its free capacity
   std::int64_t total_gpu_seconds{0};
@@ -350,18 +357,21 @@ class ConsRef {
 // The pool a request names is not here: a sell's is its AskSide's pool, a buy's (rare, and ignored) in `cold`
 // (RestOrder::request_pool).
 struct RestRequest {
-  enum : std::uint8_t { kStart = 1, kEnd = 2, kDuration = 4, kExpire = 8, kColdEnd = 16 };
+  enum : std::uint8_t {
+    kStart = 1, kEnd = 2, kDuration = 4, kExpire = 8, kColdEnd = 16, kColdStart = 32, kColdDuration = 64
+  };
   enum class MarketKind : std::uint8_t { empty, resolved, cold };
   Price price;
   Qty32 quantity;
   Qty32 min_chunk{Qty(1)};
-  // start_v holds a duration bid's duration (it has no start); an order with both (none valid) keeps the
-  // duration in `cold`. The end is the order's window_end (every accepted sell and fixed-window bid ends its
-  // window there: 8 bytes less per order), or in `cold` when not (kColdEnd).
-  Seconds start_v;
+  // The start and the end are the order's window_start and window_end (every accepted fixed-window bid has
+  // its window there, and every sell whose start was not in the past: 8 bytes less per order each), or in `cold`
+  // when not (kColdStart, kColdEnd). The duration (a duration bid's) is here when it fits 32 bits, or in `cold`
+  // (kColdDuration).
   ConsRef cons;
   ColdRef cold;
-  // The one-byte fields last: RestOrder puts its status and reason in the two bytes of tail padding.
+  std::uint32_t duration_v{0};
+  // The one-byte fields last: RestOrder puts its status, reason and updated_after in the six bytes of tail padding.
   Side side{Side::buy};
   TimeInForce time_in_force{TimeInForce::gtc};
   StpMode stp{StpMode::cancel_newest};
@@ -375,7 +385,7 @@ struct RestRequest {
   const BidConstraints& constraints() const { return cons ? *cons : no_constraints(); }
   std::optional<Seconds> duration() const {
     if (!(has & kDuration)) return std::nullopt;
-    return (has & kStart) ? cold->duration : start_v;
+    return (has & kColdDuration) ? cold->duration : Seconds(duration_v);
   }
   std::optional<Seconds> expire_at() const {
     return (has & kExpire) ? std::optional<Seconds>(cold->expire_at) : std::nullopt;
@@ -390,16 +400,17 @@ struct Book;
 struct RestOrder {
   OrderId id;
   AccountId account;
-  // Its status and reason in the request's tail padding (8 bytes less per order).
+  // Its status and reason in the request's tail padding (8 bytes less per order), and updated_at as seconds after
+  // created_at (8 more; updated_at(), set_updated_at()).
   [[no_unique_address]] RestRequest request;
   OrderStatus status{OrderStatus::open};
   Reason reason{Reason::none};
+  // A 32-bit field's value that says the whole one is in request.cold (updated_at(), window_end(), priority()).
+  static constexpr std::uint32_t kWide = std::numeric_limits<std::uint32_t>::max();
+  std::uint32_t updated_after{0};
   Book* book{nullptr};  // its market's book (a value of Impl::books)
   Seconds window_start;
-  Seconds window_end;
-  Seq priority{0};
   Seconds created_at;
-  Seconds updated_at;
   // A bid's GPUs and an ask's GPU-seconds share storage: a bid's GPU-seconds and an ask's filled and
   // remaining GPUs are always 0 (Order), so only the side's own members are set and read (make_order and
   // rest_into choose by side; a sell's are set when it is placed).
@@ -412,8 +423,14 @@ struct RestOrder {
     std::int64_t free_gpu_seconds;
   };
   Owned<AskSide> ask;  // a sell's from its placement on; a bid's null (unless a snapshot gave it any of them)
-  // Last: LiveOrder puts its book_slot / bid_group in the 4 bytes of tail padding.
   Bucket bucket;
+  // Its window's end as seconds after window_start, and its priority as commands after its id (a placement's
+  // own seq, which an amend that loses time priority moves on; a priority is never before its id in this
+  // engine), each kWide when the 32 bits cannot hold it (a window of more than 136 years, an order amended
+  // 2^32 - 1 commands after its placement, or a restored one): 8 bytes less per order.
+  std::uint32_t window_length{0};
+  std::uint32_t priority_lag{0};
+  // Last: LiveOrder puts its book_slot / bid_group in the 4 bytes of tail padding.
 
   Qty filled_gpus() const { return is_buy() ? filled : Qty(0); }
   Qty remaining_gpus() const { return is_buy() ? remaining : Qty(0); }
@@ -434,12 +451,59 @@ struct RestOrder {
   // record: the matching, index and view paths read them of asks only (plain -0.39 % instructions).
   Price ask_effective_price() const { return ask->effective; }
   Seconds ask_min_duration() const { return ask->min_duration; }
+
+  // Its updated_at, kept as seconds after created_at (which must be set first) when that fits 32 bits (time
+  // never goes backwards, and 2^32 - 1 seconds are 136 years), else in request.cold (a restored order's, or
+  // one whose life outlasts that). Unsigned arithmetic: any two times give their difference and back exactly.
+  Seconds updated_at() const {
+    if (updated_after == kWide) [[unlikely]] return request.cold->updated_at;
+    return Seconds(after(created_at.value, updated_after));
+  }
+  void set_updated_at(Seconds t) {
+    if (!fits(created_at.value, t.value, updated_after)) set_wide([&](RestCold& c) { c.updated_at = t; });
+  }
+  // The same of window_end after window_start (set_window: both; window_start is set only with it).
+  Seconds window_end() const {
+    if (window_length == kWide) [[unlikely]] return request.cold->window_end;
+    return Seconds(after(window_start.value, window_length));
+  }
+  void set_window(Seconds ws, Seconds we) {
+    window_start = ws;
+    if (!fits(ws.value, we.value, window_length)) set_wide([&](RestCold& c) { c.window_end = we; });
+  }
+  // And priority after id (set the id first).
+  Seq priority() const {
+    if (priority_lag == kWide) [[unlikely]] return request.cold->priority;
+    return after(id.value, priority_lag);
+  }
+  void set_priority(Seq p) {
+    if (!fits(id.value, p, priority_lag)) set_wide([&](RestCold& c) { c.priority = p; });
+  }
+
+ private:
+  // Unsigned arithmetic: any two values give their difference and back exactly.
+  static std::int64_t after(std::int64_t base, std::uint32_t d) {
+    return static_cast<std::int64_t>(static_cast<std::uint64_t>(base) + d);
+  }
+  // Sets `field` to v - base and returns true if that fits below kWide; else sets it to kWide and returns false.
+  static bool fits(std::int64_t base, std::int64_t v, std::uint32_t& field) {
+    const std::uint64_t d = static_cast<std::uint64_t>(v) - static_cast<std::uint64_t>(base);
+    field = d < kWide ? static_cast<std::uint32_t>(d) : kWide;
+    return d < kWide;
+  }
+  // The rare case: request.cold replaced by a copy (or a new one) with `set` applied.
+  template <class F>
+  [[gnu::noinline]] void set_wide(F set) {
+    auto cold = request.cold ? std::make_unique<RestCold>(*request.cold) : std::make_unique<RestCold>();
+    set(*cold);
+    request.cold = ColdRef(std::move(cold));
+  }
 };
 
-static_assert(offsetof(RestOrder, status) < offsetof(RestOrder, request) + sizeof(RestRequest),
-              "status and reason sit in the request's tail padding");
+static_assert(offsetof(RestOrder, updated_after) < offsetof(RestOrder, request) + sizeof(RestRequest),
+              "status, reason and updated_after sit in the request's tail padding");
 
-// 160 bytes, so that 1,024 slots fill one of jemalloc's size classes (SlabMap): the union in the tail padding of
+// 144 bytes (SlabMap: 1,820 slots a 256 KiB block, numbered with a power-of-two stride): the union in the tail padding of
 // `o`, the timer in 32 bits (with whether the order was closed), what its view shows in 4 bytes (ShownMark); an
 // ask's own fields are in its AskSide.
 struct LiveOrder {
@@ -464,7 +528,7 @@ struct LiveOrder {
   // Sell: its pool (AskSide::pool); in its AskPool while in_book.
   LivePool* pool() const { return o.ask->pool; }
 };
-static_assert(sizeof(LiveOrder) == 160, "1,024 order slots fill a 160 KiB size class");
+static_assert(sizeof(LiveOrder) == 144, "1,820 order slots in a 256 KiB block");
 
 inline std::uint32_t& account_slot(LiveOrder& lo) { return lo.account_slot; }
 inline std::uint32_t& pool_slot(LiveOrder& lo) { return lo.o.ask->pool_slot; }
@@ -502,7 +566,7 @@ struct OrderList {
 };
 
 // The open orders by id (terminal ones until their command ends), and the live leases: values in blocks of
-// slots that are reused (one 160 KiB allocation per 1,024 orders instead of a node each, and addresses stay
+// slots that are reused (one 256 KiB allocation per 1,820 orders instead of a node each, and addresses stay
 // stable while an order lives), found through an open-addressing table of (id, slot) with linear probing
 // and backward-shift erase. (The book's growth costs page faults; gpuexd's allocator keeps the heap in
 // huge pages, alloc/.) The subset of std::unordered_map's interface the engine uses; iteration order is
@@ -596,11 +660,19 @@ class SlabMap {
       s = free_.back();
       free_.pop_back();
     } else {
-      if (slots_ % kBlock == 0) blocks_.push_back(std::make_unique_for_overwrite<Storage[]>(kBlock));  // no zeroing: slots are constructed on use
+      if constexpr (kStride != kBlock) {
+        if (slots_ % kStride == kBlock) next_block();
+      }
+      if (slots_ % kStride == 0) blocks_.push_back(std::make_unique_for_overwrite<Storage[]>(kBlock));  // no zeroing: slots are constructed on use
       s = slots_++;
       used_.push_back(false);
     }
     return s;
+  }
+  // Past a block's last slot: on to the next block's first (out of line: once a block).
+  [[gnu::noinline]] void next_block() {
+    slots_ += kStride - kBlock;
+    used_.resize(slots_, false);
   }
   iterator insert_at(K id, std::uint32_t s) {
     used_[s] = true;
@@ -656,15 +728,20 @@ class SlabMap {
   // rounded a 100,000-order book to whole ~11,000-slot blocks: a smaller order saved nothing until it
   // saved a block), large enough that a new block is rare (jemalloc's heap is in huge pages anyway).
   // Slots per block: as many as fill 256 KiB, or the power of two below when that many fill one of jemalloc's
-  // large size classes (four per doubling) exactly, so that a slot's block and place are a shift and a mask,
-  // not a division (LiveOrder's 160 bytes: 1,024 slots in 160 KiB; LiveLease's 128: 2,048 in 256 KiB).
+  // large size classes (four per doubling) exactly (LiveLease's 128 bytes: 2,048 slots in 256 KiB).
   static constexpr std::uint32_t kFill = static_cast<std::uint32_t>((std::size_t{256} << 10) / sizeof(Storage));
   static constexpr bool whole_class(std::size_t bytes) { return size_class(bytes) == bytes; }
   static constexpr std::uint32_t kBlock =
       whole_class(std::size_t{std::bit_floor(kFill)} * sizeof(Storage)) ? std::bit_floor(kFill) : kFill;
+  // A slot's number is its block's times kStride, the power of two from kBlock, plus its place in the block, so
+  // that the block and the place are a shift and a mask, not a division, also when kBlock is not a power of two
+  // (LiveOrder's 144 bytes: 1,820 slots a block); the numbers from kBlock to kStride - 1 of a block are unused
+  // (take_slot passes over them; used_ says false).
+  static constexpr std::uint32_t kStride = std::bit_ceil(kBlock);
+  static constexpr int kStrideBits = std::countr_zero(kStride);
 
   value_type* slot(std::uint32_t i) const {
-    return std::launder(reinterpret_cast<value_type*>(blocks_[i / kBlock][i % kBlock].bytes));
+    return std::launder(reinterpret_cast<value_type*>(blocks_[i >> kStrideBits][i & (kStride - 1)].bytes));
   }
   K key_of(std::uint32_t i) const { return SlabKey<V>::of(*slot(i)); }
   std::uint32_t next_used(std::uint32_t i) const {
@@ -1977,17 +2054,16 @@ struct Engine::Impl {
     if (!Qty32::holds(q.quantity) || !Qty32::holds(q.min_chunk)) {
       throw std::invalid_argument("order " + std::to_string(o.id.value) + ": quantity or min_chunk out of bounds");
     }
-    request_into(r, q, book, o.body_hash, o.window_end);
+    request_into(r, q, book, o.body_hash, o.window_start, o.window_end);
     r.id = o.id;
     r.account = o.account;
-    r.window_start = o.window_start;
-    r.window_end = o.window_end;
+    r.set_window(o.window_start, o.window_end);
     r.bucket = o.bucket;
     r.status = o.status;
     r.reason = o.reason;
-    r.priority = o.priority;
+    r.set_priority(o.priority);  // after the id, which it is kept relative to
     r.created_at = o.created_at;
-    r.updated_at = o.updated_at;
+    r.set_updated_at(o.updated_at);  // after created_at, which it is kept relative to
     // The side's own members only (they share storage); the others are 0 in every state this engine makes.
     if (r.is_buy() ? o.filled_gpu_seconds != 0 || o.free_gpu_seconds != 0
                    : o.filled.value != 0 || o.remaining.value != 0) {
@@ -2024,11 +2100,12 @@ struct Engine::Impl {
   }
 
   // The request part of rest_into(): r.request and r.book from `q` and its market's book, and
-  // the order's body hash; `window_end`: the order's (where its request's end is kept when they are equal).
+  // the order's body hash; `window_start`, `window_end`: the order's (where its request's start and end are kept
+  // when they are equal).
   // Inlined (always_inline; GCC kept it out of line: a call saving registers for each placement); the rare cold
   // part out of line (request_cold).
   [[gnu::always_inline]] void request_into(RestOrder& r, const OrderRequest& q, Book* book,
-                                           std::uint64_t hash, Seconds window_end) const {
+                                           std::uint64_t hash, Seconds window_start, Seconds window_end) const {
     RestRequest& rq = r.request;
     rq.side = q.side;
     rq.time_in_force = q.time_in_force;
@@ -2037,42 +2114,40 @@ struct Engine::Impl {
     rq.price = q.price;
     rq.quantity = Qty32(q.quantity);
     rq.min_chunk = Qty32(q.min_chunk);
-    const auto put = [&](std::uint8_t bit, const std::optional<Seconds>& v, Seconds& out) {
-      if (v) {
-        rq.has |= bit;
-        out = *v;
-      }
-    };
-    put(RestRequest::kStart, q.start, rq.start_v);
+    if (q.start) rq.has |= RestRequest::kStart;
+    if (q.start && *q.start != window_start) rq.has |= RestRequest::kColdStart;
     if (q.end) rq.has |= RestRequest::kEnd;
-    const bool cold_end = q.end && *q.end != window_end;
-    if (cold_end) rq.has |= RestRequest::kColdEnd;
-    const bool both = q.start && q.duration;
+    if (q.end && *q.end != window_end) rq.has |= RestRequest::kColdEnd;
+    const bool cold_duration =
+        q.duration && static_cast<std::uint64_t>(q.duration->value) > std::numeric_limits<std::uint32_t>::max();
     if (q.duration) {
-      rq.has |= RestRequest::kDuration;
-      if (!both) rq.start_v = *q.duration;
+      rq.has |= cold_duration ? RestRequest::kDuration | RestRequest::kColdDuration : RestRequest::kDuration;
+      if (!cold_duration) rq.duration_v = static_cast<std::uint32_t>(q.duration->value);
     }
     if (q.expire_at) rq.has |= RestRequest::kExpire;
+    // What only a RestCold can hold: the expiry and whatever does not fit the compact fields.
+    constexpr std::uint8_t kInCold =
+        RestRequest::kExpire | RestRequest::kColdStart | RestRequest::kColdEnd | RestRequest::kColdDuration;
     rq.cons = intern(q.constraints);
     r.book = book;
     using MK = RestRequest::MarketKind;
     rq.market_kind = q.market.empty() ? MK::empty : q.market == *book->key ? MK::resolved : MK::cold;
     const bool buy_pool = q.pool.value != 0 && q.side == Side::buy;  // a sell's pool is never 0
-    if (!q.client_order_id.empty() || rq.market_kind == MK::cold || q.expire_at || both || cold_end || hash != 0 ||
-        buy_pool) {
-      request_cold(rq, q, hash, both, cold_end, buy_pool);
+    if (!q.client_order_id.empty() || rq.market_kind == MK::cold || (rq.has & kInCold) || hash != 0 || buy_pool) {
+      request_cold(rq, q, hash, buy_pool);
     }
   }
 
   // The request's rare fields (RestCold), for request_into().
-  [[gnu::noinline]] static void request_cold(RestRequest& rq, const OrderRequest& q, std::uint64_t hash, bool both,
-                                             bool cold_end, bool buy_pool) {
+  [[gnu::noinline]] static void request_cold(RestRequest& rq, const OrderRequest& q, std::uint64_t hash,
+                                             bool buy_pool) {
     auto cold = std::make_unique<RestCold>();
     cold->client_order_id = q.client_order_id;
     if (rq.market_kind == RestRequest::MarketKind::cold) cold->request_market = q.market;
     if (q.expire_at) cold->expire_at = *q.expire_at;
-    if (both) cold->duration = *q.duration;
-    if (cold_end) cold->end = *q.end;
+    if (rq.has & RestRequest::kColdDuration) cold->duration = *q.duration;
+    if (rq.has & RestRequest::kColdStart) cold->start = *q.start;
+    if (rq.has & RestRequest::kColdEnd) cold->end = *q.end;
     if (buy_pool) cold->pool = q.pool;
     cold->body_hash = hash;
     rq.cold = ColdRef(std::move(cold));
@@ -2253,6 +2328,7 @@ struct Engine::Impl {
   // +0.6 % instructions (with MarketId interned, session 18).
   [[gnu::flatten]] static Order make_order(const RestOrder& r) {
     const RestRequest& rq = r.request;
+    const Seconds window_end = r.window_end();
     using RR = RestRequest;
     using MK = RestRequest::MarketKind;
     return Order{
@@ -2270,12 +2346,15 @@ struct Engine::Impl {
                 .quantity = rq.quantity,
                 // The optionals spelled out here (duration() and expire_at() compute the same): an optional
                 // a call returns, inlined or not, GCC assembles on the stack and copies twice.
-                .start = (rq.has & RR::kStart) ? std::optional(rq.start_v) : std::nullopt,
+                .start = (rq.has & RR::kStart)
+                             ? std::optional((rq.has & RR::kColdStart) ? rq.cold->start : r.window_start)
+                             : std::nullopt,
                 .end = (rq.has & RR::kEnd)
-                           ? std::optional((rq.has & RR::kColdEnd) ? rq.cold->end : r.window_end)
+                           ? std::optional((rq.has & RR::kColdEnd) ? rq.cold->end : window_end)
                            : std::nullopt,
                 .duration = (rq.has & RR::kDuration)
-                                ? std::optional((rq.has & RR::kStart) ? rq.cold->duration : rq.start_v)
+                                ? std::optional((rq.has & RR::kColdDuration) ? rq.cold->duration
+                                                                             : Seconds(rq.duration_v))
                                 : std::nullopt,
                 .constraints = rq.cons ? copy_of(*rq.cons) : BidConstraints{},
                 .min_duration = r.min_duration(),
@@ -2287,15 +2366,15 @@ struct Engine::Impl {
             },
         .market = *r.market(),
         .window_start = r.window_start,
-        .window_end = r.window_end,
+        .window_end = window_end,
         .effective_price = r.effective_price(),
         .green_discount_bps = r.green_discount_bps(),
         .status = r.status,
         .reason = r.reason,
         .bucket = r.bucket,
-        .priority = r.priority,
+        .priority = r.priority(),
         .created_at = r.created_at,
-        .updated_at = r.updated_at,
+        .updated_at = r.updated_at(),
         .filled = r.filled_gpus(),
         .remaining = r.remaining_gpus(),
         .total_gpu_seconds = r.ask ? r.ask->total_gpu_seconds : 0,
@@ -2367,7 +2446,7 @@ struct Engine::Impl {
   }
 
   static Seconds bid_seconds(const RestOrder& o) {
-    return o.is_duration_bid() ? *o.request.duration() : o.window_end - o.window_start;
+    return o.is_duration_bid() ? *o.request.duration() : o.window_end() - o.window_start;
   }
 
   // `known`: the order's account when the caller has it at hand (else it is looked up).
@@ -2479,7 +2558,7 @@ struct Engine::Impl {
   // ---------------------------------------------------------------- order geometry
 
   Seconds bid_start(const RestOrder& b) const { return b.is_duration_bid() ? now : b.window_start; }
-  Seconds bid_end(const RestOrder& b) const { return b.is_duration_bid() ? now + *b.request.duration() : b.window_end; }
+  Seconds bid_end(const RestOrder& b) const { return b.is_duration_bid() ? now + *b.request.duration() : b.window_end(); }
   static Seconds min_piece(const RestOrder& a) { return std::max(a.ask_min_duration(), Seconds(1)); }
 
   // Whether a trade starting at `start` is a spot trade (within the spot horizon), not one of its month.
@@ -2519,7 +2598,7 @@ struct Engine::Impl {
   Qty ask_view_qty(const RestOrder& a, bool as_placed = false) const {
     const Seconds ref = std::max(now, a.window_start);
     const Seconds md = min_piece(a);
-    if (ref + md > a.window_end) return Qty(0);
+    if (ref + md > a.window_end()) return Qty(0);
     if (as_placed) return Qty(a.request.quantity);
     // Over one second (min_duration 0 or 1) the least is the value at its start: pieces start and end on whole seconds.
     const std::int64_t f = md == Seconds(1) ? a.ask->free.at(ref) : a.ask->free.min(ref, ref + md);
@@ -2537,7 +2616,7 @@ struct Engine::Impl {
     Seconds run_end;
     for (const Step& p : a.ask->free.pieces()) {
       const Seconds s = std::max(p.from, from);
-      const Seconds e = std::min(p.to, a.window_end);
+      const Seconds e = std::min(p.to, a.window_end());
       if (e <= s) continue;
       if (p.gpus >= lot) {
         if (!in_run || s != run_end) run_from = s;
@@ -2554,14 +2633,16 @@ struct Engine::Impl {
   // An ask's own fields: a RestOrder's in its AskSide, an Order's in itself (the same names).
   static AskSide& ask_of(RestOrder& a) { return *a.ask; }
   static Order& ask_of(Order& a) { return a; }
+  static Seconds window_end_of(const RestOrder& a) { return a.window_end(); }
+  static Seconds window_end_of(const Order& a) { return a.window_end; }
 
   template <class O>  // RestOrder or Order
   void refresh_ask_accounting(O& a) const {
     if (a.is_buy() || !a.is_open()) return;
     const Seconds ref = std::max(now, a.window_start);
     auto& s = ask_of(a);
-    s.lapsed_gpu_seconds = s.free.integral(a.window_start, std::min(ref, a.window_end));
-    a.free_gpu_seconds = s.free.integral(ref, a.window_end);
+    s.lapsed_gpu_seconds = s.free.integral(a.window_start, std::min(ref, window_end_of(a)));
+    a.free_gpu_seconds = s.free.integral(ref, window_end_of(a));
   }
 
   // GPUs bid `b` can take from ask `a` over [ws, we), at most `cap`, in whole lots; 0 if not eligible.
@@ -2576,7 +2657,7 @@ struct Engine::Impl {
                    bool check_pool) const {
     if (!a.is_open() || !b.is_open() || a.book != b.book) return Qty(0);
     const Seconds a_start = std::max(a.window_start, now);
-    if (ws < a_start || we > a.window_end || we <= ws) return Qty(0);
+    if (ws < a_start || we > a.window_end() || we <= ws) return Qty(0);
     if (we - ws < a.ask_min_duration()) return Qty(0);
     if (check_pool && !pool_satisfies(pool, b.request.constraints())) return Qty(0);
     const std::int64_t lot = std::lcm(b.request.min_chunk.value, a.request.min_chunk.value);
@@ -2797,8 +2878,8 @@ struct Engine::Impl {
     }
     const Seconds md = min_piece(o);
     consider(o.window_start);
-    consider(o.window_end);
-    consider(o.window_end - md + Seconds(1));
+    consider(o.window_end());
+    consider(o.window_end() - md + Seconds(1));
     for (const Step& p : o.ask->free.pieces()) {
       for (Seconds b : {p.from, p.to}) {
         consider(b);
@@ -3091,7 +3172,7 @@ struct Engine::Impl {
             if (o.ask_effective_price() > limit || we - ws < o.ask_min_duration()) continue;
             bool holds = false;
             for_each_run(o, [&](Seconds from, Seconds to) { holds = holds || (from <= ws && to >= we); });
-            if (holds) cands.push_back(AskCandidate{o.ask_effective_price(), o.priority, lo, ap.lp});
+            if (holds) cands.push_back(AskCandidate{o.ask_effective_price(), o.priority(), lo, ap.lp});
           }
         }
       } else {
@@ -3353,8 +3434,8 @@ struct Engine::Impl {
 
   // A resting fixed-window bid's entry in its group's BidIndex (or indexes: one per region it names).
   static BidEntry bid_entry(const LiveOrder& lo) {
-    return BidEntry{lo.o.request.price, lo.o.priority, const_cast<LiveOrder*>(&lo), lo.o.window_start,
-                    lo.o.window_end};
+    return BidEntry{lo.o.request.price, lo.o.priority(), const_cast<LiveOrder*>(&lo), lo.o.window_start,
+                    lo.o.window_end()};
   }
   template <class F>
   void for_each_bid_index(Book& b, const LiveOrder& lo, F&& f) {
@@ -3468,9 +3549,10 @@ struct Engine::Impl {
   // its pieces (summarize_runs() would find the same).
   static AskKey ask_key(LiveOrder& lo, LivePool& lp, bool as_placed = false) {
     const RestOrder& o = lo.o;
-    AskKey k{o.ask_effective_price(), o.priority, o.id, &lo, &lp, o.window_start, o.window_end, o.ask_min_duration()};
+    const Seconds we = o.window_end();
+    AskKey k{o.ask_effective_price(), o.priority(), o.id, &lo, &lp, o.window_start, we, o.ask_min_duration()};
     if (as_placed) {
-      const std::int64_t longest = (o.window_end - o.window_start).value;
+      const std::int64_t longest = (we - o.window_start).value;
       k.run_lead = 0;
       k.run_tail = 0;
       k.max_run = max_run_of(longest);
@@ -3526,7 +3608,7 @@ struct Engine::Impl {
   void unbook(LiveOrder& lo, bool runs) {
     Book& b = (*lo.o.book);
     if (lo.o.is_buy()) {
-      const BidKey k{lo.o.request.price, lo.o.priority, lo.o.id};
+      const BidKey k{lo.o.request.price, lo.o.priority(), lo.o.id};
       const bool dur = lo.o.is_duration_bid();
       BidGroup& g = b.bid_groups[static_cast<std::size_t>(lo.bid_group)];
       --g.resting;
@@ -3541,7 +3623,7 @@ struct Engine::Impl {
         for (std::uint32_t r : region_nums(lo.o)) by_number(g.by_region, r).duration.erase(k);
       }
     } else {
-      const AskKey k{lo.o.ask_effective_price(), lo.o.priority, lo.o.id};
+      const AskKey k{lo.o.ask_effective_price(), lo.o.priority(), lo.o.id};
       LivePool* lp = lo.pool();
       if (runs) unindex_runs(b, lo);
       AskPool& ap = b.ask_pools[lp->ask_pool_slot];
@@ -3623,7 +3705,7 @@ struct Engine::Impl {
     const auto u32 = [](std::int64_t v, std::int64_t hi) {
       return static_cast<std::uint32_t>(std::clamp<std::int64_t>(v, 0, hi));
     };
-    return RunEntry{lo.o.ask_effective_price(), lo.o.priority, const_cast<LiveOrder*>(&lo), u32(from.value, kRunMax),
+    return RunEntry{lo.o.ask_effective_price(), lo.o.priority(), const_cast<LiveOrder*>(&lo), u32(from.value, kRunMax),
                     u32(to.value, kRunMax), u32(lo.o.ask_min_duration().value, kRunMax + 1), lo.pool()->run_number,
                     lo.o.request.min_chunk.value == 1 ? 1U : 0U};
   }
@@ -3787,7 +3869,7 @@ struct Engine::Impl {
         Book& b = (*o.book);
         if (o.is_buy()) {
           const bool dur = o.is_duration_bid();
-          const BidKey k{o.request.price, o.priority, o.id, &lo, o.window_start, o.window_end,
+          const BidKey k{o.request.price, o.priority(), o.id, &lo, o.window_start, o.window_end(),
                          dur ? *o.request.duration() : Seconds(0)};
           if (lo.bid_group < 0) {
             if (o.request.cons) {
@@ -3869,18 +3951,19 @@ struct Engine::Impl {
     AskSide& s = *a.ask;
     LivePool& lp = *lo.pool();
     const Seconds from = std::max(now, a.window_start);
+    const Seconds we = a.window_end();
     std::int64_t past;
     std::int64_t rest;
     if (s.free.pieces().size() == 1) {
       // One piece (an ask no fill has split, most of those cancelled): Steps::integral's shortcut spelled out
       // here, as GCC calls integral() out of line in hook() (a call each, ~15 instructions), and no loop.
       const Step p = s.free.pieces()[0];
-      past = p.gpu_seconds(a.window_start, std::min(from, a.window_end));
-      rest = p.gpu_seconds(from, a.window_end);
+      past = p.gpu_seconds(a.window_start, std::min(from, we));
+      rest = p.gpu_seconds(from, we);
       if (p.to > from) lp.used.add(std::max(p.from, from), p.to, -p.gpus);
     } else {
-      past = s.free.integral(a.window_start, std::min(from, a.window_end));
-      rest = s.free.integral(from, a.window_end);
+      past = s.free.integral(a.window_start, std::min(from, we));
+      rest = s.free.integral(from, we);
       for (const Step& p : s.free.pieces()) {
         if (p.to <= from) continue;
         lp.used.add(std::max(p.from, from), p.to, -p.gpus);
@@ -3903,7 +3986,7 @@ struct Engine::Impl {
     unhook(lo);
     lo.o.status = status;
     lo.o.reason = reason;
-    lo.o.updated_at = now;
+    lo.o.set_updated_at(now);
     hook(lo, false);
     if (announce) emit_order<OrderDone>(lo.o);
   }
@@ -3941,7 +4024,7 @@ struct Engine::Impl {
     set_ends_at(l, t.end);
     l.bucket = t.bucket;
     if (ask) {
-      set_ask_terms(l, ask->window_start, ask->window_end, ask->ask_min_duration());
+      set_ask_terms(l, ask->window_start, ask->window_end(), ask->ask_min_duration());
       set_ask_list_price(l, ask->request.price);
       l.ask_min_chunk = ask->request.min_chunk;
     }
@@ -4007,7 +4090,7 @@ struct Engine::Impl {
     } else {
       o.status = ask_has_piece(o) ? OrderStatus::partially_filled : OrderStatus::filled;
     }
-    o.updated_at = now;
+    o.set_updated_at(now);
   }
 
   // One fill between a bid and an ask; `taker` is the incoming side. Emits the trade, the lease and
@@ -4056,7 +4139,7 @@ struct Engine::Impl {
     } else {
       if (bid.window_start < notice_end) return found;
       ws = bid.window_start;
-      we = bid.window_end;
+      we = bid.window_end();
     }
     const Book& book = (*bid.book);
     const Price tk = book.spec.tick;
@@ -4301,7 +4384,7 @@ struct Engine::Impl {
     const Pool& pool = lpool.p;
     if (ask.ask_effective_price() > bid_ceiling(book)) return false;
     BidList list(*this);
-    BidWalk walk(ask.window_start, ask.window_end, ask.ask_min_duration(), now, list.get());
+    BidWalk walk(ask.window_start, ask.window_end(), ask.ask_min_duration(), now, list.get());
     bids_for(book, lpool, ask.ask_effective_price(), spot_now(ask), walk);
     while (const auto k = walk.next()) {
       if (k->price < ask.ask_effective_price()) break;
@@ -4334,7 +4417,7 @@ struct Engine::Impl {
     const LivePool& lpool = *ask.pool();
     const Pool& pool = lpool.p;
     const Seconds a_start = ask.o.window_start;
-    const Seconds a_end = ask.o.window_end;
+    const Seconds a_end = ask.o.window_end();
     const Seconds a_min = ask.o.ask_min_duration();
     if (ask.o.request.time_in_force == TimeInForce::fok) {
       // All-or-none: the walk must leave no sellable piece.
@@ -4402,7 +4485,7 @@ struct Engine::Impl {
       auto it = orders.find(id);
       if (it == orders.end() || !it->o.is_open() || !it->o.is_sell()) continue;
       const RestOrder& o = it->o;
-      keys.push_back(AskKey{o.ask_effective_price(), o.priority, o.id});
+      keys.push_back(AskKey{o.ask_effective_price(), o.priority(), o.id});
     }
     std::sort(keys.begin(), keys.end());
     keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
@@ -4443,7 +4526,7 @@ struct Engine::Impl {
       if (eff != lo.o.ask_effective_price()) hide_view(lo);
       lo.o.ask->effective = eff;
       lo.o.ask->green_discount_bps = lp.p.green_discount_bps;
-      lo.o.updated_at = now;
+      lo.o.set_updated_at(now);
       hook(lo, in);
       emit_order<OrderUpdated>(lo.o);
       changed.push_back(id);
@@ -4488,7 +4571,7 @@ struct Engine::Impl {
       const RestRequest& r = lo.o.request;
       bool expire = r.time_in_force == TimeInForce::gtd && r.expire_at() && *r.expire_at() <= now;
       if (lo.o.is_buy() && !lo.o.is_duration_bid() && lo.o.window_start < now) expire = true;
-      if (lo.o.is_sell() && lo.o.window_end <= now) expire = true;
+      if (lo.o.is_sell() && lo.o.window_end() <= now) expire = true;
       if (expire) finish_order(lo, OrderStatus::expired, Reason::expired, true);
     }
     // b. Leases.
@@ -4627,12 +4710,15 @@ struct Engine::Impl {
   void stamp_placed(O& o, const Command& cmd, const OrderRequest& r, std::uint64_t h) const {
     o.id = OrderId(cmd.seq);
     o.account = cmd.account;
-    o.priority = cmd.seq;
     o.created_at = now;
-    o.updated_at = now;
     if constexpr (std::is_same_v<O, Order>) {
+      o.priority = cmd.seq;
+      o.updated_at = now;
       o.effective_price = r.price;  // a RestOrder's: its limit (a bid) or its AskSide's (on(PlaceOrder))
       o.body_hash = h;              // a RestOrder's: request_into()
+    } else {
+      o.priority_lag = 0;   // cmd.seq, as the id
+      o.updated_after = 0;  // now, as created_at
     }
   }
 
@@ -4692,15 +4778,14 @@ struct Engine::Impl {
     if (bad != Reason::none) return place_rejected(cmd, r, h, market, bad);
     LiveOrder& lo = orders.emplace_new(OrderId(cmd.seq));
     RestOrder& o = lo.o;
-    request_into(o, r, market, h, g.window_end);
+    request_into(o, r, market, h, g.window_start, g.window_end);
     stamp_placed(o, cmd, r, h);
-    o.window_start = g.window_start;
-    o.window_end = g.window_end;
+    o.set_window(g.window_start, g.window_end);
     o.remaining = g.remaining;
     if (r.side == Side::sell) {
       LivePool& lp = *g.pool;
-      const std::int64_t total = r.quantity.value * (o.window_end - o.window_start).value;
-      o.ask = new_ask_side(o.window_start, o.window_end, r.quantity, total);
+      const std::int64_t total = r.quantity.value * (g.window_end - g.window_start).value;
+      o.ask = new_ask_side(g.window_start, g.window_end, r.quantity, total);
       // No discount: the list price itself (validate() checked that it is on the tick).
       o.ask->effective = lp.p.green_discount_bps == 0 ? r.price
                                                       : discounted(r.price, lp.p.green_discount_bps, market->spec.tick);
@@ -4711,7 +4796,7 @@ struct Engine::Impl {
       // Its accounting as refresh_ask_accounting() finds it: its window starts at or after now (validate
       // clips it), so nothing has lapsed and all of it is free.
       o.free_gpu_seconds = total;
-      lp.used.add(o.window_start, o.window_end, r.quantity.value);
+      lp.used.add(g.window_start, g.window_end, r.quantity.value);
       lp.used.trim_before(now);
       lp.asks.add<pool_slot>(lo);
     } else if (r.min_duration.value != 0) {  // a bid's (ignored, and echoed) needs a record
@@ -4807,9 +4892,9 @@ struct Engine::Impl {
         return reject_command(Reason::exposure_limit, o.id.value);
       }
     } else if (cut.value > 0) {
-      if (o.ask->free.min(from, o.window_end) < cut.value) return reject_command(Reason::invalid_amend, o.id.value);
+      if (o.ask->free.min(from, o.window_end()) < cut.value) return reject_command(Reason::invalid_amend, o.id.value);
       RestOrder trial = o;  // the cut must leave something to sell: nothing left is a cancel, as for bids
-      trial.ask->free.add(from, o.window_end, -cut.value);
+      trial.ask->free.add(from, o.window_end(), -cut.value);
       if (!ask_has_piece(trial)) return reject_command(Reason::invalid_amend, o.id.value);
     }
     const bool new_price = price != o.request.price;
@@ -4821,7 +4906,7 @@ struct Engine::Impl {
         trial.remaining = o.remaining - cut;
       } else {
         trial.ask->effective = discounted(price, o.green_discount_bps(), book.spec.tick);
-        trial.ask->free.add(from, o.window_end, -cut.value);
+        trial.ask->free.add(from, o.window_end(), -cut.value);
       }
       if (trial.is_buy() ? bid_would_take(trial) : ask_would_take(trial)) {
         return reject_command(Reason::would_take, o.id.value);
@@ -4833,18 +4918,18 @@ struct Engine::Impl {
       o.remaining -= cut;
     } else if (cut.value > 0) {
       LivePool& lp = *lo.pool();
-      o.ask->free.add(from, o.window_end, -cut.value);
-      lp.used.add(from, o.window_end, -cut.value);
-      o.ask->cancelled_gpu_seconds += cut.value * std::max<std::int64_t>(0, (o.window_end - from).value);
+      o.ask->free.add(from, o.window_end(), -cut.value);
+      lp.used.add(from, o.window_end(), -cut.value);
+      o.ask->cancelled_gpu_seconds += cut.value * std::max<std::int64_t>(0, (o.window_end() - from).value);
     }
     if (new_price) {
       const Price eff = o.is_sell() ? discounted(price, o.green_discount_bps(), book.spec.tick) : price;
       if (o.is_buy() || eff != o.effective_price()) hide_view(lo);  // a bid is shown at its limit
       o.request.price = price;
-      o.priority = cmd.seq;
+      o.set_priority(cmd.seq);
       if (o.ask) o.ask->effective = eff;  // a bid without a record: its limit, set above
     }
-    o.updated_at = now;
+    o.set_updated_at(now);
     if (!new_price) {
       hook(lo, in);
       announce_state(lo);
@@ -5118,7 +5203,7 @@ struct Engine::Impl {
       const Book& b = (*o.book);
       bool in = lo.in_book;
       if (in && o.is_buy()) {
-        const BidKey bk{o.request.price, o.priority, o.id};
+        const BidKey bk{o.request.price, o.priority(), o.id};
         const BidGroup& g = b.bid_groups.at(static_cast<std::size_t>(lo.bid_group));
         BidConstraints rep = o.request.constraints();
         rep.regions.clear();
@@ -5156,7 +5241,7 @@ struct Engine::Impl {
           }
         }
       }
-      const AskKey ak{o.effective_price(), o.priority, o.id};
+      const AskKey ak{o.effective_price(), o.priority(), o.id};
       if (in && o.is_sell()) {
         in = lo.pool() == &pools.at(o.request_pool()) && lo.pool()->book_count > 0;
         if (in) {  // in its pool's list of open asks, at its slot
