@@ -3323,8 +3323,15 @@ struct Engine::Impl {
 
   // pool_fits_spec(lp.p, g.rep), kept in g.
   bool group_fits_spec(const Book& b, const LivePool& lp, const BidGroup& g) const {
+    return numbered_fits_spec(b, lp, book_number(b, lp), g);
+  }
+  // lp's number in b (verdicts' index), given one if it has none yet.
+  static std::uint32_t book_number(const Book& b, const LivePool& lp) {
     if (lp.book_number == std::numeric_limits<std::uint32_t>::max()) lp.book_number = b.pools_numbered++;
-    const std::uint32_t number = lp.book_number;
+    return lp.book_number;
+  }
+  // group_fits_spec for lp of book number `number` (groups_of asks it of every group with the number taken once).
+  bool numbered_fits_spec(const Book& b, const LivePool& lp, std::uint32_t number, const BidGroup& g) const {
     if (g.verdicts.size() <= number) g.verdicts.resize(b.pools_numbered, -1);
     std::int8_t& v = g.verdicts[number];
     if (v < 0) v = pool_fits_spec(lp.p, g.rep) ? 1 : 0;
@@ -3403,9 +3410,15 @@ struct Engine::Impl {
   const std::vector<std::uint32_t>& groups_of(const Book& b, const LivePool& lp) const {
     if (lp.groups_seen != b.groups_made) {
       lp.groups_ok.clear();
-      for (std::size_t i = 0; i < b.bid_groups.size(); ++i) {
-        const BidGroup& g = b.bid_groups[i];
-        if (group_fits_spec(b, lp, g)) lp.groups_ok.push_back(static_cast<std::uint32_t>(i));
+      // The groups through a pointer and a count taken once, and the pool's book number too (numbered_fits_spec):
+      // the push_back writes memory, after which GCC loaded the vector's bounds again and divided out its size,
+      // and group_fits_spec read the pool's number again, for every group (~36,700 in the realistic bench's
+      // 20,000 commands, as pools are seen for the first time).
+      const BidGroup* const groups = b.bid_groups.data();
+      const std::size_t n = b.bid_groups.size();
+      const std::uint32_t number = book_number(b, lp);
+      for (std::size_t i = 0; i < n; ++i) {
+        if (numbered_fits_spec(b, lp, number, groups[i])) lp.groups_ok.push_back(static_cast<std::uint32_t>(i));
       }
       lp.groups_seen = b.groups_made;
     }
@@ -3423,8 +3436,12 @@ struct Engine::Impl {
       if (with_duration) walk.add(s.duration, floor);
       walk.add_fixed(s.fixed, floor);
     };
-    for (const std::uint32_t gi : groups_of(b, lp)) {
-      const BidGroup& g = b.bid_groups[gi];
+    // The groups through a pointer taken once (as in groups_of): add() writes the walk, after which GCC loaded
+    // bid_groups' data again for every group.
+    const std::vector<std::uint32_t>& ok = groups_of(b, lp);
+    const BidGroup* const groups = b.bid_groups.data();
+    for (const std::uint32_t gi : ok) {
+      const BidGroup& g = groups[gi];
       if (g.resting == 0 || !group_verified(lp, g)) continue;
       add(g.any);
       if (region < g.by_region.size() && g.by_region[region]) add(*g.by_region[region]);
