@@ -728,7 +728,8 @@ class SlabMap {
   // rounded a 100,000-order book to whole ~11,000-slot blocks: a smaller order saved nothing until it
   // saved a block), large enough that a new block is rare (jemalloc's heap is in huge pages anyway).
   // Slots per block: as many as fill 256 KiB, or the power of two below when that many fill one of jemalloc's
-  // large size classes (four per doubling) exactly (LiveLease's 128 bytes: 2,048 slots in 256 KiB).
+  // large size classes (four per doubling) exactly (LiveLease's 128 bytes: 2,048 slots in 256 KiB): such a block
+  // wastes no slot numbers (kStride below is kBlock) and no bytes of its class (160-byte slots: 1,024 in 160 KiB).
   static constexpr std::uint32_t kFill = static_cast<std::uint32_t>((std::size_t{256} << 10) / sizeof(Storage));
   static constexpr bool whole_class(std::size_t bytes) { return size_class(bytes) == bytes; }
   static constexpr std::uint32_t kBlock =
@@ -1632,7 +1633,7 @@ class BidWalk {
     // out of the list (the last one takes its place: the others are not moved). Through pointers of its own, the
     // list cut to the end one once at the end: read() writes cursors_, so the compiler loaded unread_'s bounds
     // again and divided out its size for every cell passed over (14 instructions each, ~150,000 of them in the
-    // realistic bench's 20,000 commands; 8 with an index and a count).
+    // realistic bench's 20,000 commands; 8 with an index and a count, 5 by pointers).
     std::int64_t bar = least == kNone ? kNoBid : cursors_[least].entry.price.value;
     Unread* u = unread_.data();
     Unread* end = u + unread_.size();
@@ -5134,6 +5135,7 @@ struct Engine::Impl {
     if (r.start.has_value() == r.duration.has_value()) return out;
     Order full;
     full.id = OrderId(std::numeric_limits<std::int64_t>::max());
+    full.priority = full.id.value;  // never read in a quote; kept compact (a priority before the id goes to RestCold)
     full.account = account_id;
     full.request = r;
     full.market = r.market;

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <limits>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "matching/size_class.hpp"
@@ -23,6 +24,22 @@ namespace gpuex::matching {
 
 class StepTree {
  public:
+  StepTree() = default;
+  StepTree(const StepTree&) = default;
+  StepTree& operator=(const StepTree&) = default;
+  // A moved-from tree is empty and usable: its free chain and root go with its nodes (they are indices into them).
+  StepTree(StepTree&& o) noexcept
+      : nodes_(std::move(o.nodes_)), free_(std::exchange(o.free_, -1)), root_(std::exchange(o.root_, -1)) {
+    o.nodes_.clear();
+  }
+  StepTree& operator=(StepTree&& o) noexcept {
+    nodes_ = std::move(o.nodes_);
+    o.nodes_.clear();
+    free_ = std::exchange(o.free_, -1);
+    root_ = std::exchange(o.root_, -1);
+    return *this;
+  }
+
   // Adds `delta` over [from, to).
   [[gnu::noinline]] void add(Seconds from, Seconds to, std::int64_t delta) {
     if (from >= to || delta == 0) return;

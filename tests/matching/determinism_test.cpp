@@ -1,4 +1,6 @@
 // Determinism and recovery: replay gives identical events and digest; snapshot/restore is exact.
+#include <iterator>
+
 #include "fixture.hpp"
 #include "random_commands.hpp"
 
@@ -161,8 +163,8 @@ TEST_CASE("a bid that sent a min_duration keeps it through an amend and a restor
   CHECK(a.digest() == b.digest());
 }
 
-// An open order keeps its start as its window_start, its duration, updated_at, window_end and priority in 32 bits
-// (after its window_start, created_at, window_start and id); the rare values those do not hold (a sell's start in
+// An open order keeps its start as its window_start, its duration in 32 bits, and its updated_at, window_end and
+// priority as 32-bit offsets after its created_at, window_start and id; the rare values those do not hold (a sell's start in
 // the past, a duration or window longer than 2^32 s, an order updated 2^32 s after its creation or amended 2^32
 // commands after its placement, and what a snapshot may give: an updated_at before created_at, a priority before
 // the id) are kept apart, and must read back, survive a snapshot and match the same.
@@ -179,6 +181,12 @@ TEST_CASE("an order keeps the values its compact fields do not hold", "[determin
   run(a, 3, T0, kProvider, PlaceOrder{sell(PoolId(1), usd4(20000), 8, T0 + 20 * D, T0 + 2 * wide)});  // window > 2^32 s
   run(a, 4, T0, kBuyer, PlaceOrder{buy_duration(usd4(10000), 4, wide)});                       // duration > 2^32 s
   run(a, 5, T0, kBuyer, PlaceOrder{buy_window(usd4(10000), 4, T0 + wide + D, T0 + wide + 2 * D)});
+  // The last window the 32 bits hold (2^32 - 2 s) and the first they do not (2^32 - 1 is the mark of "kept apart").
+  const std::int64_t last = 0xFFFFFFFE;
+  const std::int64_t far = T0 + wide + 20 * D;  // after the amend below, whose time would expire them
+  run(a, 6, T0, kProvider, AddPool{pool_spec(8, 2)});  // pool 6
+  run(a, 7, T0, kProvider, PlaceOrder{sell(PoolId(6), usd4(20000), 1, far, far + last)});
+  run(a, 8, T0, kProvider, PlaceOrder{sell(PoolId(6), usd4(20000), 1, far, far + last + 1)});
   const Order* o2 = a.order(OrderId(2));
   REQUIRE(o2 != nullptr);
   CHECK(o2->request.start == std::optional<Seconds>(Seconds(T0 - D)));
@@ -194,6 +202,9 @@ TEST_CASE("an order keeps the values its compact fields do not hold", "[determin
   const Order* o5 = a.order(OrderId(5));
   REQUIRE((o3 && o4 && o5));
   CHECK(o3->window_end == Seconds(T0 + 2 * wide));
+  REQUIRE((a.order(OrderId(7)) && a.order(OrderId(8))));
+  CHECK(a.order(OrderId(7))->window_end == Seconds(far + last));
+  CHECK(a.order(OrderId(8))->window_end == Seconds(far + last + 1));
   CHECK(o4->request.duration == std::optional<Seconds>(Seconds(wide)));
   CHECK(o5->updated_at == Seconds(later));
   CHECK(o5->priority == wide);
@@ -208,11 +219,15 @@ TEST_CASE("an order keeps the values its compact fields do not hold", "[determin
   CHECK(ea == eb);
   CHECK(!of_type<TradeEvent>(ea).empty());
   CHECK(a.digest() == b.digest());
-  // What only a snapshot gives.
+  // What only a snapshot gives: before the base, the last offset the 32 bits hold, and the first they do not.
+  const std::int64_t offsets[] = {-1, last, last + 1};
+  std::size_t k = 0;
   for (Order& o : sa.open_orders) {
-    o.updated_at = o.created_at - Seconds(1);
-    o.priority = o.id.value - 1;
+    const std::int64_t off = offsets[k++ % std::size(offsets)];
+    o.updated_at = o.created_at + Seconds(off);
+    o.priority = o.id.value + off;
   }
+  REQUIRE(sa.open_orders.size() >= std::size(offsets));
   Engine c = Engine::restore(Fixture::default_config(), sa);
   CHECK(c.snapshot() == sa);
   CHECK(c.digest() == Engine::digest(sa));

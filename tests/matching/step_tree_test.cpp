@@ -48,6 +48,26 @@ TEST_CASE("a step tree adds over intervals and answers the largest value over an
   CHECK(StepTree().max_all() == 0);
 }
 
+TEST_CASE("a moved-from step tree is empty and usable, also after its nodes were freed", "[steps]") {
+  StepTree tree;
+  tree.add(Seconds(10), Seconds(20), 5);
+  tree.add(Seconds(10), Seconds(20), -5);  // both changes leave: their nodes are on the free chain
+  StepTree moved(std::move(tree));
+  CHECK(moved.max_all() == 0);
+  CHECK(tree.max_all() == 0);  // NOLINT(bugprone-use-after-move): the state a move leaves is what is tested
+  tree.add(Seconds(1), Seconds(4), 7);
+  moved.add(Seconds(2), Seconds(3), 2);
+  CHECK(tree.to_steps() == Steps(Seconds(1), Seconds(4), 7));
+  CHECK(moved.to_steps() == Steps(Seconds(2), Seconds(3), 2));
+  StepTree assigned;
+  assigned.add(Seconds(5), Seconds(6), 1);
+  assigned.add(Seconds(5), Seconds(6), -1);
+  tree = std::move(assigned);
+  CHECK(tree.max_all() == 0);
+  assigned.add(Seconds(8), Seconds(9), 3);  // NOLINT(bugprone-use-after-move)
+  CHECK(assigned.to_steps() == Steps(Seconds(8), Seconds(9), 3));
+}
+
 TEST_CASE("a step tree agrees with a value per second over random changes", "[steps]") {
   std::mt19937_64 rng(20261130);
   for (int round = 0; round < 40; ++round) {
