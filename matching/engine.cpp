@@ -2327,8 +2327,8 @@ struct Engine::Impl {
   }
   // The fields l keeps of its trade, with its id, sell order and price already set: as offsets when all of them
   // fit, else all whole in wide_leases. Inline: GCC left it out of line, a call a lease (plain 0.50 M).
-  [[gnu::always_inline]] void set_trade_fields(LiveLease& l, TradeId trade, OrderId buy_order, Price list_price, std::int32_t green_bps,
-                        Bucket bucket) {
+  [[gnu::always_inline]] void set_trade_fields(LiveLease& l, TradeId trade, OrderId buy_order, Price list_price,
+                                               std::int32_t green_bps, Bucket bucket) {
     std::int64_t lag = 0;
     std::int64_t buy = 0;
     std::int64_t list = 0;
