@@ -589,6 +589,7 @@ class SlabMap {
       return *this;
     }
     bool operator==(const iterator& o) const { return i_ == o.i_; }
+    std::uint32_t slot_number() const { return i_; }  // at_slot's argument while the value lives
 
    private:
     friend class SlabMap;
@@ -620,6 +621,7 @@ class SlabMap {
     }
   }
   std::size_t count(K id) const { return find(id) == end() ? 0 : 1; }
+  V& at_slot(std::uint32_t s) const { return *slot(s); }
   V& at(K id) const {
     const iterator it = find(id);
     if (it == end()) throw std::out_of_range("SlabMap::at");
@@ -637,7 +639,7 @@ class SlabMap {
   // A default value under `id`, which must be new (order and lease ids only grow), built in
   // its slot: no temporary moved in.
   // One probe: the run from the id's home is searched for it and ends at the empty entry it goes into.
-  V& emplace_new(K id) {
+  iterator emplace_new(K id) {
     if (needs_room()) grow();
     const std::uint32_t t = tag(id.value);
     std::size_t h = home(t);
@@ -645,12 +647,11 @@ class SlabMap {
       if (table_[h].tag == t && key_of(table_[h].slot) == id) throw std::logic_error("id in use");
     }
     const std::uint32_t s = take_slot();
-    V& v = *std::construct_at(slot(s));
-    SlabKey<V>::of(v) = id;
+    SlabKey<V>::of(*std::construct_at(slot(s))) = id;
     used_[s] = true;
     table_[h] = Entry{t, s};
     ++count_;
-    return v;
+    return iterator(this, s);
   }
  private:
   // A free slot (the table has room: callers grow it first).
@@ -728,8 +729,8 @@ class SlabMap {
   // rounded a 100,000-order book to whole ~11,000-slot blocks: a smaller order saved nothing until it
   // saved a block), large enough that a new block is rare (jemalloc's heap is in huge pages anyway).
   // Slots per block: as many as fill 256 KiB, or the power of two below when that many fill one of jemalloc's
-  // large size classes (four per doubling) exactly (LiveLease's 128 bytes: 2,048 slots in 256 KiB): such a block
-  // wastes no slot numbers (kStride below is kBlock) and no bytes of its class (160-byte slots: 1,024 in 160 KiB).
+  // large size classes (four per doubling) exactly (a 128-byte slot: 2,048 in 256 KiB): such a block wastes no slot
+  // numbers (kStride below is kBlock) and no bytes of its class (160-byte slots: 1,024 in 160 KiB).
   static constexpr std::uint32_t kFill = static_cast<std::uint32_t>((std::size_t{256} << 10) / sizeof(Storage));
   static constexpr bool whole_class(std::size_t bytes) { return size_class(bytes) == bytes; }
   static constexpr std::uint32_t kBlock =
@@ -824,14 +825,30 @@ struct LeaseRare {
 };
 inline const LeaseRare kNoLeaseRare{};  // not a function-local static: no guard to check on every to_lease()
 
-// A live lease in the engine's compact form (128 bytes against the public Lease's 248): what a Lease holds
-// except what its pool gives (id, provider, market and tier are a pool's for life), one amount for `owed` and
-// `billed` (a lease is billed when it ends, and owes nothing from then on), and apart (Impl::rare_leases; `has`
-// says which a lease has) what few leases have: `split_from` and `preempted_at`, which only a preemption sets,
-// an `ends_at` other than `end` (a preemption's or a release's), an ask list price other than its own list
-// price (an ask amended before it ended), and an ask window or min_duration that the 32-bit fields do not hold.
-// Impl::ends_at() and the ask_* accessors read them. to_lease() builds the public Lease (events, queries,
-// snapshots), as to_order() builds an Order.
+// A lease's trade's fields whole, when one of them does not fit LiveLease's compact form (LiveLease::kWide;
+// apart from LeaseRare, whose entries preemptions make, so that those stay in a smaller size class).
+struct LeaseWide {
+  TradeId trade;
+  OrderId buy_order;
+  Price list_price;
+  std::int32_t green_discount_bps{0};
+  Bucket bucket;
+};
+inline const LeaseWide kNoLeaseWide{};
+
+// A live lease in the engine's compact form (104 bytes against the public Lease's 248): what a Lease holds
+// except what its pool gives (id, provider, market and tier are a pool's for life; the pool by its number,
+// Impl::pool_list), one amount for `owed` and `billed` (a lease is billed when it ends, and owes nothing from
+// then on), its trade's id, buy order, list price, green discount and bucket in 16 bytes (offsets from fields it
+// has, a 16-bit discount and month), and apart (Impl::rare_leases; `has` says which a lease has) what few leases
+// have: `split_from` and `preempted_at`, which only a preemption sets, an `ends_at` other than `end` (a
+// preemption's or a release's), an ask list price other than its own list price (an ask amended before it
+// ended), an ask window or min_duration that the 32-bit fields do not hold, and the trade's five fields whole
+// when one of them does not fit (kWide: a lease 2^32 leases after its trade, orders 2^31 commands apart, a
+// list price $2,147 an hour from the price, or what a snapshot gives; in Impl::wide_leases). Impl::ends_at()
+// and the accessors read them. to_lease() builds the public Lease (events, queries, snapshots), as to_order()
+// builds an Order. 104 bytes, not 128: 2,520 slots a 256 KiB block (SlabMap's stride), realistic's ~42,000
+// leases in 17 blocks where they took 21.
 struct LiveLease {
   static constexpr std::uint8_t kPreemptedAt = 1;
   static constexpr std::uint8_t kEndsAt = 2;  // it has an ends_at (every live lease the engine makes)
@@ -839,39 +856,74 @@ struct LiveLease {
   static constexpr std::uint8_t kRareEndsAt = 8;
   static constexpr std::uint8_t kRareAskPrice = 16;
   static constexpr std::uint8_t kRareAskTerms = 32;
+  static constexpr std::uint8_t kWide = 64;          // the trade's fields are in Impl::wide_leases (set_trade_fields)
+  static constexpr std::uint8_t kAskWithdrawn = 128;  // Lease::ask_withdrawn
   static constexpr std::uint8_t kRare = kPreemptedAt | kSplitFrom | kRareEndsAt | kRareAskPrice | kRareAskTerms;
   LeaseId id;
-  TradeId trade;
   AccountId buyer;
-  LivePool* lp{nullptr};  // Impl::pools never erases a pool
-  OrderId buy_order;
   OrderId sell_order;
-  Qty32 quantity;  // at most its bid's (validate's bound), as the ask's lot
-  Qty32 ask_min_chunk{Qty(1)};
   Seconds start;
   Seconds end;
   Price price;
-  Price list_price;
   Micros amount{0};  // owed while not ended, then billed
+  std::uint32_t pool{0};  // its pool's number (LivePool::number; Impl::pools never erases a pool)
+  // Unless kWide: the trade is this many leases before the lease (a split-off part's id is later than its
+  // trade's first lease), the buy order this many commands after the sell order, the list price this much above
+  // the price.
+  std::uint32_t trade_lag{0};
+  std::int32_t buy_offset{0};
+  std::int32_t list_offset{0};
+  Qty32 quantity;  // at most its bid's (validate's bound), as the ask's lot
+  Qty32 ask_min_chunk{Qty(1)};
   // The ask's window and min_duration (unless kRareAskTerms): its start this many seconds before the lease's,
   // its end this many after the lease's (a lease lies in its ask's window).
   std::uint32_t ask_lead{0};
   std::uint32_t ask_tail{0};
   std::int32_t ask_min_duration_{0};
-  std::int32_t green_discount_bps{0};
-  Bucket bucket;
   std::uint32_t pool_slot{0};  // its place in its pool's `leases`
+  std::int16_t green_bps{0};     // unless kWide
+  std::uint16_t month_code{0};   // unless kWide: its bucket, 0 spot, else year * 12 + month (month_code_of)
   LeaseStatus status{LeaseStatus::reserved};
   bool interruptible{false};
   bool ended{false};
-  bool ask_withdrawn{false};
   std::uint8_t has{0};
 
   Micros owed() const { return ended ? 0 : amount; }
+  bool ask_withdrawn() const { return (has & kAskWithdrawn) != 0; }
+  void set_ask_withdrawn(bool w) { has = static_cast<std::uint8_t>(w ? has | kAskWithdrawn : has & ~kAskWithdrawn); }
+  // A bucket as month_code holds it, or nothing when it cannot (not spot, a month's digits not 1-12, a year
+  // past 5,460).
+  static bool month_code_of(Bucket b, std::uint16_t& code) {
+    const std::int32_t year = b.yyyymm / 100;
+    const std::int32_t month = b.yyyymm % 100;
+    if (b.is_spot()) {
+      code = 0;
+    } else if (b.yyyymm < 0 || month < 1 || month > 12 ||
+               year * 12 + month > std::numeric_limits<std::uint16_t>::max()) {
+      return false;
+    } else {
+      code = static_cast<std::uint16_t>(year * 12 + month);
+    }
+    return true;
+  }
+  // The trade's fields, read through `w`: its entry in Impl::wide_leases when it has kWide (Impl::wide_for).
+  TradeId trade(const LeaseWide& w) const { return (has & kWide) ? w.trade : TradeId(id.value - trade_lag); }
+  OrderId buy_order(const LeaseWide& w) const {
+    return (has & kWide) ? w.buy_order : OrderId(sell_order.value + buy_offset);
+  }
+  Price list_price(const LeaseWide& w) const { return (has & kWide) ? w.list_price : price + Price(list_offset); }
+  std::int32_t green_discount_bps(const LeaseWide& w) const { return (has & kWide) ? w.green_discount_bps : green_bps; }
+  Bucket bucket(const LeaseWide& w) const {
+    if (has & kWide) return w.bucket;
+    if (month_code == 0) return Bucket::spot();
+    return Bucket{((month_code - 1) / 12) * 100 + (month_code - 1) % 12 + 1};
+  }
   // The fields that may be kept apart, read through `r`: its entry in Impl::rare_leases when it has the field's
   // flag (Impl::rare_for).
   Seconds ends_at(const LeaseRare& r) const { return (has & kRareEndsAt) ? r.ends_at : end; }
-  Price ask_list_price(const LeaseRare& r) const { return (has & kRareAskPrice) ? r.ask_list_price : list_price; }
+  Price ask_list_price(const LeaseRare& r, const LeaseWide& w) const {
+    return (has & kRareAskPrice) ? r.ask_list_price : list_price(w);
+  }
   Seconds ask_window_start(const LeaseRare& r) const {
     return (has & kRareAskTerms) ? r.ask_window_start : start - Seconds(ask_lead);
   }
@@ -880,8 +932,7 @@ struct LiveLease {
     return (has & kRareAskTerms) ? r.ask_min_duration : Seconds(ask_min_duration_);
   }
 };
-// 2,048 of them fill a SlabMap block of 256 KiB exactly (a power of two of slots: a shift and a mask, see kBlock).
-static_assert(sizeof(LiveLease) == 128);
+static_assert(sizeof(LiveLease) == 104);
 
 template <>
 struct SlabKey<LiveLease> {
@@ -900,12 +951,14 @@ struct LeaseRef {
 
 struct LivePool {
   Pool p;
+  std::uint32_t number{0};  // its place in Impl::pool_list (LiveLease::pool)
   StepTree used;  // open asks' free capacity + GPUs held by leases, over time
   OrderList asks;  // open asks
-  // Its live leases (not ended): all of them unordered (a lease knows its place, LiveLease::pool_slot), as a
+  // Its live leases (not ended): all of them unordered, by their slots in Impl::leases (4 bytes, not a pointer's
+  // 8; a lease knows its place here, LiveLease::pool_slot), as a
   // pool's capacity and its retirement read them; a spot pool's also by (price, id), as preemption takes the
   // cheapest first (only a spot pool's leases can be preempted).
-  std::vector<LiveLease*> leases;
+  std::vector<std::uint32_t> leases;
   ChunkedSet<LeaseRef, std::less<LeaseRef>> spot_leases;
   std::size_t ask_pool_slot{0};  // its place in its Book's ask_pools while it has resting asks
   // This pool's resting asks (all of them are in its AskPool's asks) and those a duration bid
@@ -1919,8 +1972,10 @@ struct Engine::Impl {
   std::map<MarketId, Book> books;
   OrderMap orders;  // open orders (terminal ones until the command ends)
   std::map<PoolId, LivePool> pools;
+  std::vector<LivePool*> pool_list;  // by LivePool::number, in the order they were added (never erased)
   SlabMap<LeaseId, LiveLease> leases;  // not ended (iteration in no order: leases_by_id() sorts)
   std::map<LeaseId, LeaseRare> rare_leases;  // of the leases in `leases` with LiveLease::kRare flags
+  std::map<LeaseId, LeaseWide> wide_leases;  // of the leases in `leases` with LiveLease::kWide
   std::map<AccountId, Account> accounts;
   std::map<ViewKey, View> views;
   std::map<std::pair<const MarketId*, Bucket>, View*> view_of;  // views by interned market (no string compared)
@@ -2165,38 +2220,53 @@ struct Engine::Impl {
     return out;
   }
 
+  LivePool& pool_of(const LiveLease& l) const { return *pool_list[l.pool]; }
+  // Pool `id`'s entry, numbered when new.
+  LivePool& add_pool(PoolId id) {
+    auto [it, added] = pools.try_emplace(id);
+    LivePool& lp = it->second;
+    if (added) {
+      if (pool_list.size() > std::numeric_limits<std::uint32_t>::max()) throw std::length_error("too many pools");
+      lp.p.id = id;
+      lp.number = static_cast<std::uint32_t>(pool_list.size());
+      pool_list.push_back(&lp);
+    }
+    return lp;
+  }
+
   Lease to_lease(const LiveLease& l) const {
-    const Pool& p = l.lp->p;
+    const Pool& p = pool_of(l).p;
     const LeaseRare& rare = rare_for(l, LiveLease::kRare);  // one lookup for all of them (most leases have none)
+    const LeaseWide& wide = wide_for(l);
     return Lease{.id = l.id,
-                 .trade = l.trade,
+                 .trade = l.trade(wide),
                  .split_from = rare.split_from,
                  .buyer = l.buyer,
                  .provider = p.provider,
                  .pool = p.id,
                  .market = p.spec.market,
-                 .buy_order = l.buy_order,
+                 .buy_order = l.buy_order(wide),
                  .sell_order = l.sell_order,
                  .quantity = l.quantity,
                  .start = l.start,
                  .end = l.end,
                  .price = l.price,
-                 .list_price = l.list_price,
-                 .green_discount_bps = l.green_discount_bps,
+                 .list_price = l.list_price(wide),
+                 .green_discount_bps = l.green_discount_bps(wide),
                  .interruptible = l.interruptible,
                  .status = l.status,
                  .preempted_at = (l.has & LiveLease::kPreemptedAt) ? std::optional(rare.preempted_at) : std::nullopt,
                  .ends_at = (l.has & LiveLease::kEndsAt) ? std::optional(l.ends_at(rare)) : std::nullopt,
                  .billed = l.ended ? l.amount : 0,
                  .owed = l.owed(),
-                 .bucket = l.bucket,
+                 .bucket = l.bucket(wide),
                  .ended = l.ended,
                  .ask_window_start = l.ask_window_start(rare),
                  .ask_window_end = l.ask_window_end(rare),
-                 .ask_list_price = l.ask_list_price(rare),
+                 .ask_list_price = l.ask_list_price(rare, wide),
                  .ask_min_chunk = l.ask_min_chunk,
                  .ask_min_duration = l.ask_min_duration(rare),
-                 .ask_withdrawn = l.ask_withdrawn};
+                 .ask_withdrawn = l.ask_withdrawn()};
   }
 
   // A LeaseChanged built in place, as emit_order's events (the Lease straight into the event).
@@ -2221,7 +2291,12 @@ struct Engine::Impl {
     return (l.has & bits) ? rare_leases.at(l.id) : kNoLeaseRare;
   }
   Seconds ends_at(const LiveLease& l) const { return l.ends_at(rare_for(l, LiveLease::kRareEndsAt)); }
-  Price ask_list_price(const LiveLease& l) const { return l.ask_list_price(rare_for(l, LiveLease::kRareAskPrice)); }
+  const LeaseWide& wide_for(const LiveLease& l) const {
+    return (l.has & LiveLease::kWide) ? wide_leases.at(l.id) : kNoLeaseWide;
+  }
+  Price ask_list_price(const LiveLease& l) const {
+    return l.ask_list_price(rare_for(l, LiveLease::kRareAskPrice), wide_for(l));
+  }
   // The list price a preemption of `l` starts from ("the ask's effective price"), and its trade's list_price:
   // the ask's own while it is open (an amend may have re-priced it since it sold `l`), else the one it ended with.
   Price preemption_list_price(const LiveLease& l) const {
@@ -2247,8 +2322,39 @@ struct Engine::Impl {
     set_rare(l, LiveLease::kRareEndsAt, t != l.end);
   }
   void set_ask_list_price(LiveLease& l, Price p) {
-    if (p != l.list_price) rare_leases[l.id].ask_list_price = p;
-    set_rare(l, LiveLease::kRareAskPrice, p != l.list_price);
+    const bool apart = p != l.list_price(wide_for(l));
+    if (apart) rare_leases[l.id].ask_list_price = p;
+    set_rare(l, LiveLease::kRareAskPrice, apart);
+  }
+  // The fields l keeps of its trade, with its id, sell order and price already set: as offsets when all of them
+  // fit, else all whole in wide_leases. Inline: GCC left it out of line, a call a lease (plain 0.50 M).
+  [[gnu::always_inline]] void set_trade_fields(LiveLease& l, TradeId trade, OrderId buy_order, Price list_price,
+                                               std::int32_t green_bps, Bucket bucket) {
+    std::int64_t lag = 0;
+    std::int64_t buy = 0;
+    std::int64_t list = 0;
+    std::uint16_t month = 0;
+    // The differences as int64 when they do not overflow (then they are exact), and in their fields' ranges.
+    const bool fits = !__builtin_sub_overflow(l.id.value, trade.value, &lag) &&
+                      !__builtin_sub_overflow(buy_order.value, l.sell_order.value, &buy) &&
+                      !__builtin_sub_overflow(list_price.value, l.price.value, &list) &&
+                      std::in_range<std::uint32_t>(lag) && std::in_range<std::int32_t>(buy) &&
+                      std::in_range<std::int32_t>(list) && std::in_range<std::int16_t>(green_bps) &&
+                      LiveLease::month_code_of(bucket, month);
+    if (fits) [[likely]] {
+      l.trade_lag = static_cast<std::uint32_t>(lag);
+      l.buy_offset = static_cast<std::int32_t>(buy);
+      l.list_offset = static_cast<std::int32_t>(list);
+      l.green_bps = static_cast<std::int16_t>(green_bps);
+      l.month_code = month;
+      if (l.has & LiveLease::kWide) [[unlikely]] {  // a split-off part of a lease that kept them apart
+        l.has &= static_cast<std::uint8_t>(~LiveLease::kWide);
+        wide_leases.erase(l.id);
+      }
+    } else {
+      wide_leases[l.id] = LeaseWide{trade, buy_order, list_price, green_bps, bucket};
+      l.has |= LiveLease::kWide;
+    }
   }
   // The ask's window [ws, we) and min_duration `md`, with l's own window already set.
   void set_ask_terms(LiveLease& l, Seconds ws, Seconds we, Seconds md) {
@@ -2273,6 +2379,7 @@ struct Engine::Impl {
   // Erases lease `id` (`l`) from `leases`, with what it kept apart.
   void erase_lease(LeaseId id, const LiveLease& l) {
     if (l.has & LiveLease::kRare) rare_leases.erase(id);
+    if (l.has & LiveLease::kWide) wide_leases.erase(id);
     leases.erase(id);
   }
 
@@ -3996,7 +4103,7 @@ struct Engine::Impl {
       auto it = leases.find(lid);
       if (it == leases.end()) continue;
       set_ask_list_price(*it, a.request.price);
-      it->ask_withdrawn = a.status == OrderStatus::cancelled || a.status == OrderStatus::expired;
+      it->set_ask_withdrawn(a.status == OrderStatus::cancelled || a.status == OrderStatus::expired);
     }
   }
 
@@ -4024,46 +4131,43 @@ struct Engine::Impl {
   // preempted lease).
   LiveLease& new_lease(LivePool& lp, const Trade& t, const RestOrder* ask) {
     const LeaseId id(next_lease++);
-    LiveLease& l = leases.emplace_new(id);  // built in its slot: no LiveLease moved in
+    const auto at = leases.emplace_new(id);  // built in its slot: no LiveLease moved in
+    LiveLease& l = *at;
     l.id = id;
-    l.trade = t.id;
     l.buyer = t.buyer;
-    l.lp = &lp;
-    l.buy_order = t.buy_order;
+    l.pool = lp.number;
     l.sell_order = t.sell_order;
     l.quantity = Qty32(t.quantity);
     l.start = t.start;
     l.end = t.end;
     l.price = t.price;
-    l.list_price = t.list_price;
-    l.green_discount_bps = lp.p.green_discount_bps;
+    set_trade_fields(l, t.id, t.buy_order, t.list_price, lp.p.green_discount_bps, t.bucket);
     l.interruptible = lp.p.spec.tier == Tier::spot;
     l.status = t.start <= now ? LeaseStatus::active : LeaseStatus::reserved;
     set_ends_at(l, t.end);
-    l.bucket = t.bucket;
     if (ask) {
       set_ask_terms(l, ask->window_start, ask->window_end(), ask->ask_min_duration());
       set_ask_list_price(l, ask->request.price);
       l.ask_min_chunk = ask->request.min_chunk;
     }
     set_owed(l, cost(t.price, t.quantity, t.end - t.start));
-    add_to_pool(l);
+    add_to_pool(l, at.slot_number());
     schedule_lease(l);
     return l;
   }
 
-  // A live lease into its pool's lists (leave_pool: out, when it ends).
-  static void add_to_pool(LiveLease& l) {
-    LivePool& lp = *l.lp;
+  // A live lease (in `slot` of `leases`) into its pool's lists (leave_pool: out, when it ends).
+  void add_to_pool(LiveLease& l, std::uint32_t slot) {
+    LivePool& lp = pool_of(l);
     l.pool_slot = static_cast<std::uint32_t>(lp.leases.size());
-    lp.leases.push_back(&l);
+    lp.leases.push_back(slot);
     if (lp.p.spec.tier == Tier::spot) lp.spot_leases.insert(LeaseRef{l.price, &l});
   }
-  static void leave_pool(LiveLease& l) {
-    LivePool& lp = *l.lp;
-    LiveLease* last = lp.leases.back();
+  void leave_pool(LiveLease& l) {
+    LivePool& lp = pool_of(l);
+    const std::uint32_t last = lp.leases.back();
     lp.leases[l.pool_slot] = last;
-    last->pool_slot = l.pool_slot;
+    leases.at_slot(last).pool_slot = l.pool_slot;
     lp.leases.pop_back();
     if (lp.p.spec.tier == Tier::spot) lp.spot_leases.erase(LeaseRef{l.price, &l});
   }
@@ -4175,7 +4279,7 @@ struct Engine::Impl {
         const LiveLease& l = *ref.l;
         if (!l.interruptible || l.ended || l.buyer == bid.account) continue;  // not one's own lease
         if (l.status != LeaseStatus::reserved && l.status != LeaseStatus::active) continue;
-        if (l.price >= bid.request.price || l.ask_withdrawn) continue;
+        if (l.price >= bid.request.price || l.ask_withdrawn()) continue;
         if (ws < ask_window_start(l) || we > ask_window_end(l) || we - ws < ask_min_duration(l)) continue;
         if (ws < std::max(l.start, notice_end) || we > l.end) continue;  // the freed GPUs must cover it
         const Price eff = discounted(preemption_list_price(l), lp.p.green_discount_bps, tk);
@@ -4196,7 +4300,7 @@ struct Engine::Impl {
   void execute_preempt(LiveOrder& bid, LeaseId lid, Qty q, Seconds ws, Seconds we, Price price) {
     const bool bid_in = unhook(bid);
     LiveLease& old = leases.at(lid);
-    LivePool& lp = *old.lp;
+    LivePool& lp = pool_of(old);
     const Seconds ends_at = now + cfg.preempt_notice;
     bid.o.filled += q;
     bid.o.remaining -= q;
@@ -4226,12 +4330,17 @@ struct Engine::Impl {
       rest.id = LeaseId(next_lease++);
       rest.quantity = Qty32(Qty(pre.quantity) - q);
       rest.amount = 0;
-      LiveLease& r = *leases.emplace(rest.id, rest).first;
-      // The copy's flags name the fields `old` keeps apart: the rest's entry is a copy of old's.
+      const auto at = leases.emplace(rest.id, rest).first;
+      LiveLease& r = *at;
+      // The copy's flags name the fields `old` keeps apart: the rest's entry is a copy of old's. Its trade's
+      // fields again, as its id is not old's (the trade's lag).
       if (pre.has & LiveLease::kRare) rare_leases.emplace(r.id, rare_leases.at(pre.id));
+      const LeaseWide& pw = wide_for(pre);
+      set_trade_fields(r, pre.trade(pw), pre.buy_order(pw), pre.list_price(pw), pre.green_discount_bps(pw),
+                       pre.bucket(pw));
       set_split_from(r, pre.id);  // a preempted lease is never preempted again: `old` had no preempted_at
       set_owed(r, cost(r.price, r.quantity, r.end - r.start));
-      add_to_pool(r);
+      add_to_pool(r, at.slot_number());
       schedule_lease(r);
       if (auto seller = orders.find(r.sell_order); seller != orders.end()) add_sold(*seller, r.id);
       pre.quantity = Qty32(q);
@@ -4794,7 +4903,7 @@ struct Engine::Impl {
     Account& acct = account(cmd.account);
     const Reason bad = validate(r, g, cmd, market, acct);
     if (bad != Reason::none) return place_rejected(cmd, r, h, market, bad);
-    LiveOrder& lo = orders.emplace_new(OrderId(cmd.seq));
+    LiveOrder& lo = *orders.emplace_new(OrderId(cmd.seq));
     RestOrder& o = lo.o;
     request_into(o, r, market, h, g.window_start, g.window_end);
     stamp_placed(o, cmd, r, h);
@@ -4978,8 +5087,7 @@ struct Engine::Impl {
     if (s.gpus_per_node <= 0 || s.nodes < 0 || s.region.empty() || std::int64_t{s.gpus_per_node} * s.nodes > kMaxPoolGpus) {
       return reject_command(Reason::invalid_field, cmd.seq);
     }
-    LivePool& lp = pools[PoolId(cmd.seq)];
-    lp.p.id = PoolId(cmd.seq);
+    LivePool& lp = add_pool(PoolId(cmd.seq));
     lp.p.provider = cmd.account;
     lp.p.spec = s;
     lp.p.created_at = now;
@@ -5042,7 +5150,7 @@ struct Engine::Impl {
     if (l.status != LeaseStatus::reserved && l.status != LeaseStatus::active) {
       return reject_command(Reason::lease_not_open, c.lease.value);
     }
-    LivePool& lp = *l.lp;
+    LivePool& lp = pool_of(l);
     const Seconds from = std::min(std::max(now, l.start), l.end);
     lp.used.add(from, l.end, -l.quantity.value);
     const Seconds window = l.end - l.start;
@@ -5183,8 +5291,9 @@ struct Engine::Impl {
       const Qty q(std::min((r.quantity - total).value, pc.max_qty.value) / lot * lot);
       if (q.value == 0) continue;
       const LiveLease& l = leases.at(pc.lease);
-      out.push_back(QuoteFill{l.lp->p.id, l.sell_order, q, pc.start, pc.end, pc.price, preemption_list_price(l),
-                              l.lp->p.green_discount_bps, true});
+      const Pool& p = pool_of(l).p;
+      out.push_back(QuoteFill{p.id, l.sell_order, q, pc.start, pc.end, pc.price, preemption_list_price(l),
+                              p.green_discount_bps, true});
       total += q;
     }
     if (aon && total != r.quantity) return {};
@@ -5294,11 +5403,11 @@ struct Engine::Impl {
     std::map<PoolId, std::size_t> pool_leases;  // live, by pool
     for (const LiveLease& l : leases) {
       const Seconds end = l.status == LeaseStatus::preempted ? std::min(ends_at(l), l.end) : l.end;
-      held[l.lp->p.id].add(std::max(l.start, now), std::max(end, now), l.quantity.value);
+      const LivePool& lp = pool_of(l);
+      held[lp.p.id].add(std::max(l.start, now), std::max(end, now), l.quantity.value);
       if (l.ended) continue;
-      const LivePool& lp = *l.lp;
       ++pool_leases[lp.p.id];
-      if (l.pool_slot >= lp.leases.size() || lp.leases[l.pool_slot] != &l) {
+      if (l.pool_slot >= lp.leases.size() || &leases.at_slot(lp.leases[l.pool_slot]) != &l) {
         fail("lease " + std::to_string(l.id.value) + " not in its place in its pool's leases");
       }
       const bool by_price = lp.spot_leases.count(LeaseRef{l.price, const_cast<LiveLease*>(&l)}) == 1;
@@ -5663,7 +5772,7 @@ struct Engine::Impl {
     for (const ViewSequence& v : s.view_sequences) views[ViewKey{v.market, v.bucket}].sequence = v.sequence;
     check_commitments(s);
     for (const Pool& p : s.pools) {
-      LivePool& lp = pools[p.id];
+      LivePool& lp = add_pool(p.id);
       lp.p = p;
       lp.region = region_number(p.spec.region);
       if (p.spec.tier == Tier::spot && !p.retired) books.at(p.spec.market).spot_pools.emplace(p.id, &lp);
@@ -5679,32 +5788,29 @@ struct Engine::Impl {
       if (!Qty32::holds(l.quantity) || !Qty32::holds(l.ask_min_chunk)) {
         throw std::invalid_argument("snapshot: lease " + std::to_string(l.id.value) + ": quantity or lot out of bounds");
       }
-      LiveLease& ref = leases.emplace_new(l.id);
+      const auto at = leases.emplace_new(l.id);
+      LiveLease& ref = *at;
       ref = LiveLease{.id = l.id,
-                      .trade = l.trade,
                       .buyer = l.buyer,
-                      .lp = &lp,
-                      .buy_order = l.buy_order,
                       .sell_order = l.sell_order,
-                      .quantity = Qty32(l.quantity),
-                      .ask_min_chunk = Qty32(l.ask_min_chunk),
                       .start = l.start,
                       .end = l.end,
                       .price = l.price,
-                      .list_price = l.list_price,
                       .amount = l.owed,
-                      .green_discount_bps = l.green_discount_bps,
-                      .bucket = l.bucket,
+                      .pool = lp.number,
+                      .quantity = Qty32(l.quantity),
+                      .ask_min_chunk = Qty32(l.ask_min_chunk),
                       .status = l.status,
                       .interruptible = l.interruptible,
-                      .ended = false,
-                      .ask_withdrawn = l.ask_withdrawn};
+                      .ended = false};
+      ref.set_ask_withdrawn(l.ask_withdrawn);
+      set_trade_fields(ref, l.trade, l.buy_order, l.list_price, l.green_discount_bps, l.bucket);
       if (l.ends_at) set_ends_at(ref, *l.ends_at);
       set_ask_terms(ref, l.ask_window_start, l.ask_window_end, l.ask_min_duration);
       set_ask_list_price(ref, l.ask_list_price);
       if (l.preempted_at) set_preempted_at(ref, *l.preempted_at);
       if (l.split_from) set_split_from(ref, l.split_from);
-      add_to_pool(ref);
+      add_to_pool(ref, at.slot_number());
       const Seconds held_end = l.status == LeaseStatus::preempted ? std::min(*l.ends_at, l.end) : l.end;
       lp.used.add(l.start, held_end, l.quantity.value);
       account(l.buyer).notional_x3600 += static_cast<Int128>(ref.amount) * 3600;
@@ -5846,7 +5952,7 @@ const Lease* Engine::lease(LeaseId id) const {
 std::vector<Lease> Engine::leases(AccountId account) const {
   std::vector<Lease> out;
   for (const LiveLease* l : impl_->leases_by_id()) {
-    if (l->buyer == account || l->lp->p.provider == account) out.push_back(impl_->to_lease(*l));
+    if (l->buyer == account || impl_->pool_of(*l).p.provider == account) out.push_back(impl_->to_lease(*l));
   }
   return out;
 }
@@ -5862,8 +5968,8 @@ std::optional<PoolCapacity> Engine::pool_capacity(PoolId id, Seconds from, Secon
   const LivePool& lp = it->second;
   PoolCapacity c;
   c.gpus = lp.p.gpus();
-  for (const LiveLease* lease : lp.leases) {
-    const LiveLease& l = *lease;
+  for (const std::uint32_t slot : lp.leases) {
+    const LiveLease& l = impl_->leases.at_slot(slot);
     const Seconds held_end = l.status == LeaseStatus::preempted ? std::min(impl_->ends_at(l), l.end) : l.end;
     c.leased.add(std::max(l.start, from), std::min(held_end, to), l.quantity.value);
   }

@@ -1,5 +1,9 @@
 // Determinism and recovery: replay gives identical events and digest; snapshot/restore is exact.
+#include <algorithm>
+#include <functional>
 #include <iterator>
+#include <limits>
+#include <tuple>
 
 #include "fixture.hpp"
 #include "random_commands.hpp"
@@ -231,6 +235,80 @@ TEST_CASE("an order keeps the values its compact fields do not hold", "[determin
   Engine c = Engine::restore(Fixture::default_config(), sa);
   CHECK(c.snapshot() == sa);
   CHECK(c.digest() == Engine::digest(sa));
+}
+
+// A lease keeps its trade's id, buy order, list price, green discount and bucket as offsets and 16-bit fields
+// when they fit, else whole apart: each case through a live engine (a buy order 2^33 commands after its sell
+// order, then a preemption's split of that lease), a snapshot and a restore, and what only a snapshot gives.
+TEST_CASE("a lease keeps the values its compact fields do not hold", "[determinism][restore]") {
+  Engine a(Fixture::default_config());
+  auto run = [&](Engine& e, Seq seq, std::int64_t t, AccountId acc, CommandBody b) {
+    EventSink out;
+    e.apply(Command{seq, Seconds(t), acc, std::move(b)}, out);
+    return out;
+  };
+  const std::int64_t wide = std::int64_t{1} << 33;
+  run(a, 1, T0, kProvider, AddPool{pool_spec(8, 1, Tier::spot)});                           // pool 1
+  run(a, 2, T0, kProvider, PlaceOrder{sell(PoolId(1), usd4(10000), 8, T0 + D, T0 + 10 * D)});
+  auto spot_bid = [](std::int64_t from, std::int64_t to) {  // a bid a spot pool may fill
+    OrderRequest r = buy_window(usd4(12000), 8, from, to);
+    r.constraints.interruptible = true;
+    return r;
+  };
+  run(a, 3, T0, kBuyer, PlaceOrder{spot_bid(T0 + D, T0 + 2 * D)});  // lease 1: fits
+  run(a, wide, T0, kBuyer, PlaceOrder{spot_bid(T0 + 2 * D, T0 + 3 * D)});  // lease 2: apart
+  const Lease* l2 = a.lease(LeaseId(2));
+  REQUIRE(l2 != nullptr);
+  CHECK(l2->buy_order == OrderId(wide));
+  CHECK(l2->sell_order == OrderId(2));
+  run(a, wide + 1, T0 + 10, kProvider, Amend{OrderId(2), std::nullopt, usd4(11000)});  // ask list price apart too
+  OrderRequest pre = buy_window(usd4(30000), 2, T0 + 2 * D, T0 + 3 * D);
+  pre.constraints.interruptible = true;
+  const EventSink ep = run(a, wide + 2, T0 + 20, kBuyer2, PlaceOrder{pre});  // preempts 2 of lease 2's 8 GPUs
+  bool preempted = false;
+  for (const Trade& t : trades_of(ep)) preempted = preempted || (t.preemption && t.preempted_lease == LeaseId(2));
+  REQUIRE(preempted);
+  const std::vector<Lease> mine = a.leases(kBuyer);
+  const auto rest = std::find_if(mine.begin(), mine.end(), [](const Lease& l) { return l.split_from == LeaseId(2); });
+  REQUIRE(rest != mine.end());  // the split-off rest keeps lease 2's trade and orders
+  CHECK(rest->buy_order == OrderId(wide));
+  CHECK(rest->trade == l2->trade);
+  EngineState sa = a.snapshot();
+  Engine b = Engine::restore(Fixture::default_config(), sa);
+  CHECK(b.snapshot() == sa);
+  CHECK(b.digest() == a.digest());
+  // The ask's end writes its list price and withdrawal into its leases; then a release.
+  for (const auto& [seq, acc, body] : {std::tuple{wide + 3, kProvider, CommandBody{Cancel{OrderId(2)}}},
+                                       std::tuple{wide + 4, kBuyer, CommandBody{ReleaseLease{rest->id}}}}) {
+    const EventSink ea = run(a, seq, T0 + 30, acc, body);
+    const EventSink eb = run(b, seq, T0 + 30, acc, body);
+    CHECK(ea == eb);
+    CHECK(a.digest() == b.digest());
+  }
+  // What only a snapshot gives, each on lease 1 (whose values fit) alone.
+  const EngineState base = a.snapshot();
+  auto lease1 = [](EngineState& s) -> Lease& {
+    return *std::find_if(s.leases.begin(), s.leases.end(), [](const Lease& l) { return l.id == LeaseId(1); });
+  };
+  const std::vector<std::function<void(Lease&)>> cases = {
+      [](Lease& l) { l.trade = TradeId(l.id.value + 1); },                            // a trade after its lease
+      [](Lease& l) { l.trade = TradeId(l.id.value - (std::int64_t{1} << 32)); },      // 2^32 leases before
+      [](Lease& l) { l.buy_order = OrderId(l.sell_order.value + (std::int64_t{1} << 31)); },
+      [](Lease& l) { l.buy_order = OrderId(std::numeric_limits<std::int64_t>::min()); },
+      [](Lease& l) { l.list_price = Price(l.price.value - (std::int64_t{1} << 31) - 1); },
+      [](Lease& l) { l.green_discount_bps = 40000; },
+      [](Lease& l) { l.bucket = Bucket{202713}; },
+      [](Lease& l) { l.bucket = Bucket{-202701}; },
+      [](Lease& l) { l.bucket = Bucket{999912}; },  // a year past what 16 bits of months hold
+  };
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    INFO("case " << i);
+    EngineState s = base;
+    cases[i](lease1(s));
+    Engine c = Engine::restore(Fixture::default_config(), s);
+    CHECK(c.snapshot() == s);
+    CHECK(c.digest() == Engine::digest(s));
+  }
 }
 
 // A snapshot may give a bid an effective price other than its limit (the engine never makes one, but restore
