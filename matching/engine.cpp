@@ -729,8 +729,9 @@ class SlabMap {
   // rounded a 100,000-order book to whole ~11,000-slot blocks: a smaller order saved nothing until it
   // saved a block), large enough that a new block is rare (jemalloc's heap is in huge pages anyway).
   // Slots per block: as many as fill 256 KiB, or the power of two below when that many fill one of jemalloc's
-  // large size classes (four per doubling) exactly (a 128-byte slot: 2,048 in 256 KiB): such a block wastes no slot
-  // numbers (kStride below is kBlock) and no bytes of its class (160-byte slots: 1,024 in 160 KiB).
+  // large size classes (four per doubling) exactly (160-byte slots: 1,024 in 160 KiB): such a block wastes no slot
+  // numbers (kStride below is kBlock) and no bytes of its class. Otherwise the numbers past a block's last slot go
+  // unused (LiveLease's 104 bytes: 2,520 slots a block, a stride of 4,096).
   static constexpr std::uint32_t kFill = static_cast<std::uint32_t>((std::size_t{256} << 10) / sizeof(Storage));
   static constexpr bool whole_class(std::size_t bytes) { return size_class(bytes) == bytes; }
   static constexpr std::uint32_t kBlock =
@@ -891,8 +892,8 @@ struct LiveLease {
   Micros owed() const { return ended ? 0 : amount; }
   bool ask_withdrawn() const { return (has & kAskWithdrawn) != 0; }
   void set_ask_withdrawn(bool w) { has = static_cast<std::uint8_t>(w ? has | kAskWithdrawn : has & ~kAskWithdrawn); }
-  // A bucket as month_code holds it, or nothing when it cannot (not spot, a month's digits not 1-12, a year
-  // past 5,460).
+  // A bucket as month_code holds it (spot as 0), or nothing when it cannot: a negative value, a month's digits
+  // outside 1-12, or a code past 65,535 (after 5461-03).
   static bool month_code_of(Bucket b, std::uint16_t& code) {
     const std::int32_t year = b.yyyymm / 100;
     const std::int32_t month = b.yyyymm % 100;
@@ -955,9 +956,9 @@ struct LivePool {
   StepTree used;  // open asks' free capacity + GPUs held by leases, over time
   OrderList asks;  // open asks
   // Its live leases (not ended): all of them unordered, by their slots in Impl::leases (4 bytes, not a pointer's
-  // 8; a lease knows its place here, LiveLease::pool_slot), as a
-  // pool's capacity and its retirement read them; a spot pool's also by (price, id), as preemption takes the
-  // cheapest first (only a spot pool's leases can be preempted).
+  // 8; a lease knows its place here, LiveLease::pool_slot), as a pool's capacity and its retirement read them; a
+  // spot pool's also by (price, id), as preemption takes the cheapest first (only a spot pool's leases can be
+  // preempted).
   std::vector<std::uint32_t> leases;
   ChunkedSet<LeaseRef, std::less<LeaseRef>> spot_leases;
   std::size_t ask_pool_slot{0};  // its place in its Book's ask_pools while it has resting asks
@@ -2347,10 +2348,6 @@ struct Engine::Impl {
       l.list_offset = static_cast<std::int32_t>(list);
       l.green_bps = static_cast<std::int16_t>(green_bps);
       l.month_code = month;
-      if (l.has & LiveLease::kWide) [[unlikely]] {  // a split-off part of a lease that kept them apart
-        l.has &= static_cast<std::uint8_t>(~LiveLease::kWide);
-        wide_leases.erase(l.id);
-      }
     } else {
       wide_leases[l.id] = LeaseWide{trade, buy_order, list_price, green_bps, bucket};
       l.has |= LiveLease::kWide;
@@ -4335,6 +4332,7 @@ struct Engine::Impl {
       // The copy's flags name the fields `old` keeps apart: the rest's entry is a copy of old's. Its trade's
       // fields again, as its id is not old's (the trade's lag).
       if (pre.has & LiveLease::kRare) rare_leases.emplace(r.id, rare_leases.at(pre.id));
+      r.has &= static_cast<std::uint8_t>(~LiveLease::kWide);  // set again below if the rest's fields do not fit
       const LeaseWide& pw = wide_for(pre);
       set_trade_fields(r, pre.trade(pw), pre.buy_order(pw), pre.list_price(pw), pre.green_discount_bps(pw),
                        pre.bucket(pw));
@@ -5401,13 +5399,23 @@ struct Engine::Impl {
       }
     }
     std::map<PoolId, std::size_t> pool_leases;  // live, by pool
-    for (const LiveLease& l : leases) {
+    std::size_t wide = 0;
+    for (auto it = leases.begin(); it != leases.end(); ++it) {
+      const LiveLease& l = *it;
+      if (l.has & LiveLease::kWide) {
+        ++wide;
+        if (!wide_leases.contains(l.id)) fail("lease " + std::to_string(l.id.value) + " kept apart has no entry");
+      }
       const Seconds end = l.status == LeaseStatus::preempted ? std::min(ends_at(l), l.end) : l.end;
+      if (l.pool >= pool_list.size() || pool_list[l.pool] == nullptr) {
+        fail("lease " + std::to_string(l.id.value) + " names no pool");
+        continue;
+      }
       const LivePool& lp = pool_of(l);
       held[lp.p.id].add(std::max(l.start, now), std::max(end, now), l.quantity.value);
       if (l.ended) continue;
       ++pool_leases[lp.p.id];
-      if (l.pool_slot >= lp.leases.size() || &leases.at_slot(lp.leases[l.pool_slot]) != &l) {
+      if (l.pool_slot >= lp.leases.size() || lp.leases[l.pool_slot] != it.slot_number()) {
         fail("lease " + std::to_string(l.id.value) + " not in its place in its pool's leases");
       }
       const bool by_price = lp.spot_leases.count(LeaseRef{l.price, const_cast<LiveLease*>(&l)}) == 1;
@@ -5415,7 +5423,11 @@ struct Engine::Impl {
         fail("lease " + std::to_string(l.id.value) + " in its pool's price order: " + (by_price ? "yes" : "no"));
       }
     }
+    if (wide != wide_leases.size()) fail("entries of wide_leases without a live lease kept apart");
     for (const auto& [id, lp] : pools) {
+      if (lp.number >= pool_list.size() || pool_list[lp.number] != &lp) {
+        fail("pool " + std::to_string(id.value) + " not at its number in pool_list");
+      }
       auto rn = region_numbers.find(lp.p.spec.region);
       if (rn == region_numbers.end() || rn->second != lp.region) {
         fail("region number of pool " + std::to_string(id.value) + " wrong");

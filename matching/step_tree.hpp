@@ -33,6 +33,7 @@ class StepTree {
     o.nodes_.clear();
   }
   StepTree& operator=(StepTree&& o) noexcept {
+    if (this == &o) return *this;
     nodes_ = std::move(o.nodes_);
     o.nodes_.clear();
     free_ = std::exchange(o.free_, -1);

@@ -257,10 +257,10 @@ TEST_CASE("a lease keeps the values its compact fields do not hold", "[determini
   };
   run(a, 3, T0, kBuyer, PlaceOrder{spot_bid(T0 + D, T0 + 2 * D)});  // lease 1: fits
   run(a, wide, T0, kBuyer, PlaceOrder{spot_bid(T0 + 2 * D, T0 + 3 * D)});  // lease 2: apart
-  const Lease* l2 = a.lease(LeaseId(2));
-  REQUIRE(l2 != nullptr);
-  CHECK(l2->buy_order == OrderId(wide));
-  CHECK(l2->sell_order == OrderId(2));
+  REQUIRE(a.lease(LeaseId(2)) != nullptr);
+  const Lease l2 = *a.lease(LeaseId(2));  // a copy: the engine's answer lives until its next command
+  CHECK(l2.buy_order == OrderId(wide));
+  CHECK(l2.sell_order == OrderId(2));
   run(a, wide + 1, T0 + 10, kProvider, Amend{OrderId(2), std::nullopt, usd4(11000)});  // ask list price apart too
   OrderRequest pre = buy_window(usd4(30000), 2, T0 + 2 * D, T0 + 3 * D);
   pre.constraints.interruptible = true;
@@ -272,7 +272,8 @@ TEST_CASE("a lease keeps the values its compact fields do not hold", "[determini
   const auto rest = std::find_if(mine.begin(), mine.end(), [](const Lease& l) { return l.split_from == LeaseId(2); });
   REQUIRE(rest != mine.end());  // the split-off rest keeps lease 2's trade and orders
   CHECK(rest->buy_order == OrderId(wide));
-  CHECK(rest->trade == l2->trade);
+  CHECK(rest->trade == l2.trade);
+  CHECK(a.check_invariants().empty());
   EngineState sa = a.snapshot();
   Engine b = Engine::restore(Fixture::default_config(), sa);
   CHECK(b.snapshot() == sa);
@@ -293,10 +294,20 @@ TEST_CASE("a lease keeps the values its compact fields do not hold", "[determini
   const std::vector<std::function<void(Lease&)>> cases = {
       [](Lease& l) { l.trade = TradeId(l.id.value + 1); },                            // a trade after its lease
       [](Lease& l) { l.trade = TradeId(l.id.value - (std::int64_t{1} << 32)); },      // 2^32 leases before
+      [](Lease& l) { l.trade = TradeId(l.id.value - (std::int64_t{1} << 32) + 1); },  // the most that fits
       [](Lease& l) { l.buy_order = OrderId(l.sell_order.value + (std::int64_t{1} << 31)); },
+      [](Lease& l) { l.buy_order = OrderId(l.sell_order.value + (std::int64_t{1} << 31) - 1); },
+      [](Lease& l) { l.buy_order = OrderId(l.sell_order.value - (std::int64_t{1} << 31)); },
+      [](Lease& l) { l.buy_order = OrderId(l.sell_order.value - (std::int64_t{1} << 31) - 1); },
       [](Lease& l) { l.buy_order = OrderId(std::numeric_limits<std::int64_t>::min()); },
       [](Lease& l) { l.list_price = Price(l.price.value - (std::int64_t{1} << 31) - 1); },
+      [](Lease& l) { l.list_price = Price(l.price.value - (std::int64_t{1} << 31)); },
       [](Lease& l) { l.green_discount_bps = 40000; },
+      [](Lease& l) { l.green_discount_bps = 32767; },
+      [](Lease& l) { l.green_discount_bps = 32768; },
+      [](Lease& l) { l.green_discount_bps = -32769; },
+      [](Lease& l) { l.bucket = Bucket{546103}; },  // month code 65,535: the last that fits
+      [](Lease& l) { l.bucket = Bucket{546104}; },
       [](Lease& l) { l.bucket = Bucket{202713}; },
       [](Lease& l) { l.bucket = Bucket{-202701}; },
       [](Lease& l) { l.bucket = Bucket{999912}; },  // a year past what 16 bits of months hold
@@ -308,6 +319,7 @@ TEST_CASE("a lease keeps the values its compact fields do not hold", "[determini
     Engine c = Engine::restore(Fixture::default_config(), s);
     CHECK(c.snapshot() == s);
     CHECK(c.digest() == Engine::digest(s));
+    CHECK(c.check_invariants().empty());
   }
 }
 
