@@ -13,6 +13,13 @@ using namespace gpuex::matching::test;
 
 namespace {
 
+// One command to `e` at seq and time t; its events.
+EventSink apply_at(Engine& e, Seq seq, std::int64_t t, AccountId acc, CommandBody b) {
+  EventSink out;
+  e.apply(Command{seq, Seconds(t), acc, std::move(b)}, out);
+  return out;
+}
+
 // A small scripted session touching most commands.
 std::vector<Command> script() {
   std::vector<Command> c;
@@ -136,20 +143,15 @@ TEST_CASE("a lease keeps an ask window that its compact fields do not hold", "[d
 TEST_CASE("a bid that sent a min_duration keeps it through an amend and a restore", "[determinism][restore]") {
   Engine a(Fixture::default_config());
   Seq s = 0;
-  auto run = [&](Engine& e, Seq seq, std::int64_t t, AccountId acc, CommandBody b) {
-    EventSink out;
-    e.apply(Command{seq, Seconds(t), acc, std::move(b)}, out);
-    return out;
-  };
-  run(a, ++s, T0, kProvider, AddPool{pool_spec(8, 2)});  // pool 1
+  apply_at(a, ++s, T0, kProvider, AddPool{pool_spec(8, 2)});  // pool 1
   OrderRequest bid = buy_window(usd4(10000), 4, T0 + D, T0 + 2 * D);
   bid.min_duration = Seconds(H);
-  run(a, ++s, T0, kBuyer, PlaceOrder{bid});  // order 2, resting
+  apply_at(a, ++s, T0, kBuyer, PlaceOrder{bid});  // order 2, resting
   const Order* o = a.order(OrderId(2));
   REQUIRE(o != nullptr);
   CHECK(o->request.min_duration == Seconds(H));
   CHECK(o->effective_price == usd4(10000));
-  run(a, ++s, T0 + 1, kBuyer, Amend{OrderId(2), std::nullopt, usd4(11000)});
+  apply_at(a, ++s, T0 + 1, kBuyer, Amend{OrderId(2), std::nullopt, usd4(11000)});
   o = a.order(OrderId(2));
   REQUIRE(o != nullptr);
   CHECK(o->request.price == usd4(11000));
@@ -160,37 +162,33 @@ TEST_CASE("a bid that sent a min_duration keeps it through an amend and a restor
   CHECK(b.snapshot() == sa);
   CHECK(b.digest() == a.digest());
   const CommandBody cross = PlaceOrder{sell(PoolId(1), usd4(10500), 8, T0 + D, T0 + 3 * D)};
-  const EventSink ea = run(a, s + 1, T0 + 2, kProvider, cross);
-  const EventSink eb = run(b, s + 1, T0 + 2, kProvider, cross);
+  const EventSink ea = apply_at(a, s + 1, T0 + 2, kProvider, cross);
+  const EventSink eb = apply_at(b, s + 1, T0 + 2, kProvider, cross);
   CHECK(ea == eb);
   CHECK(!of_type<TradeEvent>(ea).empty());
   CHECK(a.digest() == b.digest());
 }
 
 // An open order keeps its start as its window_start, its duration in 32 bits, and its updated_at, window_end and
-// priority as 32-bit offsets after its created_at, window_start and id; the rare values those do not hold (a sell's start in
-// the past, a duration or window longer than 2^32 s, an order updated 2^32 s after its creation or amended 2^32
-// commands after its placement, and what a snapshot may give: an updated_at before created_at, a priority before
-// the id) are kept apart, and must read back, survive a snapshot and match the same.
+// priority as 32-bit offsets after its created_at, window_start and id; the rare values those do not hold (a
+// sell's start in the past, a duration or window longer than 2^32 s, an order updated 2^32 s after its creation or
+// amended 2^32 commands after its placement, and what a snapshot may give: an updated_at before created_at, a
+// priority before the id) are kept apart, and must read back, survive a snapshot and match the same.
 TEST_CASE("an order keeps the values its compact fields do not hold", "[determinism][restore]") {
   Engine a(Fixture::default_config());
-  auto run = [&](Engine& e, Seq seq, std::int64_t t, AccountId acc, CommandBody b) {
-    EventSink out;
-    e.apply(Command{seq, Seconds(t), acc, std::move(b)}, out);
-    return out;
-  };
   const std::int64_t wide = std::int64_t{1} << 33;  // more than 2^32
-  run(a, 1, T0, kProvider, AddPool{pool_spec(8, 2)});                                         // pool 1
-  run(a, 2, T0, kProvider, PlaceOrder{sell(PoolId(1), usd4(20000), 8, T0 - D, T0 + 10 * D)});  // start in the past
-  run(a, 3, T0, kProvider, PlaceOrder{sell(PoolId(1), usd4(20000), 8, T0 + 20 * D, T0 + 2 * wide)});  // window > 2^32 s
-  run(a, 4, T0, kBuyer, PlaceOrder{buy_duration(usd4(10000), 4, wide)});                       // duration > 2^32 s
-  run(a, 5, T0, kBuyer, PlaceOrder{buy_window(usd4(10000), 4, T0 + wide + D, T0 + wide + 2 * D)});
+  apply_at(a, 1, T0, kProvider, AddPool{pool_spec(8, 2)});  // pool 1
+  // A start in the past; a window of more than 2^32 s; a duration of more than 2^32 s.
+  apply_at(a, 2, T0, kProvider, PlaceOrder{sell(PoolId(1), usd4(20000), 8, T0 - D, T0 + 10 * D)});
+  apply_at(a, 3, T0, kProvider, PlaceOrder{sell(PoolId(1), usd4(20000), 8, T0 + 20 * D, T0 + 2 * wide)});
+  apply_at(a, 4, T0, kBuyer, PlaceOrder{buy_duration(usd4(10000), 4, wide)});
+  apply_at(a, 5, T0, kBuyer, PlaceOrder{buy_window(usd4(10000), 4, T0 + wide + D, T0 + wide + 2 * D)});
   // The last window the 32 bits hold (2^32 - 2 s) and the first they do not (2^32 - 1 is the mark of "kept apart").
   const std::int64_t last = 0xFFFFFFFE;
   const std::int64_t far = T0 + wide + 20 * D;  // after the amend below, whose time would expire them
-  run(a, 6, T0, kProvider, AddPool{pool_spec(8, 2)});  // pool 6
-  run(a, 7, T0, kProvider, PlaceOrder{sell(PoolId(6), usd4(20000), 1, far, far + last)});
-  run(a, 8, T0, kProvider, PlaceOrder{sell(PoolId(6), usd4(20000), 1, far, far + last + 1)});
+  apply_at(a, 6, T0, kProvider, AddPool{pool_spec(8, 2)});  // pool 6
+  apply_at(a, 7, T0, kProvider, PlaceOrder{sell(PoolId(6), usd4(20000), 1, far, far + last)});
+  apply_at(a, 8, T0, kProvider, PlaceOrder{sell(PoolId(6), usd4(20000), 1, far, far + last + 1)});
   const Order* o2 = a.order(OrderId(2));
   REQUIRE(o2 != nullptr);
   CHECK(o2->request.start == std::optional<Seconds>(Seconds(T0 - D)));
@@ -200,7 +198,7 @@ TEST_CASE("an order keeps the values its compact fields do not hold", "[determin
   CHECK(r.snapshot() == early);
   CHECK(r.digest() == a.digest());
   const std::int64_t later = T0 + wide;  // order 5 updated 2^33 s after its creation, 2^33 commands after it
-  run(a, wide, later, kBuyer, Amend{OrderId(5), std::nullopt, usd4(11000)});
+  apply_at(a, wide, later, kBuyer, Amend{OrderId(5), std::nullopt, usd4(11000)});
   const Order* o3 = a.order(OrderId(3));
   const Order* o4 = a.order(OrderId(4));
   const Order* o5 = a.order(OrderId(5));
@@ -218,8 +216,8 @@ TEST_CASE("an order keeps the values its compact fields do not hold", "[determin
   CHECK(b.snapshot() == sa);
   CHECK(b.digest() == a.digest());
   const CommandBody cross = PlaceOrder{sell(PoolId(1), usd4(10500), 4, T0 + wide + D, T0 + wide + 3 * D)};
-  const EventSink ea = run(a, wide + 1, later + 1, kProvider, cross);
-  const EventSink eb = run(b, wide + 1, later + 1, kProvider, cross);
+  const EventSink ea = apply_at(a, wide + 1, later + 1, kProvider, cross);
+  const EventSink eb = apply_at(b, wide + 1, later + 1, kProvider, cross);
   CHECK(ea == eb);
   CHECK(!of_type<TradeEvent>(ea).empty());
   CHECK(a.digest() == b.digest());
@@ -242,29 +240,24 @@ TEST_CASE("an order keeps the values its compact fields do not hold", "[determin
 // order, then a preemption's split of that lease), a snapshot and a restore, and what only a snapshot gives.
 TEST_CASE("a lease keeps the values its compact fields do not hold", "[determinism][restore]") {
   Engine a(Fixture::default_config());
-  auto run = [&](Engine& e, Seq seq, std::int64_t t, AccountId acc, CommandBody b) {
-    EventSink out;
-    e.apply(Command{seq, Seconds(t), acc, std::move(b)}, out);
-    return out;
-  };
   const std::int64_t wide = std::int64_t{1} << 33;
-  run(a, 1, T0, kProvider, AddPool{pool_spec(8, 1, Tier::spot)});                           // pool 1
-  run(a, 2, T0, kProvider, PlaceOrder{sell(PoolId(1), usd4(10000), 8, T0 + D, T0 + 10 * D)});
+  apply_at(a, 1, T0, kProvider, AddPool{pool_spec(8, 1, Tier::spot)});                           // pool 1
+  apply_at(a, 2, T0, kProvider, PlaceOrder{sell(PoolId(1), usd4(10000), 8, T0 + D, T0 + 10 * D)});
   auto spot_bid = [](std::int64_t from, std::int64_t to) {  // a bid a spot pool may fill
     OrderRequest r = buy_window(usd4(12000), 8, from, to);
     r.constraints.interruptible = true;
     return r;
   };
-  run(a, 3, T0, kBuyer, PlaceOrder{spot_bid(T0 + D, T0 + 2 * D)});  // lease 1: fits
-  run(a, wide, T0, kBuyer, PlaceOrder{spot_bid(T0 + 2 * D, T0 + 3 * D)});  // lease 2: apart
+  apply_at(a, 3, T0, kBuyer, PlaceOrder{spot_bid(T0 + D, T0 + 2 * D)});  // lease 1: fits
+  apply_at(a, wide, T0, kBuyer, PlaceOrder{spot_bid(T0 + 2 * D, T0 + 3 * D)});  // lease 2: apart
   REQUIRE(a.lease(LeaseId(2)) != nullptr);
   const Lease l2 = *a.lease(LeaseId(2));  // a copy: the engine's answer lives until its next command
   CHECK(l2.buy_order == OrderId(wide));
   CHECK(l2.sell_order == OrderId(2));
-  run(a, wide + 1, T0 + 10, kProvider, Amend{OrderId(2), std::nullopt, usd4(11000)});  // ask list price apart too
+  apply_at(a, wide + 1, T0 + 10, kProvider, Amend{OrderId(2), std::nullopt, usd4(11000)});  // ask list price apart too
   OrderRequest pre = buy_window(usd4(30000), 2, T0 + 2 * D, T0 + 3 * D);
   pre.constraints.interruptible = true;
-  const EventSink ep = run(a, wide + 2, T0 + 20, kBuyer2, PlaceOrder{pre});  // preempts 2 of lease 2's 8 GPUs
+  const EventSink ep = apply_at(a, wide + 2, T0 + 20, kBuyer2, PlaceOrder{pre});  // preempts 2 of lease 2's 8 GPUs
   bool preempted = false;
   for (const Trade& t : trades_of(ep)) preempted = preempted || (t.preemption && t.preempted_lease == LeaseId(2));
   REQUIRE(preempted);
@@ -281,8 +274,8 @@ TEST_CASE("a lease keeps the values its compact fields do not hold", "[determini
   // The ask's end writes its list price and withdrawal into its leases; then a release.
   for (const auto& [seq, acc, body] : {std::tuple{wide + 3, kProvider, CommandBody{Cancel{OrderId(2)}}},
                                        std::tuple{wide + 4, kBuyer, CommandBody{ReleaseLease{rest->id}}}}) {
-    const EventSink ea = run(a, seq, T0 + 30, acc, body);
-    const EventSink eb = run(b, seq, T0 + 30, acc, body);
+    const EventSink ea = apply_at(a, seq, T0 + 30, acc, body);
+    const EventSink eb = apply_at(b, seq, T0 + 30, acc, body);
     CHECK(ea == eb);
     CHECK(a.digest() == b.digest());
   }
