@@ -119,14 +119,16 @@ void HttpServer::refuse(tcp::socket socket, const std::string& ip, std::string_v
 }
 
 void HttpServer::shutdown() {
-  stopping_ = true;
   net::post(acceptor_.get_executor(), [this] {
     boost::system::error_code ignored;
     acceptor_.close(ignored);
   });
   std::vector<std::shared_ptr<http::Session>> live;
   {
+    // Under the lock that registers sessions: each is either listed here or sees stopping_ as it
+    // joins (add_session, hand_over) and is shut down there.
     std::lock_guard lock(mutex_);
+    stopping_ = true;
     for (auto& [ptr, weak] : sessions_) {
       if (auto s = weak.lock()) live.push_back(std::move(s));
     }
@@ -140,15 +142,23 @@ std::size_t HttpServer::sessions() const {
 }
 
 void HttpServer::add_session(const std::shared_ptr<http::Session>& session) {
-  std::lock_guard lock(mutex_);
-  sessions_.emplace(session.get(), session);
-  metrics_.connection_opened();
+  {
+    std::lock_guard lock(mutex_);
+    sessions_.emplace(session.get(), session);
+    metrics_.connection_opened();
+    if (!stopping_) return;
+  }
+  session->shutdown();  // joined after shutdown() listed the sessions
 }
 
 void HttpServer::hand_over(http::Session* from, const std::shared_ptr<http::Session>& to) {
-  std::lock_guard lock(mutex_);
-  sessions_.erase(from);
-  sessions_.emplace(to.get(), to);
+  {
+    std::lock_guard lock(mutex_);
+    sessions_.erase(from);
+    sessions_.emplace(to.get(), to);
+    if (!stopping_) return;
+  }
+  to->shutdown();  // as in add_session
 }
 
 void HttpServer::remove_session(http::Session* session, const std::string& ip) {

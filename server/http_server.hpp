@@ -39,11 +39,15 @@ class HttpServer {
   const http::Router& router() const { return router_; }
   Metrics& metrics() { return metrics_; }
 
-  // Called by sessions as they start and end.
+  // Called by sessions as they start and end. A session is added before it runs (else it could be
+  // handed over, or end, before it is listed: its entry would then outlive it); one added after
+  // shutdown() is shut down at once.
   void add_session(const std::shared_ptr<http::Session>& session);
   void remove_session(http::Session* session, const std::string& ip);
   // A connection changes hands (an HTTP session upgraded to a WebSocket): `to` takes `from`'s place
-  // and its count; `from` must then not call remove_session.
+  // and its count; `from` must then not call remove_session. Before `to` runs, as for add_session
+  // (a WebSocket session that runs unlisted can arm a dead man's switch that a graceful stop then
+  // never fires), and `to` is shut down at once when shutdown() came first.
   void hand_over(http::Session* from, const std::shared_ptr<http::Session>& to);
 
   // Where upgrades to /v1/ws go; without it /v1/ws is an unknown route.
@@ -69,7 +73,7 @@ class HttpServer {
   ws::Context* websocket_ = nullptr;
   const RateLimiter* ip_limiter_ = nullptr;
   boost::asio::ip::tcp::acceptor acceptor_;
-  std::atomic<bool> stopping_{false};
+  std::atomic<bool> stopping_{false};  // set under mutex_ (shutdown), read anywhere
 
   mutable std::mutex mutex_;
   std::unordered_map<http::Session*, std::weak_ptr<http::Session>> sessions_;

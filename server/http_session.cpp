@@ -118,8 +118,7 @@ class HttpSession : public Session, public std::enable_shared_from_this<HttpSess
     route_ = "/v1/ws";
     if (auto refused = server_.websocket()->refuse(parser_->get(), ip_)) return send(std::move(*refused));
     // The WebSocket session counts the upgrade in the metrics once its key, if any, was checked.
-    auto ws = ws::start_session(std::move(stream_), parser_->release(), ip_, server_, *server_.websocket());
-    server_.hand_over(this, ws);
+    ws::start_session(std::move(stream_), parser_->release(), ip_, server_, *server_.websocket(), this);
     handed_over_ = true;
   }
 
@@ -284,6 +283,15 @@ class HttpSession : public Session, public std::enable_shared_from_this<HttpSess
 
 namespace {
 thread_local DeferredAnswers* current_deferred = nullptr;
+
+template <class Stream, class... Args>
+void start(HttpServer& server, std::string ip, Args&&... args) {
+  auto session = std::make_shared<HttpSession<Stream>>(server, std::move(ip), std::forward<Args>(args)...);
+  // Listed before it runs: one that upgraded or ended first would leave its entry behind for good.
+  server.add_session(session);
+  session->run();
+}
+
 }  // namespace
 
 DeferredAnswers::DeferredAnswers() : outer_(current_deferred) { current_deferred = this; }
@@ -311,18 +319,8 @@ DeferredAnswers::~DeferredAnswers() {
 }
 
 void start_session(tcp::socket socket, net::ssl::context* tls, HttpServer& server, std::string ip) {
-  std::shared_ptr<Session> session;
-  if (tls) {
-    auto s = std::make_shared<HttpSession<beast::ssl_stream<beast::tcp_stream>>>(server, std::move(ip),
-                                                                                  std::move(socket), *tls);
-    s->run();
-    session = std::move(s);
-  } else {
-    auto s = std::make_shared<HttpSession<beast::tcp_stream>>(server, std::move(ip), std::move(socket));
-    s->run();
-    session = std::move(s);
-  }
-  server.add_session(session);
+  if (tls) return start<beast::ssl_stream<beast::tcp_stream>>(server, std::move(ip), std::move(socket), *tls);
+  start<beast::tcp_stream>(server, std::move(ip), std::move(socket));
 }
 
 }  // namespace gpuex::http

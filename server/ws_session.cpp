@@ -177,6 +177,7 @@ class WsSession : public http::Session,
                                beast::get_lowest_layer(self->ws_).socket().shutdown(net::socket_base::shutdown_send,
                                                                                     ignored);
                                beast::get_lowest_layer(self->ws_).socket().close(ignored);
+                               self->close_deadline_.cancel();  // a graceful stop's close() came first
                              });
   }
 
@@ -213,9 +214,12 @@ class WsSession : public http::Session,
     ws_.async_accept(upgrade_, [self = this->shared_from_this()](beast::error_code ec) {
       if (ec) return self->end();
       self->upgrade_ = {};
+      self->accepted_ = true;
       self->last_received_ = Clock::now();
       self->read();
       self->arm_timer();
+      // Closed during the handshake (a graceful stop): the close frame can go out now.
+      if (self->close_asked()) self->start_close();
     });
   }
 
@@ -663,7 +667,14 @@ class WsSession : public http::Session,
     close_deadline_.async_wait([self = this->shared_from_this()](beast::error_code ec) {
       if (!ec) self->close_socket();
     });
-    if (!writing) start_close();
+    // Before the handshake is done, the accept sends the close frame (Beast's close may not overlap it).
+    if (!writing && accepted_) start_close();
+  }
+
+  // Strand: close() ran and nothing is being written, so the close frame can go out.
+  bool close_asked() {
+    std::lock_guard lock(mutex_);
+    return close_code_ && !writing_;
   }
 
   void start_close() {
@@ -763,6 +774,7 @@ class WsSession : public http::Session,
   bool auth_busy_ = false;                 // a key check is in flight: reading waits for it
   bool switch_busy_ = false;               // the store has not answered a switch request yet
   bool ended_ = false;
+  bool accepted_ = false;  // the WebSocket handshake is done
   bool close_sent_ = false;
   Clock::time_point last_received_ = Clock::now();
   double inbound_;  // tokens of the client-message rate limit
@@ -785,11 +797,13 @@ class WsSession : public http::Session,
 };
 
 template <class NextLayer>
-std::shared_ptr<http::Session> start(NextLayer stream, http::Request upgrade, std::string ip, HttpServer& server,
-                                     Context& context) {
+void start(NextLayer stream, http::Request upgrade, std::string ip, HttpServer& server, Context& context,
+           http::Session* from) {
   auto session = std::make_shared<WsSession<NextLayer>>(std::move(stream), std::move(upgrade), ip, server, context);
+  // Listed before it runs, on threads of its own: else a graceful stop could miss a connection that
+  // already armed its dead man's switch (HttpServer::hand_over).
+  server.hand_over(from, session);
   session->run();
-  return session;
 }
 
 }  // namespace
@@ -806,12 +820,12 @@ std::optional<http::Response> Context::refuse(const http::Request& request, cons
   return rate_limited_response(d);
 }
 
-std::shared_ptr<http::Session> start_session(beast::tcp_stream stream, http::Request upgrade, std::string ip,
-                                             HttpServer& server, Context& context) {
+void start_session(beast::tcp_stream stream, http::Request upgrade, std::string ip, HttpServer& server,
+                   Context& context, http::Session* from) {
   boost::system::error_code ec;
   auto& socket = stream.socket();
   const auto protocol = socket.local_endpoint(ec).protocol();
-  if (!context.io || ec) return start(std::move(stream), std::move(upgrade), std::move(ip), server, context);
+  if (!context.io || ec) return start(std::move(stream), std::move(upgrade), std::move(ip), server, context, from);
   // The socket moves to Context::io (nothing is pending on it: the upgrade request was read, the answer
   // is the session's). If it cannot be taken over there, the session finds it closed and ends.
   const auto fd = socket.release(ec);
@@ -821,12 +835,12 @@ std::shared_ptr<http::Session> start_session(beast::tcp_stream stream, http::Req
     if (ec) ::close(fd);
   }
   if (ec) spdlog::warn("ws: could not move a connection from {} to the WebSocket threads: {}", ip, ec.message());
-  return start(std::move(moved), std::move(upgrade), std::move(ip), server, context);
+  start(std::move(moved), std::move(upgrade), std::move(ip), server, context, from);
 }
 
-std::shared_ptr<http::Session> start_session(beast::ssl_stream<beast::tcp_stream> stream, http::Request upgrade,
-                                             std::string ip, HttpServer& server, Context& context) {
-  return start(std::move(stream), std::move(upgrade), std::move(ip), server, context);
+void start_session(beast::ssl_stream<beast::tcp_stream> stream, http::Request upgrade, std::string ip,
+                   HttpServer& server, Context& context, http::Session* from) {
+  start(std::move(stream), std::move(upgrade), std::move(ip), server, context, from);
 }
 
 }  // namespace gpuex::ws

@@ -46,12 +46,12 @@ struct Context {
   std::optional<http::Response> refuse(const http::Request& request, const std::string& ip);
 };
 
-// Takes over an accepted connection whose request `upgrade` asked for a WebSocket on /v1/ws; the
-// caller hands the returned session its place in the server (HttpServer::hand_over).
-std::shared_ptr<http::Session> start_session(boost::beast::tcp_stream stream, http::Request upgrade, std::string ip,
-                                             HttpServer& server, Context& context);
-std::shared_ptr<http::Session> start_session(boost::beast::ssl_stream<boost::beast::tcp_stream> stream,
-                                             http::Request upgrade, std::string ip, HttpServer& server,
-                                             Context& context);
+// Takes over an accepted connection whose request `upgrade` asked for a WebSocket on /v1/ws from the
+// HTTP session `from`, whose place in the server the new session takes (HttpServer::hand_over) before
+// it runs.
+void start_session(boost::beast::tcp_stream stream, http::Request upgrade, std::string ip, HttpServer& server,
+                   Context& context, http::Session* from);
+void start_session(boost::beast::ssl_stream<boost::beast::tcp_stream> stream, http::Request upgrade,
+                   std::string ip, HttpServer& server, Context& context, http::Session* from);
 
 }  // namespace gpuex::ws
