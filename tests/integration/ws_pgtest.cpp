@@ -496,10 +496,9 @@ TEST_CASE("ws: connections that were upgraded and ended leave nothing behind for
     ws.send(json::object{{"op", "ping"}});
     ws.expect("pong");
   }  // each closed by its client here
-  auto started = std::chrono::steady_clock::now();
   REQUIRE(x.server->stop() == 0);
+  // Logged only when the grace ran out with connections still listed.
   CHECK(x.server->log().find("connections still open") == std::string::npos);
-  CHECK(std::chrono::steady_clock::now() - started < 4s);  // not the 5 s grace of the tests' servers
 }
 
 TEST_CASE("ws: a dead man's switch's cancel and the deletion of its row commit together or not at all") {
