@@ -112,11 +112,17 @@ class ChunkedSet {
   }
 
   // Overwrites the key equivalent to k with k (fields that do not take part in the order), if present.
-  void replace(const Key& k) {
-    const auto [c, at] = find_equivalent(k);
-    if (c == chunks_.size()) return;
+  void replace(const Key& k) { replace(k, k); }
+
+  // Overwrites the key equivalent to `was` with k, if present: k must sort where `was` does (no other key of the
+  // set between them), so the chunks stay in order without an erase and an insert moving the keys after it.
+  // Returns whether it was present.
+  bool replace(const Key& was, const Key& k) {
+    const auto [c, at] = find_equivalent(was);
+    if (c == chunks_.size()) return false;
     ++version_;
     chunks_[c][at] = k;
+    return true;
   }
 
   // Erases the key equivalent to k, if any.
