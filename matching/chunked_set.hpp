@@ -23,12 +23,13 @@
 
 namespace gpuex::matching {
 
-template <class Key, class Less>
+template <class Key, class Less, std::size_t MaxKeys = 63>
 class ChunkedSet {
  public:
   // A chunk above this splits in two: a chunk at its most (kMax + 1 keys of 40 bytes, the indexes' entries)
-  // fills a 2,560-byte size class, and its halves 1,280 bytes each.
-  static constexpr std::size_t kMax = 63;
+  // fills a 2,560-byte size class, and its halves 1,280 bytes each. A set whose updates outweigh its scans may
+  // take smaller chunks (MaxKeys): less to shift at an insert or erase, more chunks to search.
+  static constexpr std::size_t kMax = MaxKeys;
 
   class const_iterator {
    public:
