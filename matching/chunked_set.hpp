@@ -23,12 +23,13 @@
 
 namespace gpuex::matching {
 
-template <class Key, class Less>
+template <class Key, class Less, std::size_t MaxKeys = 63>
 class ChunkedSet {
  public:
   // A chunk above this splits in two: a chunk at its most (kMax + 1 keys of 40 bytes, the indexes' entries)
-  // fills a 2,560-byte size class, and its halves 1,280 bytes each.
-  static constexpr std::size_t kMax = 63;
+  // fills a 2,560-byte size class, and its halves 1,280 bytes each. A set whose updates outweigh its scans may
+  // take smaller chunks (MaxKeys): less to shift at an insert or erase, more chunks to search.
+  static constexpr std::size_t kMax = MaxKeys;
 
   class const_iterator {
    public:
@@ -112,11 +113,17 @@ class ChunkedSet {
   }
 
   // Overwrites the key equivalent to k with k (fields that do not take part in the order), if present.
-  void replace(const Key& k) {
-    const auto [c, at] = find_equivalent(k);
-    if (c == chunks_.size()) return;
+  void replace(const Key& k) { replace(k, k); }
+
+  // Overwrites the key equivalent to `was` with k, if present: k must sort where `was` does (no other key of the
+  // set between them), so the chunks stay in order without an erase and an insert moving the keys after it.
+  // Returns whether it was present.
+  bool replace(const Key& was, const Key& k) {
+    const auto [c, at] = find_equivalent(was);
+    if (c == chunks_.size()) return false;
     ++version_;
     chunks_[c][at] = k;
+    return true;
   }
 
   // Erases the key equivalent to k, if any.
