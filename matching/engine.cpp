@@ -565,6 +565,50 @@ struct OrderList {
   }
 };
 
+// Pointers by a 64-bit id in an open-addressing table (linear probing, at most half full, never erased from),
+// for maps whose values stay put (std::map nodes) and are never erased: a lookup is a probe or two, not a
+// descent of the map's nodes (a cache miss each in a big map).
+template <class T>
+class IdIndex {
+ public:
+  struct Slot {
+    std::int64_t id{0};
+    T* p{nullptr};  // null: empty
+  };
+  // id's slot, or null.
+  const Slot* find(std::int64_t id) const {
+    if (slots_.empty()) return nullptr;
+    const std::size_t mask = slots_.size() - 1;
+    for (std::size_t h = home(id, mask); slots_[h].p; h = (h + 1) & mask) {
+      if (slots_[h].id == id) return &slots_[h];
+    }
+    return nullptr;
+  }
+  // `id` must not be in yet.
+  void insert(std::int64_t id, T* p) {
+    if ((count_ + 1) * 2 > slots_.size()) {
+      std::vector<Slot> old = std::move(slots_);
+      slots_.assign(old.empty() ? 256 : old.size() * 2, Slot{});
+      count_ = 0;
+      for (const Slot& e : old) {
+        if (e.p) insert(e.id, e.p);
+      }
+    }
+    const std::size_t mask = slots_.size() - 1;
+    std::size_t h = home(id, mask);
+    while (slots_[h].p) h = (h + 1) & mask;
+    slots_[h] = Slot{id, p};
+    ++count_;
+  }
+
+ private:
+  static std::size_t home(std::int64_t id, std::size_t mask) {
+    return static_cast<std::size_t>((static_cast<std::uint64_t>(id) * 0x9E3779B97F4A7C15ull) >> 32) & mask;
+  }
+  std::vector<Slot> slots_;
+  std::size_t count_{0};
+};
+
 // The open orders by id (terminal ones until their command ends), and the live leases: values in blocks of
 // slots that are reused (one 256 KiB allocation per 1,820 orders instead of a node each, and addresses stay
 // stable while an order lives), found through an open-addressing table of (id, slot) with linear probing
@@ -1986,6 +2030,7 @@ struct Engine::Impl {
   std::map<MarketId, Book> books;
   OrderMap orders;  // open orders (terminal ones until the command ends)
   std::map<PoolId, LivePool> pools;
+  IdIndex<LivePool> pool_index;  // pools' entries by id (add_pool): an order's pool found by a probe (find_pool)
   std::vector<LivePool*> pool_list;  // by LivePool::number, in the order they were added (never erased)
   SlabMap<LeaseId, LiveLease> leases;  // not ended (iteration in no order: leases_by_id() sorts)
   std::map<LeaseId, LeaseRare> rare_leases;  // of the leases in `leases` with LiveLease::kRare flags
@@ -2244,8 +2289,14 @@ struct Engine::Impl {
       lp.p.id = id;
       lp.number = static_cast<std::uint32_t>(pool_list.size());
       pool_list.push_back(&lp);
+      pool_index.insert(id.value, &lp);
     }
     return lp;
+  }
+  // Pool `id`'s entry, or null.
+  LivePool* find_pool(PoolId id) const {
+    const IdIndex<LivePool>::Slot* e = pool_index.find(id.value);
+    return e ? e->p : nullptr;
   }
 
   Lease to_lease(const LiveLease& l) const {
@@ -2507,34 +2558,10 @@ struct Engine::Impl {
 
   // ---------------------------------------------------------------- accounts
 
-  // The entries of `accounts` by id in an open-addressing table (linear probing; accounts are never erased
-  // and every one is made here), so that the lookup of a command's account is a probe, not a tree descent.
-  struct AccountSlot {
-    std::int64_t id{0};
-    Account* a{nullptr};  // null: empty
-  };
-  std::vector<AccountSlot> account_index;
-  std::size_t account_indexed{0};
-
-  static std::size_t account_home(std::int64_t id, std::size_t mask) {
-    return static_cast<std::size_t>((static_cast<std::uint64_t>(id) * 0x9E3779B97F4A7C15ull) >> 32) & mask;
-  }
-
-  void index_account(std::int64_t id, Account* a) {
-    if ((account_indexed + 1) * 2 > account_index.size()) {
-      std::vector<AccountSlot> old = std::move(account_index);
-      account_index.assign(old.empty() ? 256 : old.size() * 2, AccountSlot{});
-      account_indexed = 0;
-      for (const AccountSlot& e : old) {
-        if (e.a) index_account(e.id, e.a);
-      }
-    }
-    const std::size_t mask = account_index.size() - 1;
-    std::size_t h = account_home(id, mask);
-    while (account_index[h].a) h = (h + 1) & mask;
-    account_index[h] = AccountSlot{id, a};
-    ++account_indexed;
-  }
+  // The entries of `accounts` by id (accounts are never erased and every one is made here), so that the lookup
+  // of a command's account is a probe, not a tree descent.
+  using AccountSlot = IdIndex<Account>::Slot;
+  IdIndex<Account> account_index;
 
   // account()'s last answer: a command asks for the same account several times (a cancel takes the order out
   // of its sums, then out of its list; a fill takes the bid out, bills the buyer, puts the bid back).
@@ -2543,23 +2570,18 @@ struct Engine::Impl {
   // The repeat inline, the probe (and a new account) out of line (account_slow): a call of ~15 instructions for
   // an answer already at hand.
   Account& account(AccountId id) {
-    if (last_account.a && last_account.id == id.value) return *last_account.a;
+    if (last_account.p && last_account.id == id.value) return *last_account.p;
     return account_slow(id);
   }
 
   [[gnu::noinline]] Account& account_slow(AccountId id) {
-    if (!account_index.empty()) {
-      const std::size_t mask = account_index.size() - 1;
-      for (std::size_t h = account_home(id.value, mask); account_index[h].a; h = (h + 1) & mask) {
-        if (account_index[h].id == id.value) {
-          last_account = account_index[h];
-          return *last_account.a;
-        }
-      }
+    if (const AccountSlot* e = account_index.find(id.value)) {
+      last_account = *e;
+      return *e->p;
     }
     auto [it, inserted] = accounts.try_emplace(id);  // std::map: the address is stable
     if (inserted) it->second.limits = cfg.default_limits;
-    index_account(id.value, &it->second);
+    account_index.insert(id.value, &it->second);
     return it->second;
   }
 
@@ -4829,9 +4851,9 @@ struct Engine::Impl {
     } else {
       if (!r.start || !r.end || r.duration) return Reason::invalid_field;
       if (*r.end <= *r.start) return Reason::invalid_field;
-      auto p = pools.find(r.pool);
-      if (p == pools.end() || p->second.p.provider != cmd.account || p->second.p.retired) return Reason::not_found;
-      LivePool& lp = p->second;
+      LivePool* p = find_pool(r.pool);
+      if (!p || p->p.provider != cmd.account || p->p.retired) return Reason::not_found;
+      LivePool& lp = *p;
       if (!lp.book) lp.book = book_of(lp.p.spec.market);
       market = lp.book;
       o.pool = &lp;
@@ -5468,6 +5490,7 @@ struct Engine::Impl {
       if (lp.number >= pool_list.size() || pool_list[lp.number] != &lp) {
         fail("pool " + std::to_string(id.value) + " not at its number in pool_list");
       }
+      if (find_pool(id) != &lp) fail("pool " + std::to_string(id.value) + " not found by its id in pool_index");
       auto rn = region_numbers.find(lp.p.spec.region);
       if (rn == region_numbers.end() || rn->second != lp.region) {
         fail("region number of pool " + std::to_string(id.value) + " wrong");
