@@ -26,8 +26,8 @@ namespace gpuex::matching {
 template <class Key, class Less, std::size_t MaxKeys = 63>
 class ChunkedSet {
  public:
-  // A chunk above this splits in two: a chunk at its most (kMax + 1 keys of 40 bytes, the indexes' entries)
-  // fills a 2,560-byte size class, and its halves 1,280 bytes each. A set whose updates outweigh its scans may
+  // A chunk above this splits in two: at the default 63, a chunk at its most (kMax + 1 keys of 40 bytes, the
+  // indexes' entries) fills a 2,560-byte size class, and its halves 1,280 bytes each. A set whose updates outweigh its scans may
   // take smaller chunks (MaxKeys): less to shift at an insert or erase, more chunks to search.
   static constexpr std::size_t kMax = MaxKeys;
 
@@ -63,7 +63,7 @@ class ChunkedSet {
   // The keys chunk by chunk (each chunk non-empty and sorted, in order): for scans that want contiguous
   // memory without the iterator's per-key bounds check.
   const std::vector<std::vector<Key>>& chunks() const { return chunks_; }
-  // Changes with every insert or erase: an iterator taken at an equal version is still valid.
+  // Changes with every insert, erase or replace: an iterator taken at an equal version is still valid.
   std::uint64_t version() const { return version_; }
 
   // The first key not less than k.

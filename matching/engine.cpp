@@ -565,9 +565,10 @@ struct OrderList {
   }
 };
 
-// Pointers by a 64-bit id in an open-addressing table (linear probing, at most half full, never erased from),
-// for maps whose values stay put (std::map nodes) and are never erased: a lookup is a probe or two, not a
-// descent of the map's nodes (a cache miss each in a big map).
+// Pointers by a 64-bit id in an open-addressing table (linear probing, at most half full), for maps whose
+// values stay put (std::map nodes) and are never erased, so neither is an entry: a lookup is a probe or two,
+// not a descent of the map's nodes (a cache miss each in a big map). Each id goes in once, with a non-null
+// pointer (null marks an empty slot).
 template <class T>
 class IdIndex {
  public:
@@ -584,7 +585,8 @@ class IdIndex {
     }
     return nullptr;
   }
-  // `id` must not be in yet.
+  std::size_t size() const { return count_; }
+  // `id` must not be in yet; p not null.
   void insert(std::int64_t id, T* p) {
     if ((count_ + 1) * 2 > slots_.size()) {
       std::vector<Slot> old = std::move(slots_);
@@ -2197,9 +2199,8 @@ struct Engine::Impl {
       // A sell's pool: mutable from a const method as book_of's book (pools' nodes never move).
       LivePool* pool = nullptr;
       if (r.is_sell()) {
-        auto it = pools.find(q.pool);
-        if (it == pools.end()) throw std::out_of_range("order " + std::to_string(o.id.value) + ": unknown pool");
-        pool = const_cast<LivePool*>(&it->second);
+        pool = find_pool(q.pool);
+        if (!pool) throw std::out_of_range("order " + std::to_string(o.id.value) + ": unknown pool");
       }
       r.ask = Owned(std::make_unique<AskSide>(AskSide{.free = std::move(o.free),
                                                       .total_gpu_seconds = o.total_gpu_seconds,
@@ -2293,7 +2294,8 @@ struct Engine::Impl {
     }
     return lp;
   }
-  // Pool `id`'s entry, or null.
+  // Pool `id`'s entry, or null. Mutable from a const method, as book_of's book: the engine owns the pools and
+  // their nodes never move.
   LivePool* find_pool(PoolId id) const {
     const IdIndex<LivePool>::Slot* e = pool_index.find(id.value);
     return e ? e->p : nullptr;
@@ -3972,9 +3974,9 @@ struct Engine::Impl {
     }
     // The kept entry stays if a new run equals it (the fill left the run as it was). Else a new run in its cell
     // takes its place (the left part of a run the fill split, most often): the ask's other runs lie outside the
-    // kept span and share its priority (and price, unless that changed), so no entry sorts between the two, where an erase
-    // and an insert would shift the cell's later entries down and up again. Else it goes out, before the inserts
-    // (a new run may sort equal to it: the same start).
+    // kept span and share its priority (and price, unless that changed), so no entry sorts between the two, where
+    // an erase and an insert would shift the cell's later entries down and up again. Else it goes out, before the
+    // inserts (a new run may sort equal to it: the same start).
     const RunEntry* placed = nullptr;  // the new run the index holds already
     if (kept_entry) {
       const auto same = std::find(fresh_runs.begin(), fresh_runs.end(), *kept_entry);
@@ -3982,6 +3984,8 @@ struct Engine::Impl {
         placed = &*same;
       } else {
         for (const RunEntry& e : fresh_runs) {
+          // (priority and order are the kept entry's, as said above, so they are not compared here; the
+          // differential test's check_invariants checks every cell's order after each command)
           if (e.effective == kept_entry->effective && RunIndex::same_weeks(e, *kept_entry)) {
             placed = &e;
             break;
@@ -4851,8 +4855,8 @@ struct Engine::Impl {
     } else {
       if (!r.start || !r.end || r.duration) return Reason::invalid_field;
       if (*r.end <= *r.start) return Reason::invalid_field;
-      LivePool* p = find_pool(r.pool);
-      if (!p || p->p.provider != cmd.account || p->p.retired) return Reason::not_found;
+      LivePool* p = own_pool(cmd, r.pool);
+      if (!p) return Reason::not_found;
       LivePool& lp = *p;
       if (!lp.book) lp.book = book_of(lp.p.spec.market);
       market = lp.book;
@@ -5158,10 +5162,10 @@ struct Engine::Impl {
     emit(PoolChanged{lp.p});
   }
 
+  // Pool `id` if the command's account provides it and it is not retired: else, to that account, it is not found.
   LivePool* own_pool(const Command& cmd, PoolId id) {
-    auto it = pools.find(id);
-    if (it == pools.end() || it->second.p.provider != cmd.account || it->second.p.retired) return nullptr;
-    return &it->second;
+    LivePool* lp = find_pool(id);
+    return lp && lp->p.provider == cmd.account && !lp->p.retired ? lp : nullptr;
   }
 
   void on(const Command& cmd, const ResizePool& c) {
@@ -5186,9 +5190,9 @@ struct Engine::Impl {
   }
 
   void on(const Command&, const VerifyPool& c) {
-    auto it = pools.find(c.pool);
-    if (it == pools.end()) return reject_command(Reason::not_found, c.pool.value);
-    LivePool& lp = it->second;
+    LivePool* found = find_pool(c.pool);
+    if (!found) return reject_command(Reason::not_found, c.pool.value);
+    LivePool& lp = *found;
     lp.p.verified = c.verified;
     if (c.verified) {  // a withdrawal keeps the last expiry and evidence for the record
       lp.p.verified_until = c.expires_at;
@@ -5486,11 +5490,14 @@ struct Engine::Impl {
       }
     }
     if (wide != wide_leases.size()) fail("entries of wide_leases without a live lease kept apart");
+    if (pool_index.size() != pools.size()) fail("pool_index holds other entries than the pools");
+    if (account_index.size() != accounts.size()) fail("account_index holds other entries than the accounts");
     for (const auto& [id, lp] : pools) {
       if (lp.number >= pool_list.size() || pool_list[lp.number] != &lp) {
         fail("pool " + std::to_string(id.value) + " not at its number in pool_list");
       }
       if (find_pool(id) != &lp) fail("pool " + std::to_string(id.value) + " not found by its id in pool_index");
+
       auto rn = region_numbers.find(lp.p.spec.region);
       if (rn == region_numbers.end() || rn->second != lp.region) {
         fail("region number of pool " + std::to_string(id.value) + " wrong");
@@ -5631,7 +5638,12 @@ struct Engine::Impl {
             for (const RunEntry& e : cell.by_tier[t]) {
               if (prev && !RunEntryLess{}(*prev, e)) fail("free run index: cell out of order");
               if (tier_index(b.free_runs.pools[e.pool]->p.spec.tier) != t) fail("free run index: run in another tier");
-              if (b.free_runs.row_of(e.start) != r || b.free_runs.cell_of(r, e.end) != c) fail("free run index: run in another cell");
+              // Its cell from run_slot, not the index's own week_of (which the index finds cells by).
+              const std::int64_t start_row = run_slot(Seconds(e.start)) - b.free_runs.first_week;
+              if (std::max<std::int64_t>(start_row, 0) != static_cast<std::int64_t>(r) ||
+                  RunIndex::cell_at(r, run_slot(Seconds(e.end)) - b.free_runs.first_week) != c) {
+                fail("free run index: run in another cell");
+              }
               prev = &e;
               ++indexed;
             }
@@ -6033,14 +6045,14 @@ std::vector<Lease> Engine::leases(AccountId account) const {
 }
 
 const Pool* Engine::pool(PoolId id) const {
-  auto it = impl_->pools.find(id);
-  return it == impl_->pools.end() ? nullptr : &it->second.p;
+  const LivePool* lp = impl_->find_pool(id);
+  return lp ? &lp->p : nullptr;
 }
 
 std::optional<PoolCapacity> Engine::pool_capacity(PoolId id, Seconds from, Seconds to) const {
-  auto it = impl_->pools.find(id);
-  if (it == impl_->pools.end()) return std::nullopt;
-  const LivePool& lp = it->second;
+  const LivePool* found = impl_->find_pool(id);
+  if (!found) return std::nullopt;
+  const LivePool& lp = *found;
   PoolCapacity c;
   c.gpus = lp.p.gpus();
   for (const std::uint32_t slot : lp.leases) {

@@ -30,15 +30,17 @@ struct KeyLess {
 };
 
 using Set = ChunkedSet<Key, KeyLess>;
+using SmallSet = ChunkedSet<Key, KeyLess, 3>;  // chunks of at most 3 keys, as a set may choose (MaxKeys)
 
-void check_same(const Set& s, const std::set<Key, KeyLess>& ref) {
+template <class S>
+void check_same(const S& s, const std::set<Key, KeyLess>& ref) {
   REQUIRE(s.size() == ref.size());
   REQUIRE(s.empty() == ref.empty());
   std::vector<Key> seen;
   for (const std::vector<Key>& chunk : s.chunks()) {
     REQUIRE(!chunk.empty());
-    REQUIRE(chunk.size() <= Set::kMax);
-    REQUIRE(chunk.capacity() <= Set::kMax + 1);
+    REQUIRE(chunk.size() <= S::kMax);
+    REQUIRE(chunk.capacity() <= S::kMax + 1);
     seen.insert(seen.end(), chunk.begin(), chunk.end());
   }
   REQUIRE(seen.size() == ref.size());
@@ -54,9 +56,10 @@ void check_same(const Set& s, const std::set<Key, KeyLess>& ref) {
   REQUIRE(n == ref.size());
 }
 
+template <class S = Set>
 void run(std::uint64_t seed, int prices, int steps) {
   std::mt19937_64 rng(seed);
-  Set s;
+  S s;
   std::set<Key, KeyLess> ref;
   std::int64_t next_priority = 1;
   std::vector<Key> in;
@@ -112,6 +115,46 @@ TEST_CASE("chunked set: few keys, as most index cells", "[chunked_set]") {
 TEST_CASE("chunked set: many keys in many chunks", "[chunked_set]") {
   run(7, 50, 20'000);
   run(8, 1'000'000, 20'000);
+}
+
+TEST_CASE("chunked set: small chunks split and merge in order", "[chunked_set]") {
+  run<SmallSet>(9, 50, 5'000);
+  run<SmallSet>(10, 1'000'000, 5'000);
+}
+
+TEST_CASE("chunked set: replace overwrites a key in its place, across chunk ends", "[chunked_set]") {
+  SmallSet s;
+  std::set<Key, KeyLess> ref;
+  for (std::int64_t i = 0; i < 20; ++i) {
+    const Key k{0, 10 * i};
+    s.insert(k);
+    ref.insert(k);
+  }
+  REQUIRE(s.chunks().size() > 3);
+  // The last key of the first chunk and the first key of the second, each by a key that sorts where it did
+  // (another priority between its neighbours') and carries another payload.
+  const Key last_of_first = s.chunks()[0].back();
+  const Key first_of_second = s.chunks()[1].front();
+  const Key moved_last{0, last_of_first.priority + 1, {1, 2, 3}};
+  const Key moved_first{0, first_of_second.priority - 1, {4, 5, 6}};
+  const std::uint64_t version = s.version();
+  REQUIRE(s.replace(last_of_first, moved_last));
+  REQUIRE(s.replace(first_of_second, moved_first));
+  REQUIRE(s.version() != version);
+  ref.erase(last_of_first);
+  ref.erase(first_of_second);
+  ref.insert(moved_last);
+  ref.insert(moved_first);
+  check_same(s, ref);
+  REQUIRE(s.count(last_of_first) == 0);
+  REQUIRE(s.lower_bound(moved_last)->payload[2] == 3);
+  REQUIRE(s.lower_bound(moved_first)->payload[2] == 6);
+  // The one-key form keeps the order fields and takes the rest.
+  s.replace(Key{0, 50, {7, 8, 9}});
+  REQUIRE(s.lower_bound(Key{0, 50})->payload[0] == 7);
+  // A key not in the set: nothing changes.
+  REQUIRE_FALSE(s.replace(Key{0, 55}, Key{0, 56}));
+  check_same(s, ref);
 }
 
 TEST_CASE("chunked set: keys in order fill chunks that split", "[chunked_set]") {
