@@ -858,6 +858,7 @@ struct RunBounds {
   bool bounds(const AskKey& k) const {
     return k.run_start() >= min_start && k.run_end() <= max_end && k.max_run <= max_run;
   }
+  bool operator==(const RunBounds&) const = default;
 };
 
 // What few leases have (LiveLease::kRare), apart from the lease's slot.
@@ -996,9 +997,22 @@ struct LeaseRef {
   bool operator<(const LeaseRef& o) const { return price != o.price ? price < o.price : l->id < o.l->id; }
 };
 
+// The fields a walk reads of a pool it looks at are placed for its std::map node (Impl::pools): book_number and
+// region first, in the node's first line with its links, its key and p's id and provider (pool_admits, the run
+// scan's provider test, bids_for); spot_runs and book_spot_asks' head in the line after p (a duration bid's walk
+// opening the pool). A walk's first look at a pool reads one or two lines, not four.
 struct LivePool {
+  // Its number in its Book for BidGroup::verdicts (the maximum until an ask of it first walks the bids).
+  mutable std::uint32_t book_number{std::numeric_limits<std::uint32_t>::max()};
+  std::uint32_t region{0};  // its region's number (Impl::region_numbers; a pool's region never changes)
   Pool p;
   std::uint32_t number{0};  // its place in Impl::pool_list (LiveLease::pool)
+  std::uint32_t ask_pool_slot{0};  // its place in its Book's ask_pools while it has resting asks
+  // The run bounds of its spot asks (RunBounds{} when it has none), which let a duration bid's walk pass over the
+  // pool without reading a key, and its resting asks that a duration bid could use now (spot_now), in ask
+  // priority order (all of them are in its AskPool's asks).
+  RunBounds spot_runs;
+  AskSet book_spot_asks;
   StepTree used;  // open asks' free capacity + GPUs held by leases, over time
   OrderList asks;  // open asks
   // Its live leases (not ended): all of them unordered, by their slots in Impl::leases (4 bytes, not a pointer's
@@ -1007,21 +1021,16 @@ struct LivePool {
   // preempted).
   std::vector<std::uint32_t> leases;
   ChunkedSet<LeaseRef, std::less<LeaseRef>> spot_leases;
-  std::size_t ask_pool_slot{0};  // its place in its Book's ask_pools while it has resting asks
-  // This pool's resting asks (all of them are in its AskPool's asks) and those a duration bid
-  // could use now (spot_now), in ask priority order.
-  std::int64_t book_count{0};
-  AskSet book_spot_asks;
-  // Its market's book (a pool's market never changes), once looked up.
-  Book* book{nullptr};
+  // Its resting asks (32-bit, as their places in its AskPool's asks, LiveOrder::book_slot: with the 32-bit
+  // numbers the node stays 512 bytes).
+  std::uint32_t book_count{0};
   // Its number in its Book's RunIndex (the maximum until its first ask is indexed).
   mutable std::uint32_t run_number{std::numeric_limits<std::uint32_t>::max()};
-  // Its number in its Book for BidGroup::verdicts (the maximum until an ask of it first walks the bids).
-  mutable std::uint32_t book_number{std::numeric_limits<std::uint32_t>::max()};
+  // Its market's book (a pool's market never changes), once looked up.
+  Book* book{nullptr};
   // The constraint groups of its Book that it may satisfy (Impl::groups_of), as of the Book's groups_made.
   mutable std::vector<std::uint32_t> groups_ok;
   mutable std::uint64_t groups_seen{0};
-  std::uint32_t region{0};  // its region's number (Impl::region_numbers; a pool's region never changes)
 };
 
 using BidSet = LevelSet<BidKey, BidOrder>;  // by price level (a new bid is appended to its level)
@@ -1147,15 +1156,13 @@ inline PoolId RestOrder::request_pool() const {
 }
 
 // A pool's resting asks in no order (each LiveOrder keeps its index, book_slot; erase moves the last one into
-// the hole; fixed-window bids find them through the RunIndex), and the cheapest price and run bounds of those
-// in book_spot_asks (spot_cheapest: kNoSpotAsk when it is empty), which let a duration bid's walk pass over the
-// pool without reading a key.
+// the hole; fixed-window bids find them through the RunIndex), and the cheapest price of those in
+// book_spot_asks (spot_cheapest: kNoSpotAsk when it is empty; their run bounds are LivePool::spot_runs).
 constexpr Price kNoSpotAsk{std::numeric_limits<std::int64_t>::max()};
 struct AskPool {
   LivePool* lp{nullptr};
   std::vector<LiveOrder*> asks;
   Price spot_cheapest{kNoSpotAsk};
-  RunBounds spot_runs;
 };
 
 // An ask pool with spot asks and its cheapest (AskPool::spot_cheapest), in Book::spot_by_price: ordered by
@@ -3386,7 +3393,7 @@ struct Engine::Impl {
     const auto open_pools = [&] {
       while (next_pool != pools_end && (heads.empty() || next_pool->cheapest <= heads.front().key.effective)) {
         const LivePool& lp = *(next_pool++)->lp;
-        if (!b.ask_pools[lp.ask_pool_slot].spot_runs.may_fit(ws, we) || !pool_admits(b, lp, group, c, regions)) continue;
+        if (!lp.spot_runs.may_fit(ws, we) || !pool_admits(b, lp, group, c, regions)) continue;
         const AskSet& s = lp.book_spot_asks;
         Head h{&s, s.begin(), {}, 0};
         if (!settle(h)) continue;
@@ -3722,8 +3729,8 @@ struct Engine::Impl {
   }
 
   // A key in its pool's spot set counted in the set's summary (run bounds, cheapest).
-  static void count_spot(Book& b, AskPool& ap, const AskKey& k) {
-    ap.spot_runs.widen(k);
+  static void count_spot(Book& b, AskPool& ap, LivePool& lp, const AskKey& k) {
+    lp.spot_runs.widen(k);
     if (k.effective < ap.spot_cheapest) set_spot_cheapest(b, ap, k.effective);
   }
 
@@ -3731,7 +3738,7 @@ struct Engine::Impl {
   static void erase_spot(Book& b, AskPool& ap, LivePool& lp, const AskKey& k) {
     lp.book_spot_asks.erase(k);
     if (lp.book_spot_asks.empty()) {
-      ap.spot_runs = RunBounds{};
+      lp.spot_runs = RunBounds{};
       set_spot_cheapest(b, ap, kNoSpotAsk);
     } else {
       set_spot_cheapest(b, ap, lp.book_spot_asks.begin()->effective);
@@ -3794,7 +3801,7 @@ struct Engine::Impl {
       ap.asks.pop_back();
       if (lo.in_spot) erase_spot(b, ap, *lp, k);
       if (--lp->book_count == 0) {
-        const std::size_t i = lp->ask_pool_slot;
+        const std::uint32_t i = lp->ask_pool_slot;
         if (i + 1 != b.ask_pools.size()) {
           b.ask_pools[i] = std::move(b.ask_pools.back());
           b.ask_pools[i].lp->ask_pool_slot = i;
@@ -3820,14 +3827,14 @@ struct Engine::Impl {
     const bool spot = spot_now(o);
     AskPool& ap = b.ask_pools[lp.ask_pool_slot];
     if (lo.in_spot && spot) {
-      if (lp.book_spot_asks.size() == 1) ap.spot_runs = RunBounds{};  // as the erase of its only key would
+      if (lp.book_spot_asks.size() == 1) lp.spot_runs = RunBounds{};  // as the erase of its only key would
       lp.book_spot_asks.replace(k);
     } else if (lo.in_spot) {
       erase_spot(b, ap, lp, k);
     } else if (spot) {
       lp.book_spot_asks.insert(k);
     }
-    if (spot) count_spot(b, ap, k);
+    if (spot) count_spot(b, ap, lp, k);
     lo.in_spot = spot;
     settle_kept_runs(lo);
   }
@@ -4092,15 +4099,15 @@ struct Engine::Impl {
           // is spot now when its window has started (spot_now() without its read of the free capacity).
           lo.in_spot = as_placed ? o.window_start <= now : spot_now(o);
           if (lp.book_count++ == 0) {
-            lp.ask_pool_slot = b.ask_pools.size();
-            b.ask_pools.push_back(AskPool{&lp, {}, kNoSpotAsk, {}});
+            lp.ask_pool_slot = static_cast<std::uint32_t>(b.ask_pools.size());  // at most one a pool (add_pool)
+            b.ask_pools.push_back(AskPool{&lp, {}, kNoSpotAsk});
           }
           AskPool& ap = b.ask_pools[lp.ask_pool_slot];
           lo.book_slot = static_cast<std::uint32_t>(ap.asks.size());
           append(ap.asks, lo);
           if (lo.in_spot) {
             lp.book_spot_asks.insert(k);
-            count_spot(b, ap, k);
+            count_spot(b, ap, lp, k);
           }
           index_runs(b, lo);
         }
@@ -5497,6 +5504,10 @@ struct Engine::Impl {
         fail("pool " + std::to_string(id.value) + " not at its number in pool_list");
       }
       if (find_pool(id) != &lp) fail("pool " + std::to_string(id.value) + " not found by its id in pool_index");
+      // A pool's spot asks widen its run bounds from none (the ask pools' check below), as a new AskPool's did.
+      if (lp.book_spot_asks.empty() && lp.spot_runs != RunBounds{}) {
+        fail("run bounds of pool " + std::to_string(id.value) + " kept without spot asks");
+      }
 
       auto rn = region_numbers.find(lp.p.spec.region);
       if (rn == region_numbers.end() || rn->second != lp.region) {
@@ -5581,7 +5592,7 @@ struct Engine::Impl {
           }
         }
         for (const AskKey& k : ap.lp->book_spot_asks) {
-          if (!ap.spot_runs.bounds(k)) fail("spot ask run bounds miss: " + std::to_string(k.id.value));
+          if (!ap.lp->spot_runs.bounds(k)) fail("spot ask run bounds miss: " + std::to_string(k.id.value));
           AskKey fresh = k;
           summarize_runs(k.lo->o, fresh);
           if (fresh.run_lead != k.run_lead || fresh.run_tail != k.run_tail || fresh.max_run != k.max_run) {
