@@ -1087,12 +1087,13 @@ struct BidRow {
 };
 
 struct BidIndex {
+  // The highest of its rows' `best` (the minimum when empty): a walk passes over an index priced out without
+  // reading a row (two in three of the indexes an ask's walk gathers from in the realistic bench). First, and
+  // then its rows: in a BidGroup's first line (BidSets).
+  std::int64_t best{kNoBid};
   std::vector<BidRow> rows;  // by start week
   std::size_t size{0};
   std::uint64_t version{0};  // bumped by every insert and erase: an ask's walk re-seeks its cursors (BidWalk)
-  // The highest of its rows' `best` (the minimum when empty): a walk passes over an index priced out without
-  // reading a row (two in three of the indexes an ask's walk gathers from in the realistic bench).
-  std::int64_t best{kNoBid};
   void refresh_best() {
     best = kNoBid;
     for (const BidRow& r : rows) best = std::max(best, r.best);
@@ -1117,8 +1118,12 @@ struct BidIndex {
 
 // Resting duration (spot) bids, in (price desc, priority) order, and fixed-window bids in their index.
 struct BidSets {
-  BidSet duration;
+  // The price of duration's first bid (kNoBid when empty; Impl::insert_duration and erase_duration keep it): a
+  // walk passes over a duration set priced out without reading its chunks. Then fixed's best price and rows:
+  // the start of BidGroup::any, in the group's first line.
+  std::int64_t duration_best{kNoBid};
   BidIndex fixed;
+  BidSet duration;
 };
 
 // Resting bids whose constraints are equal once their regions are set aside (`rep`, regions empty). A
@@ -1131,23 +1136,27 @@ struct BidSets {
 // listed in Book::free_groups: kept as it is, for its constraint set's next bid, until a new constraint set needs
 // a group and takes its slot. So a book keeps as many groups as the distinct constraint sets its open bids had at
 // once, not as many as it ever saw.
-struct BidGroup {
-  BidConstraints rep;
+//
+// What bids_for reads of each group its pool may satisfy comes first, in one line (the groups are aligned to
+// it): resting, energy, by_region and the start of `any` (its best prices and its fixed-window rows). They
+// were spread over four lines of a 296-byte group, each a miss (~280 groups in the realistic bench).
+struct alignas(64) BidGroup {
   std::int64_t resting{0};
-  std::int64_t users{0};  // open bids whose bid_group is this one, resting or not
-  BidSets any;
+  // pool_fits_spec(pool, rep), which reads only what a pool keeps for life (its spec: tier, region, fabric,
+  // NVLink, SLA, energy figures), kept by the pool's number in its Book (LivePool::book_number; -1: not judged
+  // yet: `verdicts`). With energy constraints (`energy`), the pool must also be verified now (pool_verified_for),
+  // which a verdict cannot keep.
+  bool energy{false};
+  bool listed{false};    // in Book::free_groups (since users last fell to 0; it may have users again)
+  std::uint32_t gen{0};  // how many times its slot was taken by another group: group_by_cons' entries of an earlier one are stale
   // By region number (Impl::region_numbers), as far as its bids' regions go; null: a region none named. Behind
   // pointers: a bid naming a late-numbered region (up to ~676 two-letter codes) must not cost the group a whole
   // BidSets for every number before it.
   std::vector<std::unique_ptr<BidSets>> by_region;
-  // pool_fits_spec(pool, rep), which reads only what a pool keeps for life (its spec: tier, region, fabric,
-  // NVLink, SLA, energy figures), kept by the pool's number in its Book (LivePool::book_number; -1: not judged
-  // yet). With energy constraints (`energy`), the pool must also be verified now (pool_verified_for), which a
-  // verdict cannot keep.
-  bool energy{false};
+  BidSets any;
+  std::int64_t users{0};  // open bids whose bid_group is this one, resting or not
   mutable std::vector<std::int8_t> verdicts;
-  std::uint32_t gen{0};  // how many times its slot was taken by another group: group_by_cons' entries of an earlier one are stale
-  bool listed{false};    // in Book::free_groups (since users last fell to 0; it may have users again)
+  BidConstraints rep;
 };
 
 inline PoolId RestOrder::request_pool() const {
@@ -2662,6 +2671,17 @@ struct Engine::Impl {
     region_numbers_of(ic.c, scratch);
     return scratch;
   }
+  // A duration bid's key into (out of) a group's sets, their duration_best kept.
+  static void insert_duration(BidSets& s, const BidKey& k) {
+    s.duration.insert(k);
+    s.duration_best = std::max(s.duration_best, k.price.value);
+  }
+  static void erase_duration(BidSets& s, const BidKey& k) {
+    s.duration.erase(k);
+    if (k.price.value == s.duration_best) {  // it may have been the first
+      s.duration_best = s.duration.empty() ? kNoBid : s.duration.begin()->price.value;
+    }
+  }
   // The sets of region number n in a group's by_region (added if need be).
   static BidSets& by_number(std::vector<std::unique_ptr<BidSets>>& v, std::uint32_t n) {
     if (n >= v.size()) v.resize(n + 1);
@@ -3544,7 +3564,7 @@ struct Engine::Impl {
     if (b.duration_ceiling_stale) {
       Price best(std::numeric_limits<std::int64_t>::min());
       const auto of = [&](const BidSets& s) {
-        if (!s.duration.empty()) best = std::max(best, s.duration.begin()->price);
+        best = std::max(best, Price(s.duration_best));  // an empty set's kNoBid is best's start
       };
       for (const BidGroup& g : b.bid_groups) {
         if (g.resting == 0) continue;
@@ -3599,7 +3619,7 @@ struct Engine::Impl {
     // Inlined (GCC kept it out of line: ~62,000 calls of ~47 instructions in the realistic bench, a third of them
     // for sets priced out, which return at once).
     const auto add = [&](const BidSets& s) __attribute__((always_inline)) {
-      if (with_duration) walk.add(s.duration, floor);
+      if (with_duration && s.duration_best >= floor.value) walk.add(s.duration, floor);
       walk.add_fixed(s.fixed, floor);
     };
     // The groups through a pointer taken once (as in groups_of): add() writes the walk, after which GCC loaded
@@ -3801,9 +3821,9 @@ struct Engine::Impl {
       if (!dur) {
         unindex_bid(b, lo);
       } else if (regions.empty()) {
-        g.any.duration.erase(k);
+        erase_duration(g.any, k);
       } else {
-        for (std::uint32_t r : region_nums(lo.o)) by_number(g.by_region, r).duration.erase(k);
+        for (std::uint32_t r : region_nums(lo.o)) erase_duration(by_number(g.by_region, r), k);
       }
     } else {
       const AskKey k{lo.o.ask_effective_price(), lo.o.priority(), lo.o.id};
@@ -4105,9 +4125,9 @@ struct Engine::Impl {
             ++b.fixed_bids;
             index_bid(b, lo);
           } else if (regions.empty()) {
-            g.any.duration.insert(k);
+            insert_duration(g.any, k);
           } else {
-            for (std::uint32_t r : region_nums(o)) by_number(g.by_region, r).duration.insert(k);
+            for (std::uint32_t r : region_nums(o)) insert_duration(by_number(g.by_region, r), k);
           }
         } else {
           LivePool& lp = *lo.pool();
@@ -5752,10 +5772,19 @@ struct Engine::Impl {
         if (top != ix.best) fail("fixed bid index: its best out of step");
         bid_entries += n;
       };
+      // A duration set's best is its first bid's price.
+      const auto check_duration = [&](const BidSets& s) {
+        if (s.duration_best != (s.duration.empty() ? kNoBid : s.duration.begin()->price.value)) {
+          fail("duration set's best price " + std::to_string(s.duration_best) + " stale");
+        }
+      };
       for (const BidGroup& g : b.bid_groups) {
         check_bids(g.any.fixed);
+        check_duration(g.any);
         for (const auto& s : g.by_region) {
-          if (s) check_bids(s->fixed);
+          if (!s) continue;
+          check_bids(s->fixed);
+          check_duration(*s);
         }
       }
       const auto fe = fixed_entries.find(&b);
