@@ -858,6 +858,7 @@ struct RunBounds {
   bool bounds(const AskKey& k) const {
     return k.run_start() >= min_start && k.run_end() <= max_end && k.max_run <= max_run;
   }
+  bool operator==(const RunBounds&) const = default;
 };
 
 // What few leases have (LiveLease::kRare), apart from the lease's slot.
@@ -996,9 +997,22 @@ struct LeaseRef {
   bool operator<(const LeaseRef& o) const { return price != o.price ? price < o.price : l->id < o.l->id; }
 };
 
+// The fields a walk reads of a pool it looks at are placed for its std::map node (Impl::pools): book_number and
+// region first, in the node's first line with its links, its key and p's id and provider (pool_admits, the run
+// scan's provider test, bids_for); spot_runs and book_spot_asks' head in the line after p (a duration bid's walk
+// opening the pool). A walk's first look at a pool reads one or two lines, not four.
 struct LivePool {
+  // Its number in its Book for BidGroup::verdicts (the maximum until an ask of it first walks the bids).
+  mutable std::uint32_t book_number{std::numeric_limits<std::uint32_t>::max()};
+  std::uint32_t region{0};  // its region's number (Impl::region_numbers; a pool's region never changes)
   Pool p;
   std::uint32_t number{0};  // its place in Impl::pool_list (LiveLease::pool)
+  std::uint32_t ask_pool_slot{0};  // its place in its Book's ask_pools while it has resting asks
+  // The run bounds of its spot asks (RunBounds{} when it has none), which let a duration bid's walk pass over the
+  // pool without reading a key, and its resting asks that a duration bid could use now (spot_now), in ask
+  // priority order (all of them are in its AskPool's asks).
+  RunBounds spot_runs;
+  AskSet book_spot_asks;
   StepTree used;  // open asks' free capacity + GPUs held by leases, over time
   OrderList asks;  // open asks
   // Its live leases (not ended): all of them unordered, by their slots in Impl::leases (4 bytes, not a pointer's
@@ -1007,21 +1021,16 @@ struct LivePool {
   // preempted).
   std::vector<std::uint32_t> leases;
   ChunkedSet<LeaseRef, std::less<LeaseRef>> spot_leases;
-  std::size_t ask_pool_slot{0};  // its place in its Book's ask_pools while it has resting asks
-  // This pool's resting asks (all of them are in its AskPool's asks) and those a duration bid
-  // could use now (spot_now), in ask priority order.
-  std::int64_t book_count{0};
-  AskSet book_spot_asks;
-  // Its market's book (a pool's market never changes), once looked up.
-  Book* book{nullptr};
+  // Its resting asks (32-bit, as their places in its AskPool's asks, LiveOrder::book_slot: with the 32-bit
+  // numbers the node stays 512 bytes).
+  std::uint32_t book_count{0};
   // Its number in its Book's RunIndex (the maximum until its first ask is indexed).
   mutable std::uint32_t run_number{std::numeric_limits<std::uint32_t>::max()};
-  // Its number in its Book for BidGroup::verdicts (the maximum until an ask of it first walks the bids).
-  mutable std::uint32_t book_number{std::numeric_limits<std::uint32_t>::max()};
+  // Its market's book (a pool's market never changes), once looked up.
+  Book* book{nullptr};
   // The constraint groups of its Book that it may satisfy (Impl::groups_of), as of the Book's groups_made.
   mutable std::vector<std::uint32_t> groups_ok;
   mutable std::uint64_t groups_seen{0};
-  std::uint32_t region{0};  // its region's number (Impl::region_numbers; a pool's region never changes)
 };
 
 using BidSet = LevelSet<BidKey, BidOrder>;  // by price level (a new bid is appended to its level)
@@ -1078,12 +1087,13 @@ struct BidRow {
 };
 
 struct BidIndex {
+  // The highest of its rows' `best` (the minimum when empty): a walk passes over an index priced out without
+  // reading a row (two in three of the indexes an ask's walk gathers from in the realistic bench). First, and
+  // then its rows: in a BidGroup's first line (BidSets).
+  std::int64_t best{kNoBid};
   std::vector<BidRow> rows;  // by start week
   std::size_t size{0};
   std::uint64_t version{0};  // bumped by every insert and erase: an ask's walk re-seeks its cursors (BidWalk)
-  // The highest of its rows' `best` (the minimum when empty): a walk passes over an index priced out without
-  // reading a row (two in three of the indexes an ask's walk gathers from in the realistic bench).
-  std::int64_t best{kNoBid};
   void refresh_best() {
     best = kNoBid;
     for (const BidRow& r : rows) best = std::max(best, r.best);
@@ -1108,8 +1118,12 @@ struct BidIndex {
 
 // Resting duration (spot) bids, in (price desc, priority) order, and fixed-window bids in their index.
 struct BidSets {
-  BidSet duration;
+  // The price of duration's first bid (kNoBid when empty; Impl::insert_duration and erase_duration keep it): a
+  // walk passes over a duration set priced out without reading its chunks. Then fixed's best price and rows:
+  // the start of BidGroup::any, in the group's first line.
+  std::int64_t duration_best{kNoBid};
   BidIndex fixed;
+  BidSet duration;
 };
 
 // Resting bids whose constraints are equal once their regions are set aside (`rep`, regions empty). A
@@ -1122,23 +1136,27 @@ struct BidSets {
 // listed in Book::free_groups: kept as it is, for its constraint set's next bid, until a new constraint set needs
 // a group and takes its slot. So a book keeps as many groups as the distinct constraint sets its open bids had at
 // once, not as many as it ever saw.
-struct BidGroup {
-  BidConstraints rep;
+//
+// What bids_for reads of each group its pool may satisfy comes first, in one line (the groups are aligned to
+// it): resting, energy, by_region and the start of `any` (its best prices and its fixed-window rows). They
+// were spread over four lines of a 296-byte group, each a miss (~280 groups in the realistic bench).
+struct alignas(64) BidGroup {
   std::int64_t resting{0};
-  std::int64_t users{0};  // open bids whose bid_group is this one, resting or not
-  BidSets any;
+  // pool_fits_spec(pool, rep), which reads only what a pool keeps for life (its spec: tier, region, fabric,
+  // NVLink, SLA, energy figures), kept by the pool's number in its Book (LivePool::book_number; -1: not judged
+  // yet: `verdicts`). With energy constraints (`energy`), the pool must also be verified now (pool_verified_for),
+  // which a verdict cannot keep.
+  bool energy{false};
+  bool listed{false};    // in Book::free_groups (since users last fell to 0; it may have users again)
+  std::uint32_t gen{0};  // how many times its slot was taken by another group: group_by_cons' entries of an earlier one are stale
   // By region number (Impl::region_numbers), as far as its bids' regions go; null: a region none named. Behind
   // pointers: a bid naming a late-numbered region (up to ~676 two-letter codes) must not cost the group a whole
   // BidSets for every number before it.
   std::vector<std::unique_ptr<BidSets>> by_region;
-  // pool_fits_spec(pool, rep), which reads only what a pool keeps for life (its spec: tier, region, fabric,
-  // NVLink, SLA, energy figures), kept by the pool's number in its Book (LivePool::book_number; -1: not judged
-  // yet). With energy constraints (`energy`), the pool must also be verified now (pool_verified_for), which a
-  // verdict cannot keep.
-  bool energy{false};
+  BidSets any;
+  std::int64_t users{0};  // open bids whose bid_group is this one, resting or not
   mutable std::vector<std::int8_t> verdicts;
-  std::uint32_t gen{0};  // how many times its slot was taken by another group: group_by_cons' entries of an earlier one are stale
-  bool listed{false};    // in Book::free_groups (since users last fell to 0; it may have users again)
+  BidConstraints rep;
 };
 
 inline PoolId RestOrder::request_pool() const {
@@ -1147,15 +1165,13 @@ inline PoolId RestOrder::request_pool() const {
 }
 
 // A pool's resting asks in no order (each LiveOrder keeps its index, book_slot; erase moves the last one into
-// the hole; fixed-window bids find them through the RunIndex), and the cheapest price and run bounds of those
-// in book_spot_asks (spot_cheapest: kNoSpotAsk when it is empty), which let a duration bid's walk pass over the
-// pool without reading a key.
+// the hole; fixed-window bids find them through the RunIndex), and the cheapest price of those in
+// book_spot_asks (spot_cheapest: kNoSpotAsk when it is empty; their run bounds are LivePool::spot_runs).
 constexpr Price kNoSpotAsk{std::numeric_limits<std::int64_t>::max()};
 struct AskPool {
   LivePool* lp{nullptr};
   std::vector<LiveOrder*> asks;
   Price spot_cheapest{kNoSpotAsk};
-  RunBounds spot_runs;
 };
 
 // An ask pool with spot asks and its cheapest (AskPool::spot_cheapest), in Book::spot_by_price: ordered by
@@ -1372,6 +1388,11 @@ struct Book {
   // Bumped when group_for makes a group or gives a slot to another constraint set: the pools' lists of the
   // groups they may satisfy (LivePool::groups_ok) are then out of date.
   std::uint64_t groups_made{1};
+  // The slots of the latest groups made: the one made when groups_made went from m to m + 1 at
+  // made_slots[m % kMadeSlots]. A pool's list a few groups behind is brought up to date by judging those
+  // groups alone (Impl::groups_of).
+  static constexpr std::uint64_t kMadeSlots = 16;
+  std::array<std::uint32_t, kMadeSlots> made_slots{};
   const MarketId* key{nullptr};  // its key in Impl::books (a std::map: the address is stable)
 };
 
@@ -2650,6 +2671,17 @@ struct Engine::Impl {
     region_numbers_of(ic.c, scratch);
     return scratch;
   }
+  // A duration bid's key into (out of) a group's sets, their duration_best kept.
+  static void insert_duration(BidSets& s, const BidKey& k) {
+    s.duration.insert(k);
+    s.duration_best = std::max(s.duration_best, k.price.value);
+  }
+  static void erase_duration(BidSets& s, const BidKey& k) {
+    s.duration.erase(k);
+    if (k.price.value == s.duration_best) {  // it may have been the first
+      s.duration_best = s.duration.empty() ? kNoBid : s.duration.begin()->price.value;
+    }
+  }
   // The sets of region number n in a group's by_region (added if need be).
   static BidSets& by_number(std::vector<std::unique_ptr<BidSets>>& v, std::uint32_t n) {
     if (n >= v.size()) v.resize(n + 1);
@@ -3386,7 +3418,7 @@ struct Engine::Impl {
     const auto open_pools = [&] {
       while (next_pool != pools_end && (heads.empty() || next_pool->cheapest <= heads.front().key.effective)) {
         const LivePool& lp = *(next_pool++)->lp;
-        if (!b.ask_pools[lp.ask_pool_slot].spot_runs.may_fit(ws, we) || !pool_admits(b, lp, group, c, regions)) continue;
+        if (!lp.spot_runs.may_fit(ws, we) || !pool_admits(b, lp, group, c, regions)) continue;
         const AskSet& s = lp.book_spot_asks;
         Head h{&s, s.begin(), {}, 0};
         if (!settle(h)) continue;
@@ -3441,7 +3473,6 @@ struct Engine::Impl {
           it->second = f;
         }
       }
-      ++b.groups_made;
       if (slot) {
         b.group_index.erase(constraint_key(slot->rep));
         fresh.gen = slot->gen + 1;
@@ -3450,6 +3481,8 @@ struct Engine::Impl {
         it->second = static_cast<int>(b.bid_groups.size());
         b.bid_groups.push_back(std::move(fresh));
       }
+      b.made_slots[b.groups_made % Book::kMadeSlots] = static_cast<std::uint32_t>(it->second);
+      ++b.groups_made;
     }
     return it->second;
   }
@@ -3531,7 +3564,7 @@ struct Engine::Impl {
     if (b.duration_ceiling_stale) {
       Price best(std::numeric_limits<std::int64_t>::min());
       const auto of = [&](const BidSets& s) {
-        if (!s.duration.empty()) best = std::max(best, s.duration.begin()->price);
+        best = std::max(best, Price(s.duration_best));  // an empty set's kNoBid is best's start
       };
       for (const BidGroup& g : b.bid_groups) {
         if (g.resting == 0) continue;
@@ -3547,10 +3580,21 @@ struct Engine::Impl {
   }
 
   // The groups of `b` that `lp` may satisfy: those whose kept verdict admits it (the caller asks group_verified
-  // of each), listed again only when b's groups changed (Book::groups_made): an ask's walk then
-  // passes over none of the ~3 in 4 groups its pool fails (realistic bench: 7.6 admitted of 28).
+  // of each), in no order (bids_for's walk merges by key), brought up to date only when b's groups changed
+  // (Book::groups_made): an ask's walk then passes over none of the ~3 in 4 groups its pool fails (realistic
+  // bench: 7.6 admitted of 28).
   const std::vector<std::uint32_t>& groups_of(const Book& b, const LivePool& lp) const {
-    if (lp.groups_seen != b.groups_made) {
+    if (lp.groups_seen == b.groups_made) return lp.groups_ok;
+    if (lp.groups_seen != 0 && b.groups_made - lp.groups_seen <= Book::kMadeSlots) {
+      // Only the slots given to groups since, each judged again: judging every group reads two lines a group
+      // (its verdicts' vector and the verdict).
+      const std::uint32_t number = book_number(b, lp);
+      for (std::uint64_t m = lp.groups_seen; m != b.groups_made; ++m) {
+        const std::uint32_t slot = b.made_slots[m % Book::kMadeSlots];
+        std::erase(lp.groups_ok, slot);
+        if (numbered_fits_spec(b, lp, number, b.bid_groups[slot])) lp.groups_ok.push_back(slot);
+      }
+    } else {
       lp.groups_ok.clear();
       // The groups through a pointer and a count taken once, and the pool's book number too (numbered_fits_spec):
       // the push_back writes memory, after which GCC loaded the vector's bounds again and divided out its size,
@@ -3562,8 +3606,8 @@ struct Engine::Impl {
       for (std::size_t i = 0; i < n; ++i) {
         if (numbered_fits_spec(b, lp, number, groups[i])) lp.groups_ok.push_back(static_cast<std::uint32_t>(i));
       }
-      lp.groups_seen = b.groups_made;
     }
+    lp.groups_seen = b.groups_made;
     return lp.groups_ok;
   }
 
@@ -3575,7 +3619,7 @@ struct Engine::Impl {
     // Inlined (GCC kept it out of line: ~62,000 calls of ~47 instructions in the realistic bench, a third of them
     // for sets priced out, which return at once).
     const auto add = [&](const BidSets& s) __attribute__((always_inline)) {
-      if (with_duration) walk.add(s.duration, floor);
+      if (with_duration && s.duration_best >= floor.value) walk.add(s.duration, floor);
       walk.add_fixed(s.fixed, floor);
     };
     // The groups through a pointer taken once (as in groups_of): add() writes the walk, after which GCC loaded
@@ -3722,8 +3766,8 @@ struct Engine::Impl {
   }
 
   // A key in its pool's spot set counted in the set's summary (run bounds, cheapest).
-  static void count_spot(Book& b, AskPool& ap, const AskKey& k) {
-    ap.spot_runs.widen(k);
+  static void count_spot(Book& b, AskPool& ap, LivePool& lp, const AskKey& k) {
+    lp.spot_runs.widen(k);
     if (k.effective < ap.spot_cheapest) set_spot_cheapest(b, ap, k.effective);
   }
 
@@ -3731,7 +3775,7 @@ struct Engine::Impl {
   static void erase_spot(Book& b, AskPool& ap, LivePool& lp, const AskKey& k) {
     lp.book_spot_asks.erase(k);
     if (lp.book_spot_asks.empty()) {
-      ap.spot_runs = RunBounds{};
+      lp.spot_runs = RunBounds{};
       set_spot_cheapest(b, ap, kNoSpotAsk);
     } else {
       set_spot_cheapest(b, ap, lp.book_spot_asks.begin()->effective);
@@ -3777,9 +3821,9 @@ struct Engine::Impl {
       if (!dur) {
         unindex_bid(b, lo);
       } else if (regions.empty()) {
-        g.any.duration.erase(k);
+        erase_duration(g.any, k);
       } else {
-        for (std::uint32_t r : region_nums(lo.o)) by_number(g.by_region, r).duration.erase(k);
+        for (std::uint32_t r : region_nums(lo.o)) erase_duration(by_number(g.by_region, r), k);
       }
     } else {
       const AskKey k{lo.o.ask_effective_price(), lo.o.priority(), lo.o.id};
@@ -3794,7 +3838,7 @@ struct Engine::Impl {
       ap.asks.pop_back();
       if (lo.in_spot) erase_spot(b, ap, *lp, k);
       if (--lp->book_count == 0) {
-        const std::size_t i = lp->ask_pool_slot;
+        const std::uint32_t i = lp->ask_pool_slot;
         if (i + 1 != b.ask_pools.size()) {
           b.ask_pools[i] = std::move(b.ask_pools.back());
           b.ask_pools[i].lp->ask_pool_slot = i;
@@ -3820,14 +3864,14 @@ struct Engine::Impl {
     const bool spot = spot_now(o);
     AskPool& ap = b.ask_pools[lp.ask_pool_slot];
     if (lo.in_spot && spot) {
-      if (lp.book_spot_asks.size() == 1) ap.spot_runs = RunBounds{};  // as the erase of its only key would
+      if (lp.book_spot_asks.size() == 1) lp.spot_runs = RunBounds{};  // as the erase of its only key would
       lp.book_spot_asks.replace(k);
     } else if (lo.in_spot) {
       erase_spot(b, ap, lp, k);
     } else if (spot) {
       lp.book_spot_asks.insert(k);
     }
-    if (spot) count_spot(b, ap, k);
+    if (spot) count_spot(b, ap, lp, k);
     lo.in_spot = spot;
     settle_kept_runs(lo);
   }
@@ -4081,9 +4125,9 @@ struct Engine::Impl {
             ++b.fixed_bids;
             index_bid(b, lo);
           } else if (regions.empty()) {
-            g.any.duration.insert(k);
+            insert_duration(g.any, k);
           } else {
-            for (std::uint32_t r : region_nums(o)) by_number(g.by_region, r).duration.insert(k);
+            for (std::uint32_t r : region_nums(o)) insert_duration(by_number(g.by_region, r), k);
           }
         } else {
           LivePool& lp = *lo.pool();
@@ -4092,15 +4136,15 @@ struct Engine::Impl {
           // is spot now when its window has started (spot_now() without its read of the free capacity).
           lo.in_spot = as_placed ? o.window_start <= now : spot_now(o);
           if (lp.book_count++ == 0) {
-            lp.ask_pool_slot = b.ask_pools.size();
-            b.ask_pools.push_back(AskPool{&lp, {}, kNoSpotAsk, {}});
+            lp.ask_pool_slot = static_cast<std::uint32_t>(b.ask_pools.size());  // at most one a pool (add_pool)
+            b.ask_pools.push_back(AskPool{&lp, {}, kNoSpotAsk});
           }
           AskPool& ap = b.ask_pools[lp.ask_pool_slot];
           lo.book_slot = static_cast<std::uint32_t>(ap.asks.size());
           append(ap.asks, lo);
           if (lo.in_spot) {
             lp.book_spot_asks.insert(k);
-            count_spot(b, ap, k);
+            count_spot(b, ap, lp, k);
           }
           index_runs(b, lo);
         }
@@ -5497,6 +5541,10 @@ struct Engine::Impl {
         fail("pool " + std::to_string(id.value) + " not at its number in pool_list");
       }
       if (find_pool(id) != &lp) fail("pool " + std::to_string(id.value) + " not found by its id in pool_index");
+      // A pool's spot asks widen its run bounds from none (the ask pools' check below), as a new AskPool's did.
+      if (lp.book_spot_asks.empty() && lp.spot_runs != RunBounds{}) {
+        fail("run bounds of pool " + std::to_string(id.value) + " kept without spot asks");
+      }
 
       auto rn = region_numbers.find(lp.p.spec.region);
       if (rn == region_numbers.end() || rn->second != lp.region) {
@@ -5515,15 +5563,17 @@ struct Engine::Impl {
       if (lp.leases.size() != live || lp.spot_leases.size() != (lp.p.spec.tier == Tier::spot ? live : 0)) {
         fail("pool " + std::to_string(id.value) + " lists other leases than its live ones");
       }
-      // Its list of the groups it may satisfy, when current, holds every group it satisfies, each once.
+      // Its list of the groups it may satisfy, when current, holds exactly the groups whose spec it fits, once.
       if (const Book& pb = books.at(lp.p.spec.market); lp.groups_seen == pb.groups_made) {
         std::vector<bool> listed(pb.bid_groups.size(), false);
         for (std::uint32_t gi : lp.groups_ok) {
-          if (gi >= listed.size() || listed[gi]) fail("group list of pool " + std::to_string(id.value) + " wrong");
+          if (gi >= listed.size() || listed[gi] || !pool_fits_spec(lp.p, pb.bid_groups[gi].rep)) {
+            fail("group list of pool " + std::to_string(id.value) + " wrong");
+          }
           listed[gi] = true;
         }
         for (std::size_t i = 0; i < pb.bid_groups.size(); ++i) {
-          if (!listed[i] && pool_satisfies(lp.p, pb.bid_groups[i].rep)) {
+          if (!listed[i] && pool_fits_spec(lp.p, pb.bid_groups[i].rep)) {
             fail("group list of pool " + std::to_string(id.value) + " misses group " + std::to_string(i));
           }
         }
@@ -5581,7 +5631,7 @@ struct Engine::Impl {
           }
         }
         for (const AskKey& k : ap.lp->book_spot_asks) {
-          if (!ap.spot_runs.bounds(k)) fail("spot ask run bounds miss: " + std::to_string(k.id.value));
+          if (!ap.lp->spot_runs.bounds(k)) fail("spot ask run bounds miss: " + std::to_string(k.id.value));
           AskKey fresh = k;
           summarize_runs(k.lo->o, fresh);
           if (fresh.run_lead != k.run_lead || fresh.run_tail != k.run_tail || fresh.max_run != k.max_run) {
@@ -5722,10 +5772,19 @@ struct Engine::Impl {
         if (top != ix.best) fail("fixed bid index: its best out of step");
         bid_entries += n;
       };
+      // A duration set's best is its first bid's price.
+      const auto check_duration = [&](const BidSets& s) {
+        if (s.duration_best != (s.duration.empty() ? kNoBid : s.duration.begin()->price.value)) {
+          fail("duration set's best price " + std::to_string(s.duration_best) + " stale");
+        }
+      };
       for (const BidGroup& g : b.bid_groups) {
         check_bids(g.any.fixed);
+        check_duration(g.any);
         for (const auto& s : g.by_region) {
-          if (s) check_bids(s->fixed);
+          if (!s) continue;
+          check_bids(s->fixed);
+          check_duration(*s);
         }
       }
       const auto fe = fixed_entries.find(&b);
