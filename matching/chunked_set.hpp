@@ -72,6 +72,7 @@ class ChunkedSet {
     if (c == chunks_.size()) return end();
     const auto& ch = chunks_[c];
     const auto it = std::lower_bound(ch.begin(), ch.end(), k, Less{});
+    if (it == ch.end()) return end();  // after every key (only the last chunk's end: chunk_for)
     return const_iterator(this, c, static_cast<std::size_t>(it - ch.begin()));
   }
 
@@ -88,8 +89,7 @@ class ChunkedSet {
       size_ = 1;
       return;
     }
-    std::size_t c = chunk_for(k);
-    if (c == chunks_.size()) c = chunks_.size() - 1;  // after every key: the last chunk
+    const std::size_t c = chunk_for(k);
     auto& ch = chunks_[c];
     const auto it = std::lower_bound(ch.begin(), ch.end(), k, Less{});
     if (it != ch.end() && !Less{}(k, *it)) return;
@@ -153,9 +153,12 @@ class ChunkedSet {
     return std::clamp(room_in_class(want, sizeof(Key)), want, kMax + 1);
   }
 
-  // The first chunk whose last key is not less than k (chunks_.size() if none).
+  // The first chunk whose last key is not less than k, else the last chunk (0 if there is none): the chunk
+  // where k is or would go. The last chunk's last key is not read: a set of one chunk (most sets) is searched
+  // without loading its end, a cache miss of its own unless the search in the chunk comes near it.
   std::size_t chunk_for(const Key& k) const {
-    const auto it = std::partition_point(chunks_.begin(), chunks_.end(),
+    if (chunks_.empty()) return 0;
+    const auto it = std::partition_point(chunks_.begin(), chunks_.end() - 1,
                                          [&](const std::vector<Key>& ch) { return Less{}(ch.back(), k); });
     return static_cast<std::size_t>(it - chunks_.begin());
   }

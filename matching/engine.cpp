@@ -1251,27 +1251,49 @@ constexpr std::size_t kTiers = static_cast<std::size_t>(Tier::spot) + 1;
 
 inline std::size_t tier_index(Tier t) { return static_cast<std::size_t>(t); }
 
-struct RunCell {
-  std::array<RunSet, kTiers> by_tier;
+// A cache line's start each (192 bytes, not 152): a walk that reads a cell reads tier 0's cheapest and set in its
+// first line and tier 1's set in its second, not up to three lines wherever the cell fell.
+struct alignas(64) RunCell {
   // Each tier's least effective price (the maximum when it has no run), beside the sets: a walk passes over
-  // a tier priced out without loading its chunks; and the least of them, with which it passes over a cell
-  // priced out in every tier with one comparison (most cells, for a bid that does not cross).
+  // a tier priced out without loading its chunks.
   std::array<std::int64_t, kTiers> cheapest{kNoRun, kNoRun, kNoRun};
-  std::int64_t least{kNoRun};
+  std::array<RunSet, kTiers> by_tier;
   static constexpr std::int64_t kNoRun = std::numeric_limits<std::int64_t>::max();
-  void lower(std::size_t t, std::int64_t price) {
-    cheapest[t] = std::min(cheapest[t], price);
-    least = std::min(least, price);
-  }
-  void refresh(std::size_t t) {
-    cheapest[t] = by_tier[t].empty() ? kNoRun : by_tier[t].begin()->effective.value;
-    least = *std::min_element(cheapest.begin(), cheapest.end());
-  }
 };
 
 struct RunRow {
   std::vector<RunCell> cells;  // by end week: see RunIndex
-  std::size_t size{0};         // the entries in its cells
+  // Each cell's least cheapest, by the cell's index: a walk passes over a cell priced out in every tier (most
+  // cells, for a bid that does not cross) with one comparison, eight cells to a cache line (a 152-byte cell's
+  // own field took a line a cell). The walk reads it by the cell's index (no division in its loop).
+  std::vector<std::int64_t> least;
+  std::size_t size{0};  // the entries in its cells
+};
+
+// A cell as an update finds it: its row (whose count changes) and the cell.
+struct RunCellRef {
+  RunRow* row{nullptr};  // null: no such cell (find)
+  RunCell* cell{nullptr};
+  // The cell's least in its row, found from the cell's place (a division by 192) on the updates' rare path only,
+  // when a cheapest changed: an index carried beside the cell cost every update an instruction or two.
+  std::int64_t& least() const { return row->least[static_cast<std::size_t>(cell - row->cells.data())]; }
+
+  // Tier t's cheapest after an insert of `price` or after an erase, and the cell's least with it: the least is
+  // the least cheapest, so it is read only when a cheapest changes (an update of a run dearer than its tier's
+  // cheapest leaves the least's cache line alone).
+  void lower(std::size_t t, std::int64_t price) const {
+    if (price >= cell->cheapest[t]) return;
+    cell->cheapest[t] = price;
+    std::int64_t& least = this->least();
+    least = std::min(least, price);
+  }
+  void refresh(std::size_t t) const {
+    const RunSet& set = cell->by_tier[t];
+    const std::int64_t now = set.empty() ? RunCell::kNoRun : set.begin()->effective.value;
+    if (now == cell->cheapest[t]) return;
+    cell->cheapest[t] = now;
+    least() = *std::min_element(cell->cheapest.begin(), cell->cheapest.end());
+  }
 };
 
 // A pool's verdict for the current walk, by the pool's number in the index, in one 8-byte word (the scan reads
@@ -1314,26 +1336,25 @@ struct RunIndex {
     const std::int64_t c = end_week - static_cast<std::int64_t>(r);
     return static_cast<std::size_t>(std::clamp<std::int64_t>(c, 0, static_cast<std::int64_t>(kRunCells) - 1));
   }
-  // An entry's row and cell, added if need be (index_run); find: nulls if it has none (unindex_run,
-  // check_invariants).
-  std::pair<RunRow*, RunCell*> cell_for(const RunEntry& e) {
+  // An entry's cell, added if need be (index_run); find: nulls if it has none (unindex_run, check_invariants).
+  RunCellRef cell_for(const RunEntry& e) {
     const std::size_t r = row_of(e.start);
     if (r >= rows.size()) rows.resize(r + 1);
     RunRow& row = rows[r];
     const std::size_t c = cell_of(r, e.end);
-    if (c >= row.cells.size()) row.cells.resize(c + 1);
+    if (c >= row.cells.size()) {
+      row.cells.resize(c + 1);
+      row.least.resize(c + 1, RunCell::kNoRun);
+    }
     return {&row, &row.cells[c]};
   }
-  std::pair<const RunRow*, const RunCell*> find(const RunEntry& e) const {
+  RunCellRef find(const RunEntry& e) {
     const std::size_t r = row_of(e.start);
-    if (r >= rows.size()) return {nullptr, nullptr};
-    const RunRow& row = rows[r];
+    if (r >= rows.size()) return {};
+    RunRow& row = rows[r];
     const std::size_t c = cell_of(r, e.end);
-    return {&row, c < row.cells.size() ? &row.cells[c] : nullptr};
-  }
-  std::pair<RunRow*, RunCell*> find(const RunEntry& e) {
-    const auto [row, cell] = std::as_const(*this).find(e);
-    return {const_cast<RunRow*>(row), const_cast<RunCell*>(cell)};
+    if (c >= row.cells.size()) return {};
+    return {&row, &row.cells[c]};
   }
 };
 
@@ -3259,8 +3280,9 @@ struct Engine::Impl {
         }
       }
     };
-    const auto scan_cell = [&](const RunCell& cell, auto starts_before, auto ends_after) {
-      if (cell.least > cut.effective) return;
+    // A cell, passed over by its least (RunRow::least) alone when that is past the cut.
+    const auto scan_cell = [&](const RunCell& cell, std::int64_t least, auto starts_before, auto ends_after) {
+      if (least > cut.effective) return;
       for (std::size_t k = 0; k < n_tiers; ++k) {
         const std::size_t t = tiers[k];
         if (cell.cheapest[t] <= cut.effective) scan(cell.by_tier[t], starts_before, ends_after);
@@ -3274,15 +3296,20 @@ struct Engine::Impl {
       if (row.size == 0) continue;
       const std::size_t we_cell = RunIndex::cell_at(r, we_week);
       const RunCell* const cells = row.cells.data();
+      const std::int64_t* const least = row.least.data();
       const std::size_t n_cells = row.cells.size();
       if (we_cell >= n_cells) continue;
       // we's cell, then the cells after it (ends_after); starts_before decided once a row.
       if (r < ws_row) {
-        scan_cell(cells[we_cell], std::true_type{}, std::false_type{});
-        for (std::size_t i = we_cell + 1; i < n_cells; ++i) scan_cell(cells[i], std::true_type{}, std::true_type{});
+        scan_cell(cells[we_cell], least[we_cell], std::true_type{}, std::false_type{});
+        for (std::size_t i = we_cell + 1; i < n_cells; ++i) {
+          scan_cell(cells[i], least[i], std::true_type{}, std::true_type{});
+        }
       } else {
-        scan_cell(cells[we_cell], std::false_type{}, std::false_type{});
-        for (std::size_t i = we_cell + 1; i < n_cells; ++i) scan_cell(cells[i], std::false_type{}, std::true_type{});
+        scan_cell(cells[we_cell], least[we_cell], std::false_type{}, std::false_type{});
+        for (std::size_t i = we_cell + 1; i < n_cells; ++i) {
+          scan_cell(cells[i], least[i], std::false_type{}, std::true_type{});
+        }
       }
     }
     // The candidates pushed before the cut came down to its last place and priced past it: the walk never
@@ -3936,26 +3963,26 @@ struct Engine::Impl {
     });
   }
   static void index_run(RunIndex& ix, const LivePool* lp, const RunEntry& e) {
-    const auto [row, cell] = ix.cell_for(e);
+    const RunCellRef at = ix.cell_for(e);
     const std::size_t t = tier_index(lp->p.spec.tier);
-    RunSet& set = cell->by_tier[t];
+    RunSet& set = at.cell->by_tier[t];
     const std::size_t n = set.size();
     set.insert(e);
     if (set.size() != n + 1) throw std::logic_error("free run index: entry already in");
-    cell->lower(t, e.effective.value);
-    ++row->size;
+    at.lower(t, e.effective.value);
+    ++at.row->size;
     ++ix.size;
   }
   static void unindex_run(RunIndex& ix, const LivePool* lp, const RunEntry& e) {
-    const auto [row, cell] = ix.find(e);
-    if (!cell) throw std::logic_error("free run index: no cell");
+    const RunCellRef at = ix.find(e);
+    if (!at.cell) throw std::logic_error("free run index: no cell");
     const std::size_t t = tier_index(lp->p.spec.tier);
-    RunSet& set = cell->by_tier[t];
+    RunSet& set = at.cell->by_tier[t];
     const std::size_t n = set.size();
     set.erase(e);
     if (set.size() + 1 != n) throw std::logic_error("free run index: no entry");
-    cell->refresh(t);
-    --row->size;
+    at.refresh(t);
+    --at.row->size;
     --ix.size;
   }
 
@@ -4036,7 +4063,7 @@ struct Engine::Impl {
           }
         }
         if (placed) {
-          reindex_run(ix.find(*kept_entry).second, lo.pool(), *kept_entry, *placed);
+          reindex_run(ix.find(*kept_entry).cell, lo.pool(), *kept_entry, *placed);
         } else {
           unindex_run(ix, lo.pool(), *kept_entry);
         }
@@ -5663,7 +5690,7 @@ struct Engine::Impl {
             if (!e) return;
             ++runs;
             bool found = false;
-            if (const RunCell* cell = std::as_const(b.free_runs).find(*e).second) {
+            if (const RunCell* cell = b.free_runs.find(*e).cell) {
               const RunSet& set = cell->by_tier[tier_index(ap.lp->p.spec.tier)];
               auto it = set.lower_bound(*e);
               found = it != set.end() && *it == *e;
@@ -5676,9 +5703,10 @@ struct Engine::Impl {
       for (std::size_t r = 0; r < b.free_runs.rows.size(); ++r) {
         const RunRow& row = b.free_runs.rows[r];
         const std::size_t before = indexed;
+        if (row.least.size() != row.cells.size()) fail("free run index: a row's least prices out of step");
         for (std::size_t c = 0; c < row.cells.size(); ++c) {
           const RunCell& cell = row.cells[c];
-          if (cell.least != *std::min_element(cell.cheapest.begin(), cell.cheapest.end())) {
+          if (c < row.least.size() && row.least[c] != *std::min_element(cell.cheapest.begin(), cell.cheapest.end())) {
             fail("free run index: a cell's least out of step");
           }
           for (std::size_t t = 0; t < kTiers; ++t) {
