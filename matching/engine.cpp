@@ -2533,6 +2533,16 @@ struct Engine::Impl {
   // strings' and vectors' copies inlined in the copy.
   [[gnu::noinline, gnu::flatten]] static std::string copy_of(const std::string& s) { return s; }
   [[gnu::noinline, gnu::flatten]] static BidConstraints copy_of(const BidConstraints& c) { return c; }
+  // An order's empty constraints (every order without any, each time an event or a query reports it), out of
+  // line with `tune=skylake`: GCC's generic tuning zeroes the 104 bytes inline with `rep stos` (13 stores one at a
+  // time after a slow start), this tuning with seven 16-byte stores. Tuning only (the same instructions are
+  // allowed); its own function, as a function so tuned inlines none of the generic ones that make_order does
+  // (make_order itself so tuned: plain +5.3 % instructions). Plain -0.28 % instructions.
+#if defined(__x86_64__)
+  [[gnu::noinline, gnu::target("tune=skylake")]] static BidConstraints no_constraints() { return {}; }
+#else
+  static BidConstraints no_constraints() { return {}; }
+#endif
 
   // The full Order of a compact one, every field initialized once (designated, in declaration order: a
   // field left out here would silently keep its default, so every one is named).
@@ -2542,6 +2552,8 @@ struct Engine::Impl {
   [[gnu::flatten]] static Order make_order(const RestOrder& r) {
     const RestRequest& rq = r.request;
     const Seconds window_end = r.window_end();
+    // Read once: the string copies' calls between its two uses would make GCC read it through the book again.
+    const MarketId market = *r.market();
     using RR = RestRequest;
     using MK = RestRequest::MarketKind;
     return Order{
@@ -2551,7 +2563,7 @@ struct Engine::Impl {
             OrderRequest{
                 .side = rq.side,
                 .client_order_id = rq.cold ? copy_of(rq.cold->client_order_id) : std::string(),
-                .market = rq.market_kind == MK::resolved ? *r.market()
+                .market = rq.market_kind == MK::resolved ? market
                           : rq.market_kind == MK::cold   ? rq.cold->request_market
                                                          : MarketId{},
                 .pool = r.request_pool(),
@@ -2569,7 +2581,7 @@ struct Engine::Impl {
                                 ? std::optional((rq.has & RR::kColdDuration) ? rq.cold->duration
                                                                              : Seconds(rq.duration_v))
                                 : std::nullopt,
-                .constraints = rq.cons ? copy_of(*rq.cons) : BidConstraints{},
+                .constraints = rq.cons ? copy_of(*rq.cons) : no_constraints(),
                 .min_duration = r.min_duration(),
                 .min_chunk = rq.min_chunk,
                 .time_in_force = rq.time_in_force,
@@ -2577,7 +2589,7 @@ struct Engine::Impl {
                 .post_only = rq.post_only,
                 .stp = rq.stp,
             },
-        .market = *r.market(),
+        .market = market,
         .window_start = r.window_start,
         .window_end = window_end,
         .effective_price = r.effective_price(),
