@@ -1119,8 +1119,8 @@ struct BidIndex {
 // Resting duration (spot) bids, in (price desc, priority) order, and fixed-window bids in their index.
 struct BidSets {
   // The price of duration's first bid (kNoBid when empty; Impl::insert_duration and erase_duration keep it): a
-  // walk passes over a duration set priced out without reading its chunks. Then fixed's best price and rows:
-  // the start of BidGroup::any, in the group's first line.
+  // walk passes over a duration set priced out without reading its chunks. Then fixed's best price and its rows'
+  // begin: the start of BidGroup::any, in the group's first line (the rows' end is in the second).
   std::int64_t duration_best{kNoBid};
   BidIndex fixed;
   BidSet duration;
@@ -1138,11 +1138,11 @@ struct BidSets {
 // once, not as many as it ever saw.
 //
 // What bids_for reads of each group its pool may satisfy comes first, in one line (the groups are aligned to
-// it): resting, energy, by_region and the start of `any` (its best prices and its fixed-window rows). They
+// it): resting, energy, by_region and the start of `any` (its best prices and its fixed-window rows' begin). They
 // were spread over four lines of a 296-byte group, each a miss (~280 groups in the realistic bench).
 struct alignas(64) BidGroup {
   std::int64_t resting{0};
-  // pool_fits_spec(pool, rep), which reads only what a pool keeps for life (its spec: tier, region, fabric,
+  // `verdicts` (below) keeps pool_fits_spec(pool, rep), which reads only what a pool keeps for life (its spec: tier, region, fabric,
   // NVLink, SLA, energy figures), kept by the pool's number in its Book (LivePool::book_number; -1: not judged
   // yet: `verdicts`). With energy constraints (`energy`), the pool must also be verified now (pool_verified_for),
   // which a verdict cannot keep.
@@ -1260,6 +1260,7 @@ struct alignas(64) RunCell {
   std::array<RunSet, kTiers> by_tier;
   static constexpr std::int64_t kNoRun = std::numeric_limits<std::int64_t>::max();
 };
+static_assert(sizeof(RunCell) == 192, "RunCell's comment and RunCellRef::least's division assume 192 bytes");
 
 struct RunRow {
   std::vector<RunCell> cells;  // by end week: see RunIndex
@@ -1336,7 +1337,8 @@ struct RunIndex {
     const std::int64_t c = end_week - static_cast<std::int64_t>(r);
     return static_cast<std::size_t>(std::clamp<std::int64_t>(c, 0, static_cast<std::int64_t>(kRunCells) - 1));
   }
-  // An entry's cell, added if need be (index_run); find: nulls if it has none (unindex_run, check_invariants).
+  // An entry's cell, added if need be (index_run); find and find_cell: null if it has none (unindex_run,
+  // check_invariants).
   RunCellRef cell_for(const RunEntry& e) {
     const std::size_t r = row_of(e.start);
     if (r >= rows.size()) rows.resize(r + 1);
@@ -1349,12 +1351,22 @@ struct RunIndex {
     return {&row, &row.cells[c]};
   }
   RunCellRef find(const RunEntry& e) {
+    const auto at = where(e);
+    if (!at) return {};
+    RunRow& row = rows[at->first];
+    return {&row, &row.cells[at->second]};
+  }
+  const RunCell* find_cell(const RunEntry& e) const {
+    const auto at = where(e);
+    return at ? &rows[at->first].cells[at->second] : nullptr;
+  }
+  // An entry's row and cell, if it has a cell.
+  std::optional<std::pair<std::size_t, std::size_t>> where(const RunEntry& e) const {
     const std::size_t r = row_of(e.start);
-    if (r >= rows.size()) return {};
-    RunRow& row = rows[r];
+    if (r >= rows.size()) return std::nullopt;
     const std::size_t c = cell_of(r, e.end);
-    if (c >= row.cells.size()) return {};
-    return {&row, &row.cells[c]};
+    if (c >= rows[r].cells.size()) return std::nullopt;
+    return std::pair{r, c};
   }
 };
 
@@ -2537,12 +2549,15 @@ struct Engine::Impl {
   // line with `tune=skylake`: GCC's generic tuning zeroes the 104 bytes inline with `rep stos` (13 stores one at a
   // time after a slow start), this tuning with seven 16-byte stores. Tuning only (the same instructions are
   // allowed); its own function, as a function so tuned inlines none of the generic ones that make_order does
-  // (make_order itself so tuned: plain +5.3 % instructions). Plain -0.28 % instructions.
-#if defined(__x86_64__)
-  [[gnu::noinline, gnu::target("tune=skylake")]] static BidConstraints no_constraints() { return {}; }
+  // (make_order itself so tuned: plain +5.3 % instructions). Plain -0.28 % instructions. GCC on x86-64 only:
+  // Clang before 12 ignores `tune=` with a warning, which -Werror makes an error.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define GPUEX_TUNED_STORES gnu::target("tune=skylake")
 #else
-  static BidConstraints no_constraints() { return {}; }
+#define GPUEX_TUNED_STORES
 #endif
+  [[gnu::noinline, GPUEX_TUNED_STORES]] static BidConstraints empty_constraints() { return {}; }
+#undef GPUEX_TUNED_STORES
 
   // The full Order of a compact one, every field initialized once (designated, in declaration order: a
   // field left out here would silently keep its default, so every one is named).
@@ -2581,7 +2596,7 @@ struct Engine::Impl {
                                 ? std::optional((rq.has & RR::kColdDuration) ? rq.cold->duration
                                                                              : Seconds(rq.duration_v))
                                 : std::nullopt,
-                .constraints = rq.cons ? copy_of(*rq.cons) : no_constraints(),
+                .constraints = rq.cons ? copy_of(*rq.cons) : empty_constraints(),
                 .min_duration = r.min_duration(),
                 .min_chunk = rq.min_chunk,
                 .time_in_force = rq.time_in_force,
@@ -5602,10 +5617,24 @@ struct Engine::Impl {
       if (lp.leases.size() != live || lp.spot_leases.size() != (lp.p.spec.tier == Tier::spot ? live : 0)) {
         fail("pool " + std::to_string(id.value) + " lists other leases than its live ones");
       }
-      // Its list of the groups it may satisfy, when current, holds exactly the groups whose spec it fits, once.
-      if (const Book& pb = books.at(lp.p.spec.market); lp.groups_seen == pb.groups_made) {
+      // Its list of the groups it may satisfy holds exactly the groups whose spec it fits, once: when current, and
+      // when a few groups behind (groups_of brings it up to date from Book::made_slots) once the groups made since
+      // are judged again here (by pool_fits_spec, not the kept verdicts). A list further behind is rebuilt whole.
+      const Book& pb = books.at(lp.p.spec.market);
+      const std::uint64_t behind = pb.groups_made - lp.groups_seen;
+      if (lp.groups_seen != 0 && behind <= Book::kMadeSlots) {
+        std::vector<std::uint32_t> list = lp.groups_ok;
+        for (std::uint64_t m = lp.groups_seen; m != pb.groups_made; ++m) {
+          const std::uint32_t slot = pb.made_slots[m % Book::kMadeSlots];
+          if (slot >= pb.bid_groups.size()) {
+            fail("book's latest groups name slot " + std::to_string(slot) + " past its groups");
+            break;
+          }
+          std::erase(list, slot);
+          if (pool_fits_spec(lp.p, pb.bid_groups[slot].rep)) list.push_back(slot);
+        }
         std::vector<bool> listed(pb.bid_groups.size(), false);
-        for (std::uint32_t gi : lp.groups_ok) {
+        for (std::uint32_t gi : list) {
           if (gi >= listed.size() || listed[gi] || !pool_fits_spec(lp.p, pb.bid_groups[gi].rep)) {
             fail("group list of pool " + std::to_string(id.value) + " wrong");
           }
@@ -5702,7 +5731,7 @@ struct Engine::Impl {
             if (!e) return;
             ++runs;
             bool found = false;
-            if (const RunCell* cell = b.free_runs.find(*e).cell) {
+            if (const RunCell* cell = b.free_runs.find_cell(*e)) {
               const RunSet& set = cell->by_tier[tier_index(ap.lp->p.spec.tier)];
               auto it = set.lower_bound(*e);
               found = it != set.end() && *it == *e;
