@@ -1,4 +1,6 @@
 // Bid constraints on pool attributes; energy constraints match verified, unexpired values only.
+#include <set>
+
 #include "fixture.hpp"
 
 using namespace gpuex::matching;
@@ -196,4 +198,30 @@ TEST_CASE("an unconstrained bid meets the asks of every pool after other bids ca
   REQUIRE(trades_of(f.events()).size() == 1);
   CHECK(trades_of(f.events())[0].quantity == Qty(4));
   CHECK(trades_of(f.events())[0].price == usd4(12000));
+}
+
+// A pool's list of the groups it may satisfy is brought up to date from the book's latest groups made when it is
+// at most 16 behind, and rebuilt otherwise (Impl::groups_of). Either way an ask's walk must meet the bids of every
+// group made since the pool's last walk, and none of a group its pool fails that took the slot of one it fitted.
+TEST_CASE("an ask meets the bids of every constraint group made since its pool's last walk", "[constraints]") {
+  const int n = GENERATE(15, 16, 40);  // groups made since the last walk: n + 1 (16: replayed; 17, 41: rebuilt)
+  Fixture f;
+  const PoolId pool = f.add_pool(kProvider, pool_spec(8, 8));  // 64 GPUs, 400 Gb/s fabric
+  const auto with = [](OrderRequest r, std::int32_t gbps) {
+    r.constraints.min_fabric_gbps = gbps;
+    return r;
+  };
+  // The pool's walk: its list now holds the group of min_fabric_gbps 1, freed when the bid fills.
+  f.place(kBuyer, with(buy_duration(usd4(10000), 1, H), 1));
+  f.place(kProvider, sell(pool, usd4(9000), 1, T0, T0 + 10 * H));
+  REQUIRE(trades_of(f.events()).size() == 1);
+  // A set the pool fails takes that slot, at the best price; then n sets it fits, each a group of its own.
+  const OrderId unfit = f.place(kBuyer2, with(buy_duration(usd4(20000), 1, H), 1000));
+  std::set<OrderId> fit;
+  for (int i = 0; i < n; ++i) fit.insert(f.place(kBuyer, with(buy_duration(usd4(10000), 1, H), 2 + i)));
+  f.place(kProvider, sell(pool, usd4(9000), n, T0, T0 + 10 * H));
+  std::set<OrderId> bought;
+  for (const Trade& t : trades_of(f.events())) bought.insert(t.buy_order);
+  CHECK(bought == fit);
+  CHECK(f.status(unfit) == OrderStatus::open);
 }
