@@ -777,7 +777,7 @@ class SlabMap {
   // Slots per block: as many as fill 256 KiB, or the power of two below when that many fill one of jemalloc's
   // large size classes (four per doubling) exactly (160-byte slots: 1,024 in 160 KiB): such a block wastes no slot
   // numbers (kStride below is kBlock) and no bytes of its class. Otherwise the numbers past a block's last slot go
-  // unused (LiveLease's 104 bytes: 2,520 slots a block, a stride of 4,096).
+  // unused (a 104-byte slot: 2,520 slots a block, a stride of 4,096).
   static constexpr std::uint32_t kFill = static_cast<std::uint32_t>((std::size_t{256} << 10) / sizeof(Storage));
   static constexpr bool whole_class(std::size_t bytes) { return size_class(bytes) == bytes; }
   static constexpr std::uint32_t kBlock =
@@ -870,12 +870,14 @@ struct LeaseRare {
   Seconds ask_window_start;
   Seconds ask_window_end;
   Seconds ask_min_duration;
+  Qty32 ask_min_chunk;
 };
 inline const LeaseRare kNoLeaseRare{};  // not a function-local static: no guard to check on every to_lease()
 
 // A lease's trade's fields whole, when one of them does not fit LiveLease's compact form (LiveLease::kWide;
 // apart from LeaseRare, whose entries preemptions make, so that those stay in a smaller size class).
 struct LeaseWide {
+  AccountId buyer;
   TradeId trade;
   OrderId buy_order;
   Price list_price;
@@ -884,19 +886,21 @@ struct LeaseWide {
 };
 inline const LeaseWide kNoLeaseWide{};
 
-// A live lease in the engine's compact form (104 bytes against the public Lease's 248): what a Lease holds
+// A live lease in the engine's compact form (96 bytes against the public Lease's 248): what a Lease holds
 // except what its pool gives (id, provider, market and tier are a pool's for life; the pool by its number,
 // Impl::pool_list), one amount for `owed` and `billed` (a lease is billed when it ends, and owes nothing from
-// then on), its trade's id, buy order, list price, green discount and bucket in 16 bytes (offsets from fields it
-// has, a 16-bit discount and month), and apart (Impl::rare_leases; `has` says which a lease has) what few leases
-// have: `split_from` and `preempted_at`, which only a preemption sets, an `ends_at` other than `end` (a
-// preemption's or a release's), an ask list price other than its own list price (an ask amended before it
-// ended), an ask window or min_duration that the 32-bit fields do not hold, and the trade's five fields whole
-// when one of them does not fit (kWide: a lease 2^32 leases after its trade, orders 2^31 commands apart, a
-// list price $2,147 an hour from the price, or what a snapshot gives; in Impl::wide_leases). Impl::ends_at()
+// then on), its trade's buyer, id, buy order, list price, green discount and bucket in 20 bytes (a 32-bit buyer,
+// offsets from fields it has, a 16-bit discount and month), and apart (Impl::rare_leases; `has` says which a
+// lease has) what few leases have: `split_from` and `preempted_at`, which only a preemption sets, an `ends_at`
+// other than `end` (a preemption's or a release's), an ask list price other than its own list price (an ask
+// amended before it ended), an ask window, min_duration or min_chunk that the compact fields do not hold (a
+// min_duration past 65,535 s, a min_chunk past 65,535 GPUs), and the trade's six fields whole when one of them
+// does not fit (kWide: a buyer's id past 2^32, a lease 2^32 leases after its trade, orders 2^31 commands apart,
+// a list price $2,147 an hour from the price, or what a snapshot gives; in Impl::wide_leases). Impl::ends_at()
 // and the accessors read them. to_lease() builds the public Lease (events, queries, snapshots), as to_order()
-// builds an Order. 104 bytes, not 128: 2,520 slots a 256 KiB block (SlabMap's stride), realistic's ~42,000
-// leases in 17 blocks where they took 21.
+// builds an Order. 96 bytes, not 104: 2,048 slots a 192 KiB block (a jemalloc size class: no slot number unused),
+// where 104 bytes took 2,520 slots a 256 KiB block; the buyer and the ask's min_duration and min_chunk are read
+// on the preemption walk and on a lease's changes only.
 struct LiveLease {
   static constexpr std::uint8_t kPreemptedAt = 1;
   static constexpr std::uint8_t kEndsAt = 2;  // it has an ends_at (every live lease the engine makes)
@@ -908,12 +912,12 @@ struct LiveLease {
   static constexpr std::uint8_t kAskWithdrawn = 128;  // Lease::ask_withdrawn
   static constexpr std::uint8_t kRare = kPreemptedAt | kSplitFrom | kRareEndsAt | kRareAskPrice | kRareAskTerms;
   LeaseId id;
-  AccountId buyer;
   OrderId sell_order;
   Seconds start;
   Seconds end;
   Price price;
   Micros amount{0};  // owed while not ended, then billed
+  std::uint32_t buyer_{0};  // unless kWide
   std::uint32_t pool{0};  // its pool's number (LivePool::number; Impl::pools never erases a pool)
   // Unless kWide: the trade is this many leases before the lease (a split-off part's id is later than its
   // trade's first lease), the buy order this many commands after the sell order, the list price this much above
@@ -922,13 +926,13 @@ struct LiveLease {
   std::int32_t buy_offset{0};
   std::int32_t list_offset{0};
   Qty32 quantity;  // at most its bid's (validate's bound), as the ask's lot
-  Qty32 ask_min_chunk{Qty(1)};
-  // The ask's window and min_duration (unless kRareAskTerms): its start this many seconds before the lease's,
-  // its end this many after the lease's (a lease lies in its ask's window).
+  // The ask's window, min_duration and min_chunk (unless kRareAskTerms): its start this many seconds before the
+  // lease's, its end this many after the lease's (a lease lies in its ask's window).
   std::uint32_t ask_lead{0};
   std::uint32_t ask_tail{0};
-  std::int32_t ask_min_duration_{0};
   std::uint32_t pool_slot{0};  // its place in its pool's `leases`
+  std::uint16_t ask_min_duration_{0};
+  std::uint16_t ask_min_chunk_{1};
   std::int16_t green_bps{0};     // unless kWide
   std::uint16_t month_code{0};   // unless kWide: its bucket, 0 spot, else year * 12 + month (month_code_of)
   LeaseStatus status{LeaseStatus::reserved};
@@ -955,6 +959,7 @@ struct LiveLease {
     return true;
   }
   // The trade's fields, read through `w`: its entry in Impl::wide_leases when it has kWide (Impl::wide_for).
+  AccountId buyer(const LeaseWide& w) const { return (has & kWide) ? w.buyer : AccountId(buyer_); }
   TradeId trade(const LeaseWide& w) const { return (has & kWide) ? w.trade : TradeId(id.value - trade_lag); }
   OrderId buy_order(const LeaseWide& w) const {
     return (has & kWide) ? w.buy_order : OrderId(sell_order.value + buy_offset);
@@ -979,8 +984,11 @@ struct LiveLease {
   Seconds ask_min_duration(const LeaseRare& r) const {
     return (has & kRareAskTerms) ? r.ask_min_duration : Seconds(ask_min_duration_);
   }
+  Qty ask_min_chunk(const LeaseRare& r) const {
+    return (has & kRareAskTerms) ? Qty(r.ask_min_chunk) : Qty(ask_min_chunk_);
+  }
 };
-static_assert(sizeof(LiveLease) == 104);
+static_assert(sizeof(LiveLease) == 96);
 
 template <>
 struct SlabKey<LiveLease> {
@@ -2362,7 +2370,7 @@ struct Engine::Impl {
     return Lease{.id = l.id,
                  .trade = l.trade(wide),
                  .split_from = rare.split_from,
-                 .buyer = l.buyer,
+                 .buyer = l.buyer(wide),
                  .provider = p.provider,
                  .pool = p.id,
                  .market = p.spec.market,
@@ -2385,7 +2393,7 @@ struct Engine::Impl {
                  .ask_window_start = l.ask_window_start(rare),
                  .ask_window_end = l.ask_window_end(rare),
                  .ask_list_price = l.ask_list_price(rare, wide),
-                 .ask_min_chunk = l.ask_min_chunk,
+                 .ask_min_chunk = l.ask_min_chunk(rare),
                  .ask_min_duration = l.ask_min_duration(rare),
                  .ask_withdrawn = l.ask_withdrawn()};
   }
@@ -2415,6 +2423,7 @@ struct Engine::Impl {
   const LeaseWide& wide_for(const LiveLease& l) const {
     return (l.has & LiveLease::kWide) ? wide_leases.at(l.id) : kNoLeaseWide;
   }
+  AccountId buyer(const LiveLease& l) const { return l.buyer(wide_for(l)); }
   Price ask_list_price(const LiveLease& l) const {
     return l.ask_list_price(rare_for(l, LiveLease::kRareAskPrice), wide_for(l));
   }
@@ -2427,6 +2436,7 @@ struct Engine::Impl {
   Seconds ask_window_start(const LiveLease& l) const { return l.ask_window_start(rare_for(l, LiveLease::kRareAskTerms)); }
   Seconds ask_window_end(const LiveLease& l) const { return l.ask_window_end(rare_for(l, LiveLease::kRareAskTerms)); }
   Seconds ask_min_duration(const LiveLease& l) const { return l.ask_min_duration(rare_for(l, LiveLease::kRareAskTerms)); }
+  Qty ask_min_chunk(const LiveLease& l) const { return l.ask_min_chunk(rare_for(l, LiveLease::kRareAskTerms)); }
 
   // Sets (`apart`) or clears flag `bit` of l's rare fields; the entry goes with the last of them.
   void set_rare(LiveLease& l, std::uint8_t bit, bool apart) {
@@ -2449,46 +2459,51 @@ struct Engine::Impl {
   }
   // The fields l keeps of its trade, with its id, sell order and price already set: as offsets when all of them
   // fit, else all whole in wide_leases. Inline: GCC left it out of line, a call a lease (plain 0.50 M).
-  [[gnu::always_inline]] void set_trade_fields(LiveLease& l, TradeId trade, OrderId buy_order, Price list_price,
-                                               std::int32_t green_bps, Bucket bucket) {
+  [[gnu::always_inline]] void set_trade_fields(LiveLease& l, AccountId buyer, TradeId trade, OrderId buy_order,
+                                               Price list_price, std::int32_t green_bps, Bucket bucket) {
     std::int64_t lag = 0;
     std::int64_t buy = 0;
     std::int64_t list = 0;
     std::uint16_t month = 0;
     // The differences as int64 when they do not overflow (then they are exact), and in their fields' ranges.
-    const bool fits = !__builtin_sub_overflow(l.id.value, trade.value, &lag) &&
+    const bool fits = std::in_range<std::uint32_t>(buyer.value) &&
+                      !__builtin_sub_overflow(l.id.value, trade.value, &lag) &&
                       !__builtin_sub_overflow(buy_order.value, l.sell_order.value, &buy) &&
                       !__builtin_sub_overflow(list_price.value, l.price.value, &list) &&
                       std::in_range<std::uint32_t>(lag) && std::in_range<std::int32_t>(buy) &&
                       std::in_range<std::int32_t>(list) && std::in_range<std::int16_t>(green_bps) &&
                       LiveLease::month_code_of(bucket, month);
     if (fits) [[likely]] {
+      l.buyer_ = static_cast<std::uint32_t>(buyer.value);
       l.trade_lag = static_cast<std::uint32_t>(lag);
       l.buy_offset = static_cast<std::int32_t>(buy);
       l.list_offset = static_cast<std::int32_t>(list);
       l.green_bps = static_cast<std::int16_t>(green_bps);
       l.month_code = month;
     } else {
-      wide_leases[l.id] = LeaseWide{trade, buy_order, list_price, green_bps, bucket};
+      wide_leases[l.id] = LeaseWide{buyer, trade, buy_order, list_price, green_bps, bucket};
       l.has |= LiveLease::kWide;
     }
   }
-  // The ask's window [ws, we) and min_duration `md`, with l's own window already set.
-  void set_ask_terms(LiveLease& l, Seconds ws, Seconds we, Seconds md) {
+  // The ask's window [ws, we), min_duration `md` and min_chunk `lot` (at most kMaxQuantity), with l's own window
+  // already set.
+  void set_ask_terms(LiveLease& l, Seconds ws, Seconds we, Seconds md, Qty lot) {
     constexpr std::int64_t kU32 = std::numeric_limits<std::uint32_t>::max();
     const std::int64_t lead = (l.start - ws).value;
     const std::int64_t tail = (we - l.end).value;
-    const bool fits = lead >= 0 && lead <= kU32 && tail >= 0 && tail <= kU32 && md.value >= 0 &&
-                      md.value <= std::numeric_limits<std::int32_t>::max();
+    const bool fits = lead >= 0 && lead <= kU32 && tail >= 0 && tail <= kU32 &&
+                      std::in_range<std::uint16_t>(md.value) && std::in_range<std::uint16_t>(lot.value);
     if (fits) {
       l.ask_lead = static_cast<std::uint32_t>(lead);
       l.ask_tail = static_cast<std::uint32_t>(tail);
-      l.ask_min_duration_ = static_cast<std::int32_t>(md.value);
+      l.ask_min_duration_ = static_cast<std::uint16_t>(md.value);
+      l.ask_min_chunk_ = static_cast<std::uint16_t>(lot.value);
     } else {
       LeaseRare& r = rare_leases[l.id];
       r.ask_window_start = ws;
       r.ask_window_end = we;
       r.ask_min_duration = md;
+      r.ask_min_chunk = Qty32(lot);
     }
     set_rare(l, LiveLease::kRareAskTerms, !fits);
   }
@@ -2674,7 +2689,7 @@ struct Engine::Impl {
   }
 
   void set_owed(LiveLease& l, Micros owed) {  // l has not ended
-    account(l.buyer).notional_x3600 += static_cast<Int128>(owed - l.amount) * 3600;
+    account(buyer(l)).notional_x3600 += static_cast<Int128>(owed - l.amount) * 3600;
     l.amount = owed;
   }
 
@@ -4295,21 +4310,19 @@ struct Engine::Impl {
     const auto at = leases.emplace_new(id);  // built in its slot: no LiveLease moved in
     LiveLease& l = *at;
     l.id = id;
-    l.buyer = t.buyer;
     l.pool = lp.number;
     l.sell_order = t.sell_order;
     l.quantity = Qty32(t.quantity);
     l.start = t.start;
     l.end = t.end;
     l.price = t.price;
-    set_trade_fields(l, t.id, t.buy_order, t.list_price, lp.p.green_discount_bps, t.bucket);
+    set_trade_fields(l, t.buyer, t.id, t.buy_order, t.list_price, lp.p.green_discount_bps, t.bucket);
     l.interruptible = lp.p.spec.tier == Tier::spot;
     l.status = t.start <= now ? LeaseStatus::active : LeaseStatus::reserved;
     set_ends_at(l, t.end);
     if (ask) {
-      set_ask_terms(l, ask->window_start, ask->window_end(), ask->ask_min_duration());
+      set_ask_terms(l, ask->window_start, ask->window_end(), ask->ask_min_duration(), ask->request.min_chunk);
       set_ask_list_price(l, ask->request.price);
-      l.ask_min_chunk = ask->request.min_chunk;
     }
     set_owed(l, cost(t.price, t.quantity, t.end - t.start));
     add_to_pool(l, at.slot_number());
@@ -4438,7 +4451,7 @@ struct Engine::Impl {
       for (const LeaseRef& ref : lp.spot_leases) {
         if (ref.price >= bid.request.price) break;  // the rest cost as much or more
         const LiveLease& l = *ref.l;
-        if (!l.interruptible || l.ended || l.buyer == bid.account) continue;  // not one's own lease
+        if (!l.interruptible || l.ended || buyer(l) == bid.account) continue;  // not one's own lease
         if (l.status != LeaseStatus::reserved && l.status != LeaseStatus::active) continue;
         if (l.price >= bid.request.price || l.ask_withdrawn()) continue;
         if (ws < ask_window_start(l) || we > ask_window_end(l) || we - ws < ask_min_duration(l)) continue;
@@ -4446,7 +4459,7 @@ struct Engine::Impl {
         const Price eff = discounted(preemption_list_price(l), lp.p.green_discount_bps, tk);
         const Price price = std::max(eff, l.price + tk);
         if (price > bid.request.price) continue;
-        const std::int64_t lot = std::lcm(bid.request.min_chunk.value, l.ask_min_chunk.value);
+        const std::int64_t lot = std::lcm(bid.request.min_chunk.value, ask_min_chunk(l).value);
         found.push_back(PreemptCandidate{l.id, l.quantity, Qty(lot), ws, we, price, l.price});
       }
     }
@@ -4476,9 +4489,8 @@ struct Engine::Impl {
     lp.used.add(ws, we, q.value);
     LiveLease fresh_copy = old;  // for the split-off rest
     LiveLease& fresh = new_lease(lp, t, nullptr);
-    set_ask_terms(fresh, ask_window_start(old), ask_window_end(old), ask_min_duration(old));
+    set_ask_terms(fresh, ask_window_start(old), ask_window_end(old), ask_min_duration(old), ask_min_chunk(old));
     set_ask_list_price(fresh, ask_list_price(old));
-    fresh.ask_min_chunk = old.ask_min_chunk;
     t.lease = fresh.id;
     // The new lease is tied to the ask that sold the GPUs, like the one it replaces (cancel marks both).
     if (auto seller = orders.find(old.sell_order); seller != orders.end()) add_sold(*seller, fresh.id);
@@ -4498,8 +4510,8 @@ struct Engine::Impl {
       if (pre.has & LiveLease::kRare) rare_leases.emplace(r.id, rare_leases.at(pre.id));
       r.has &= static_cast<std::uint8_t>(~LiveLease::kWide);  // set again below if the rest's fields do not fit
       const LeaseWide& pw = wide_for(pre);
-      set_trade_fields(r, pre.trade(pw), pre.buy_order(pw), pre.list_price(pw), pre.green_discount_bps(pw),
-                       pre.bucket(pw));
+      set_trade_fields(r, pre.buyer(pw), pre.trade(pw), pre.buy_order(pw), pre.list_price(pw),
+                       pre.green_discount_bps(pw), pre.bucket(pw));
       set_split_from(r, pre.id);  // a preempted lease is never preempted again: `old` had no preempted_at
       set_owed(r, cost(r.price, r.quantity, r.end - r.start));
       add_to_pool(r, at.slot_number());
@@ -4515,7 +4527,7 @@ struct Engine::Impl {
     set_owed(pre, cost(pre.price, pre.quantity, used));
     schedule_lease(pre);
     emit_lease(pre);
-    emit(LeasePreempted{pre.id, pre.buyer, pre.quantity, now, ends_at, t.id});
+    emit(LeasePreempted{pre.id, buyer(pre), pre.quantity, now, ends_at, t.id});
     hook(bid, bid_in);
   }
 
@@ -5307,7 +5319,7 @@ struct Engine::Impl {
 
   void on(const Command& cmd, const ReleaseLease& c) {
     auto it = leases.find(c.lease);
-    if (it == leases.end() || it->buyer != cmd.account) return reject_command(Reason::not_found, c.lease.value);
+    if (it == leases.end() || buyer(*it) != cmd.account) return reject_command(Reason::not_found, c.lease.value);
     LiveLease& l = *it;
     if (l.status != LeaseStatus::reserved && l.status != LeaseStatus::active) {
       return reject_command(Reason::lease_not_open, c.lease.value);
@@ -5555,7 +5567,7 @@ struct Engine::Impl {
       if (lo.counted != lo.o.is_open()) fail("account sums: order " + std::to_string(lo.o.id.value) + " counted wrongly");
       if (lo.counted) add_to_sums(sums[lo.o.account], lo.o, 1);
     }
-    for (const LiveLease& l : leases) sums[l.buyer].notional_x3600 += static_cast<Int128>(l.owed()) * 3600;
+    for (const LiveLease& l : leases) sums[buyer(l)].notional_x3600 += static_cast<Int128>(l.owed()) * 3600;
     for (const auto& [id, a] : accounts) {
       const Account& e = sums[id];
       if (a.open_orders != e.open_orders || a.open_gpus != e.open_gpus || a.notional_x3600 != e.notional_x3600) {
@@ -6006,7 +6018,6 @@ struct Engine::Impl {
       const auto at = leases.emplace_new(l.id);
       LiveLease& ref = *at;
       ref = LiveLease{.id = l.id,
-                      .buyer = l.buyer,
                       .sell_order = l.sell_order,
                       .start = l.start,
                       .end = l.end,
@@ -6014,14 +6025,13 @@ struct Engine::Impl {
                       .amount = l.owed,
                       .pool = lp.number,
                       .quantity = Qty32(l.quantity),
-                      .ask_min_chunk = Qty32(l.ask_min_chunk),
                       .status = l.status,
                       .interruptible = l.interruptible,
                       .ended = false};
       ref.set_ask_withdrawn(l.ask_withdrawn);
-      set_trade_fields(ref, l.trade, l.buy_order, l.list_price, l.green_discount_bps, l.bucket);
+      set_trade_fields(ref, l.buyer, l.trade, l.buy_order, l.list_price, l.green_discount_bps, l.bucket);
       if (l.ends_at) set_ends_at(ref, *l.ends_at);
-      set_ask_terms(ref, l.ask_window_start, l.ask_window_end, l.ask_min_duration);
+      set_ask_terms(ref, l.ask_window_start, l.ask_window_end, l.ask_min_duration, l.ask_min_chunk);
       set_ask_list_price(ref, l.ask_list_price);
       if (l.preempted_at) set_preempted_at(ref, *l.preempted_at);
       if (l.split_from) set_split_from(ref, l.split_from);
@@ -6167,7 +6177,7 @@ const Lease* Engine::lease(LeaseId id) const {
 std::vector<Lease> Engine::leases(AccountId account) const {
   std::vector<Lease> out;
   for (const LiveLease* l : impl_->leases_by_id()) {
-    if (l->buyer == account || impl_->pool_of(*l).p.provider == account) out.push_back(impl_->to_lease(*l));
+    if (impl_->buyer(*l) == account || impl_->pool_of(*l).p.provider == account) out.push_back(impl_->to_lease(*l));
   }
   return out;
 }

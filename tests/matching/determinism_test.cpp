@@ -316,6 +316,104 @@ TEST_CASE("a lease keeps the values its compact fields do not hold", "[determini
   }
 }
 
+// A lease keeps its buyer in 32 bits (else whole apart, with its trade's fields) and its ask's min_duration and
+// min_chunk in 16 bits (else apart, with the ask's window): the values at and past each cutoff through a live engine
+// (a buyer's own lease not preempted, a preemption's new lease and split-off rest copying them, a release), a
+// snapshot and a restore, and what only a snapshot gives.
+TEST_CASE("a lease keeps a buyer, ask min_duration and min_chunk that its compact fields do not hold",
+          "[determinism][restore]") {
+  const AccountId wide_buyer{std::int64_t{1} << 32};        // the first that 32 bits do not hold
+  const AccountId last_buyer{(std::int64_t{1} << 32) - 1};  // the last they hold
+  const std::int64_t big = 65536;                            // the first that 16 bits do not hold
+  EngineConfig cfg = Fixture::default_config();
+  cfg.default_limits.max_open_gpus = Qty(4 * big);  // bids of 2^16 GPUs and more
+  Engine a(cfg);
+  auto spot_bid = [](std::int64_t qty) {
+    OrderRequest r = buy_window(usd4(12000), qty, T0 + D, T0 + 2 * D);
+    r.constraints.interruptible = true;
+    return r;
+  };
+  auto preempting_bid = [&] {  // its lot of 2^16 GPUs leaves lease 2 (lot lcm(2^16, 2^16 - 1)) alone
+    OrderRequest r = spot_bid(big);
+    r.price = usd4(30000);
+    r.min_chunk = Qty(big);
+    return r;
+  };
+  auto ask = [](PoolId pool, std::int64_t qty, std::int64_t terms) {
+    OrderRequest r = sell(pool, usd4(10000), qty, T0 + D, T0 + 10 * D);
+    r.min_chunk = Qty(terms);
+    r.min_duration = Seconds(terms);
+    return r;
+  };
+  apply_at(a, 1, T0, kProvider, AddPool{pool_spec(8, 2 * big / 8, Tier::spot)});               // pool 1
+  apply_at(a, 2, T0, kProvider, AddPool{pool_spec(8, big / 8, Tier::spot)});                   // pool 2
+  apply_at(a, 3, T0, kProvider, PlaceOrder{ask(PoolId(1), 2 * big, big)});                     // order 3
+  apply_at(a, 4, T0, kProvider, PlaceOrder{ask(PoolId(2), big - 1, big - 1)});                 // order 4
+  apply_at(a, 5, T0, wide_buyer, PlaceOrder{spot_bid(2 * big)});                               // lease 1: apart
+  apply_at(a, 6, T0, last_buyer, PlaceOrder{spot_bid(big - 1)});                               // lease 2: fits
+  const std::vector<std::tuple<LeaseId, AccountId, std::int64_t>> made = {{LeaseId(1), wide_buyer, big},
+                                                                          {LeaseId(2), last_buyer, big - 1}};
+  for (const auto& [id, buyer, terms] : made) {
+    const Lease* l = a.lease(id);
+    REQUIRE(l != nullptr);
+    CHECK(l->buyer == buyer);
+    CHECK(l->ask_min_chunk == Qty(terms));
+    CHECK(l->ask_min_duration == Seconds(terms));
+  }
+  // The wide buyer's own lease is not preempted by its own bid (the pools are full: nothing else to trade).
+  CHECK(trades_of(apply_at(a, 7, T0 + 10, wide_buyer, PlaceOrder{preempting_bid()})).empty());
+  apply_at(a, 8, T0 + 10, wide_buyer, Cancel{OrderId(7)});
+  const EventSink ep = apply_at(a, 9, T0 + 20, kBuyer2, PlaceOrder{preempting_bid()});  // half of lease 1
+  std::vector<Trade> trades = trades_of(ep);
+  REQUIRE(trades.size() == 1);
+  REQUIRE(trades[0].preempted_lease == LeaseId(1));
+  const Lease* fresh = a.lease(trades[0].lease);
+  REQUIRE(fresh != nullptr);
+  CHECK(fresh->buyer == kBuyer2);
+  CHECK(fresh->ask_min_chunk == Qty(big));
+  CHECK(fresh->ask_min_duration == Seconds(big));
+  const std::vector<Lease> mine = a.leases(wide_buyer);
+  const auto rest = std::find_if(mine.begin(), mine.end(), [](const Lease& l) { return l.split_from == LeaseId(1); });
+  REQUIRE(rest != mine.end());
+  CHECK(rest->buyer == wide_buyer);
+  CHECK(rest->ask_min_chunk == Qty(big));
+  CHECK(rest->ask_min_duration == Seconds(big));
+  CHECK(a.check_invariants().empty());
+  const EngineState sa = a.snapshot();
+  Engine b = Engine::restore(cfg, sa);
+  CHECK(b.snapshot() == sa);
+  CHECK(b.digest() == a.digest());
+  const EventSink ea = apply_at(a, 10, T0 + 30, wide_buyer, ReleaseLease{rest->id});
+  const EventSink eb = apply_at(b, 10, T0 + 30, wide_buyer, ReleaseLease{rest->id});
+  CHECK(ea == eb);
+  CHECK(a.digest() == b.digest());
+  CHECK(a.lease(rest->id) == nullptr);
+  // What only a snapshot gives, each on lease 2 (whose values fit) alone.
+  const EngineState base = a.snapshot();
+  auto lease2 = [](EngineState& s) -> Lease& {
+    return *std::find_if(s.leases.begin(), s.leases.end(), [](const Lease& l) { return l.id == LeaseId(2); });
+  };
+  const std::vector<std::function<void(Lease&)>> cases = {
+      [](Lease& l) { l.buyer = AccountId(std::int64_t{1} << 32); },
+      [](Lease& l) { l.buyer = AccountId(-1); },
+      [](Lease& l) { l.buyer = AccountId(0); },
+      [](Lease& l) { l.ask_min_duration = Seconds(65535); },
+      [](Lease& l) { l.ask_min_duration = Seconds(65536); },
+      [](Lease& l) { l.ask_min_duration = Seconds(-1); },
+      [](Lease& l) { l.ask_min_chunk = Qty(0); },
+      [](Lease& l) { l.ask_min_chunk = Qty(65536); },
+  };
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    INFO("case " << i);
+    EngineState s = base;
+    cases[i](lease2(s));
+    Engine c = Engine::restore(cfg, s);
+    CHECK(c.snapshot() == s);
+    CHECK(c.digest() == Engine::digest(s));
+    CHECK(c.check_invariants().empty());
+  }
+}
+
 // A snapshot may give a bid an effective price other than its limit (the engine never makes one, but restore
 // takes what the state says): the restored bid keeps it in an ask record and the state reads back whole.
 TEST_CASE("a restored bid keeps an effective price other than its limit", "[determinism][restore]") {
