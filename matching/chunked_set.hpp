@@ -11,11 +11,18 @@
 // keys in one chunk (a fixed-window bid's cell, a tier of a free-run cell), where growing to 4, 8, 16... keys
 // left a quarter of the room empty on average and the allocator rounded it up besides (a chunk of 65 40-byte
 // keys, the most before kMax was 63, took a 3,072-byte block for 2,600 bytes).
+//
+// For the same reason a set of one chunk keeps it inline (one_), and only a set of two or more has an array of
+// chunks (many_): a lookup or a walk of a one-chunk set goes from the set to its keys, not through a header
+// array's cache line first. The set points at its chunks either way (at one_, or at the array), so a walk reads
+// where its chunks are and how many as it did from a vector of chunks; the set is 40 bytes (a pool's spot
+// leases, LivePool's 512-byte node), its size counted, not kept.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -31,13 +38,26 @@ class ChunkedSet {
   // take smaller chunks (MaxKeys): less to shift at an insert or erase, more chunks to search.
   static constexpr std::size_t kMax = MaxKeys;
 
+  ChunkedSet() = default;
+  ChunkedSet(ChunkedSet&& o) noexcept { take(o); }
+  ChunkedSet& operator=(ChunkedSet&& o) noexcept {
+    if (this != &o) {
+      release();
+      take(o);
+    }
+    return *this;
+  }
+  ChunkedSet(const ChunkedSet&) = delete;
+  ChunkedSet& operator=(const ChunkedSet&) = delete;
+  ~ChunkedSet() { release(); }
+
   class const_iterator {
    public:
     const_iterator() = default;
-    const Key& operator*() const { return s_->chunks_[c_][i_]; }
-    const Key* operator->() const { return &s_->chunks_[c_][i_]; }
+    const Key& operator*() const { return s_->data_[c_][i_]; }
+    const Key* operator->() const { return &s_->data_[c_][i_]; }
     const_iterator& operator++() {
-      if (++i_ == s_->chunks_[c_].size()) {
+      if (++i_ == s_->data_[c_].size()) {
         ++c_;
         i_ = 0;
       }
@@ -57,20 +77,27 @@ class ChunkedSet {
   };
 
   const_iterator begin() const { return const_iterator(this, 0, 0); }
-  const_iterator end() const { return const_iterator(this, chunks_.size(), 0); }
-  bool empty() const { return size_ == 0; }
-  std::size_t size() const { return size_; }
+  const_iterator end() const { return const_iterator(this, count_, 0); }
+  bool empty() const { return count_ == 0; }
+  // Counted (the chunks' sizes): a set keeps no count of its keys, to stay 40 bytes (an update learns whether it
+  // changed the set from insert's and erase's answers).
+  std::size_t size() const {
+    std::size_t n = 0;
+    for (const std::vector<Key>& ch : chunks()) n += ch.size();
+    return n;
+  }
   // The keys chunk by chunk (each chunk non-empty and sorted, in order): for scans that want contiguous
-  // memory without the iterator's per-key bounds check.
-  const std::vector<std::vector<Key>>& chunks() const { return chunks_; }
-  // Changes with every insert, erase or replace: an iterator taken at an equal version is still valid.
+  // memory without the iterator's per-key bounds check. Valid until the set changes.
+  std::span<const std::vector<Key>> chunks() const { return {data_, count_}; }
+  // Changes with every insert, erase or replace: an iterator taken at an equal version is still valid (it is
+  // 32 bits: a walk would have to see 2^32 changes of one set to take an old iterator for a valid one).
   std::uint64_t version() const { return version_; }
 
   // The first key not less than k.
   const_iterator lower_bound(const Key& k) const {
     const std::size_t c = chunk_for(k);
-    if (c == chunks_.size()) return end();
-    const auto& ch = chunks_[c];
+    if (c == count_) return end();
+    const auto& ch = data_[c];
     const auto it = std::lower_bound(ch.begin(), ch.end(), k, Less{});
     if (it == ch.end()) return end();  // after every key (only the last chunk's end: chunk_for)
     return const_iterator(this, c, static_cast<std::size_t>(it - ch.begin()));
@@ -81,18 +108,18 @@ class ChunkedSet {
     return it != end() && !Less{}(k, *it) ? 1 : 0;
   }
 
-  // Inserts k unless an equivalent key is present.
-  void insert(const Key& k) {
+  // Inserts k unless an equivalent key is present; returns whether it did.
+  bool insert(const Key& k) {
     ++version_;
-    if (chunks_.empty()) {
-      chunks_.emplace_back(1, k);
-      size_ = 1;
-      return;
+    if (count_ == 0) {
+      one_.assign(1, k);
+      count_ = 1;
+      return true;
     }
     const std::size_t c = chunk_for(k);
-    auto& ch = chunks_[c];
+    auto& ch = data_[c];
     const auto it = std::lower_bound(ch.begin(), ch.end(), k, Less{});
-    if (it != ch.end() && !Less{}(k, *it)) return;
+    if (it != ch.end() && !Less{}(k, *it)) return false;
     if (ch.size() == ch.capacity()) {
       // Grow by a quarter, into the whole of the size class, never past kMax + 1 (the size at which a chunk
       // splits): a vector's own doubling left chunks of 33-64 keys in room for 128.
@@ -102,14 +129,8 @@ class ChunkedSet {
     } else {
       ch.insert(it, k);
     }
-    ++size_;
-    if (ch.size() > kMax) {
-      const auto mid = ch.begin() + static_cast<std::ptrdiff_t>(ch.size() / 2);
-      std::vector<Key> upper(mid, ch.end());
-      ch.erase(mid, ch.end());
-      ch.shrink_to_fit();
-      chunks_.insert(chunks_.begin() + static_cast<std::ptrdiff_t>(c) + 1, std::move(upper));
-    }
+    if (ch.size() > kMax) split(c);
+    return true;
   }
 
   // Overwrites the key equivalent to k with k (fields that do not take part in the order), if present.
@@ -120,31 +141,89 @@ class ChunkedSet {
   // Returns whether it was present.
   bool replace(const Key& was, const Key& k) {
     const auto [c, at] = find_equivalent(was);
-    if (c == chunks_.size()) return false;
+    if (c == count_) return false;
     ++version_;
-    chunks_[c][at] = k;
+    data_[c][at] = k;
     return true;
   }
 
-  // Erases the key equivalent to k, if any.
-  void erase(const Key& k) {
+  // Erases the key equivalent to k, if any; returns whether there was one.
+  bool erase(const Key& k) {
     const auto [c, at] = find_equivalent(k);
-    if (c == chunks_.size()) return;
+    if (c == count_) return false;
     ++version_;
-    auto& ch = chunks_[c];
+    auto& ch = data_[c];
     ch.erase(ch.begin() + static_cast<std::ptrdiff_t>(at));
-    --size_;
     if (ch.empty()) {
-      chunks_.erase(chunks_.begin() + static_cast<std::ptrdiff_t>(c));
-    } else if (c + 1 < chunks_.size() && ch.size() + chunks_[c + 1].size() <= kMax / 2) {
+      if (count_ == 1) {
+        std::vector<Key>().swap(one_);  // its block freed, as an emptied chunk's
+        count_ = 0;
+      } else {
+        regroup(c, 1, nullptr);
+      }
+    } else if (c + 1 < count_ && ch.size() + data_[c + 1].size() <= kMax / 2) {
       // Keep chunks from thinning out: merge with the next one while both are small.
-      auto& next = chunks_[c + 1];
+      auto& next = data_[c + 1];
       ch.insert(ch.end(), next.begin(), next.end());
-      chunks_.erase(chunks_.begin() + static_cast<std::ptrdiff_t>(c) + 1);
+      regroup(c + 1, 1, nullptr);
     }
+    return true;
   }
 
  private:
+  // Splits chunk c (kMax + 1 keys) in halves. Out of line, as grown_room.
+  [[gnu::noinline]] void split(std::size_t c) {
+    std::vector<Key>& ch = data_[c];
+    const auto mid = ch.begin() + static_cast<std::ptrdiff_t>(ch.size() / 2);
+    std::vector<Key> upper(mid, ch.end());
+    ch.erase(mid, ch.end());
+    ch.shrink_to_fit();
+    regroup(c + 1, 0, &upper);
+  }
+
+  // The chunks with `drop` chunks (0 or 1, each empty or merged away) at `at` left out and *add, if any, put in
+  // at `at`: into one_ when one chunk is left, else into a new array of exactly as many (splits and merges are
+  // rare; a set keeps no array's room, to stay 40 bytes).
+  [[gnu::noinline]] void regroup(std::size_t at, std::size_t drop, std::vector<Key>* add) {
+    const std::size_t n = count_ - drop + (add ? 1 : 0);
+    std::vector<Key>* const old = data_;
+    if (n == 1) {
+      one_ = std::move(old[at == 0 ? 1 : 0]);
+      delete[] old;
+      data_ = &one_;
+    } else {
+      auto* const now = new std::vector<Key>[n];
+      std::size_t j = 0;
+      for (std::size_t i = 0; i < count_; ++i) {
+        if (i == at && add) now[j++] = std::move(*add);
+        if (i == at && drop) continue;
+        now[j++] = std::move(old[i]);
+      }
+      if (at == count_ && add) now[j++] = std::move(*add);
+      if (old != &one_) delete[] old;
+      data_ = now;
+    }
+    count_ = static_cast<std::uint32_t>(n);
+  }
+
+  void take(ChunkedSet& o) noexcept {
+    count_ = o.count_;
+    version_ = o.version_;
+    if (o.data_ == &o.one_) {
+      one_ = std::move(o.one_);
+      data_ = &one_;
+    } else {
+      std::vector<Key>().swap(one_);
+      data_ = o.data_;
+      o.data_ = &o.one_;
+    }
+    o.count_ = 0;
+  }
+  void release() {
+    if (data_ != &one_) delete[] data_;
+    data_ = &one_;
+  }
+
   // The room a full chunk of n keys grows to: n + n / 4 + 1 keys at least, and as many more as fit in the
   // allocator's size class of their bytes (size_class.hpp), at most kMax + 1. Out of line: a chunk grows
   // rarely, and insert() inlines into the index updates.
@@ -157,25 +236,29 @@ class ChunkedSet {
   // where k is or would go. The last chunk's last key is not read: a set of one chunk (most sets) is searched
   // without loading its end, a cache miss of its own unless the search in the chunk comes near it.
   std::size_t chunk_for(const Key& k) const {
-    if (chunks_.empty()) return 0;
-    const auto it = std::partition_point(chunks_.begin(), chunks_.end() - 1,
+    if (count_ <= 1) return 0;
+    const auto it = std::partition_point(data_, data_ + count_ - 1,
                                          [&](const std::vector<Key>& ch) { return Less{}(ch.back(), k); });
-    return static_cast<std::size_t>(it - chunks_.begin());
+    return static_cast<std::size_t>(it - data_);
   }
 
-  // The chunk and the place in it of the key equivalent to k ({chunks_.size(), 0} if none).
+  // The chunk and the place in it of the key equivalent to k ({count_, 0} if none).
   std::pair<std::size_t, std::size_t> find_equivalent(const Key& k) const {
     const std::size_t c = chunk_for(k);
-    if (c == chunks_.size()) return {c, 0};
-    const auto& ch = chunks_[c];
+    if (c == count_) return {c, 0};
+    const auto& ch = data_[c];
     const auto it = std::lower_bound(ch.begin(), ch.end(), k, Less{});
-    if (it == ch.end() || Less{}(k, *it)) return {chunks_.size(), 0};
+    if (it == ch.end() || Less{}(k, *it)) return {count_, 0};
     return {c, static_cast<std::size_t>(it - ch.begin())};
   }
 
-  std::vector<std::vector<Key>> chunks_;  // each non-empty and sorted; chunk i's keys < chunk i+1's
-  std::size_t size_{0};
-  std::uint64_t version_{0};
+  // The chunks, each non-empty and sorted, chunk i's keys < chunk i+1's, count_ of them at data_: a set of one
+  // chunk has it in one_ (data_ == &one_), a set of two or more in an array of its own (and one_ empty,
+  // without a block).
+  std::vector<Key> one_;
+  std::vector<Key>* data_{&one_};
+  std::uint32_t count_{0};
+  std::uint32_t version_{0};
 };
 
 }  // namespace gpuex::matching

@@ -1040,6 +1040,8 @@ struct LivePool {
   mutable std::vector<std::uint32_t> groups_ok;
   mutable std::uint64_t groups_seen{0};
 };
+// A std::map node of it (32 bytes of links and 8 of key) in jemalloc's 512-byte class, not the 640-byte one.
+static_assert(sizeof(LivePool) <= 472, "Impl::pools' node outgrows its 512-byte size class");
 
 using BidSet = LevelSet<BidKey, BidOrder>;  // by price level (a new bid is appended to its level)
 
@@ -3729,9 +3731,7 @@ struct Engine::Impl {
       auto cell = std::partition_point(row->cells.begin(), row->cells.end(),
                                        [&](const BidCell& c) { return c.end_week < end_week; });
       if (cell == row->cells.end() || cell->end_week != end_week) cell = row->cells.insert(cell, BidCell{end_week, {}, kNoBid});
-      const std::size_t n = cell->bids.size();
-      cell->bids.insert(e);
-      if (cell->bids.size() != n + 1) throw std::logic_error("fixed bid index: entry already in");
+      if (!cell->bids.insert(e)) throw std::logic_error("fixed bid index: entry already in");
       ++ix.version;
       cell->best = std::max(cell->best, e.price.value);
       row->best = std::max(row->best, e.price.value);
@@ -3746,9 +3746,7 @@ struct Engine::Impl {
       if (!ccell) throw std::logic_error("fixed bid index: no cell");
       auto row = ix.rows.begin() + (crow - ix.rows.data());
       auto cell = row->cells.begin() + (ccell - row->cells.data());
-      const std::size_t n = cell->bids.size();
-      cell->bids.erase(e);
-      if (cell->bids.size() + 1 != n) throw std::logic_error("fixed bid index: no entry");
+      if (!cell->bids.erase(e)) throw std::logic_error("fixed bid index: no entry");
       --ix.size;
       ++ix.version;
       if (cell->bids.empty()) {
@@ -4008,9 +4006,7 @@ struct Engine::Impl {
     const RunCellRef at = ix.cell_for(e);
     const std::size_t t = tier_index(lp->p.spec.tier);
     RunSet& set = at.cell->by_tier[t];
-    const std::size_t n = set.size();
-    set.insert(e);
-    if (set.size() != n + 1) throw std::logic_error("free run index: entry already in");
+    if (!set.insert(e)) throw std::logic_error("free run index: entry already in");
     at.lower(t, e.effective.value);
     ++at.row->size;
     ++ix.size;
@@ -4020,9 +4016,7 @@ struct Engine::Impl {
     if (!at.cell) throw std::logic_error("free run index: no cell");
     const std::size_t t = tier_index(lp->p.spec.tier);
     RunSet& set = at.cell->by_tier[t];
-    const std::size_t n = set.size();
-    set.erase(e);
-    if (set.size() + 1 != n) throw std::logic_error("free run index: no entry");
+    if (!set.erase(e)) throw std::logic_error("free run index: no entry");
     at.refresh(t);
     --at.row->size;
     --ix.size;

@@ -70,8 +70,9 @@ void run(std::uint64_t seed, int prices, int steps) {
       const std::int64_t priority = rng() % 4 == 0 ? static_cast<std::int64_t>(rng() % 100'000) : next_priority++;
       const Key k{static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(prices)), priority};
       const std::size_t before = s.size();
-      s.insert(k);
+      const bool inserted = s.insert(k);
       const bool fresh = ref.insert(k).second;
+      REQUIRE(inserted == fresh);
       REQUIRE(s.size() == before + (fresh ? 1 : 0));
       if (fresh) in.push_back(k);
     } else {
@@ -79,9 +80,10 @@ void run(std::uint64_t seed, int prices, int steps) {
       const Key k = in[at];
       in[at] = in.back();
       in.pop_back();
-      s.erase(k);
+      REQUIRE(s.erase(k));
       ref.erase(k);
       REQUIRE(s.count(k) == 0);
+      REQUIRE_FALSE(s.erase(k));
     }
     if (i % 97 == 0) check_same(s, ref);
   }
@@ -173,4 +175,145 @@ TEST_CASE("chunked set: keys in order fill chunks that split", "[chunked_set]") 
     ref.erase(Key{0, i});
   }
   check_same(s, ref);
+}
+
+// A set of one chunk keeps it inline and a set of more an array of chunks (chunked_set.hpp): each change that
+// moves a set from one form to the other, and every operation in both.
+TEST_CASE("chunked set: one chunk to two and back, emptied, replaced", "[chunked_set]") {
+  SmallSet s;
+  std::set<Key, KeyLess> ref;
+  const auto add = [&](std::int64_t priority) {
+    s.insert(Key{0, priority});
+    ref.insert(Key{0, priority});
+  };
+  const auto remove = [&](std::int64_t priority) {
+    s.erase(Key{0, priority});
+    ref.erase(Key{0, priority});
+  };
+  REQUIRE(s.chunks().empty());
+  REQUIRE(s.begin() == s.end());
+  REQUIRE(s.lower_bound(Key{0, 1}) == s.end());
+  REQUIRE_FALSE(s.replace(Key{0, 1}, Key{0, 1}));
+  REQUIRE_FALSE(s.erase(Key{0, 1}));  // erasing from an empty set changes nothing
+  check_same(s, ref);
+
+  // One chunk: lookups, a replace, a duplicate insert, an erase that leaves keys.
+  add(10);
+  add(30);
+  add(20);
+  add(20);
+  REQUIRE(s.chunks().size() == 1);
+  check_same(s, ref);
+  REQUIRE(s.lower_bound(Key{0, 15})->priority == 20);
+  REQUIRE(s.lower_bound(Key{0, 31}) == s.end());
+  REQUIRE(s.count(Key{0, 30}) == 1);
+  REQUIRE(s.replace(Key{0, 20}, Key{0, 21, {5}}));
+  ref.erase(Key{0, 20});
+  ref.insert(Key{0, 21});
+  REQUIRE(s.lower_bound(Key{0, 21})->payload[0] == 5);
+  remove(10);
+  REQUIRE(s.chunks().size() == 1);
+  check_same(s, ref);
+  // Erased to empty, then one chunk again.
+  remove(21);
+  remove(30);
+  REQUIRE(s.chunks().empty());
+  check_same(s, ref);
+  add(40);
+  REQUIRE(s.chunks().size() == 1);
+  check_same(s, ref);
+
+  // A fourth key splits the chunk in two: the chunks' array.
+  add(50);
+  add(60);
+  add(45);
+  REQUIRE(s.chunks().size() == 2);
+  check_same(s, ref);
+  const Key first_of_second = s.chunks()[1].front();
+  REQUIRE(s.replace(first_of_second, Key{0, first_of_second.priority + 1, {7}}));
+  ref.erase(first_of_second);
+  ref.insert(Key{0, first_of_second.priority + 1});
+  REQUIRE(s.lower_bound(Key{0, first_of_second.priority})->payload[0] == 7);
+  check_same(s, ref);
+  // Erases that empty the first chunk: back to one chunk inline.
+  const std::vector<Key> first = s.chunks()[0];
+  for (const Key& k : first) remove(k.priority);
+  REQUIRE(s.chunks().size() == 1);
+  check_same(s, ref);
+  for (std::int64_t p = 100; p < 110; ++p) add(p);
+  REQUIRE(s.chunks().size() > 2);
+  check_same(s, ref);
+  // Erased to empty from many chunks, then one chunk again.
+  const std::set<Key, KeyLess> all = ref;
+  for (const Key& k : all) remove(k.priority);
+  REQUIRE(s.chunks().empty());
+  check_same(s, ref);
+  add(1);
+  REQUIRE(s.chunks().size() == 1);
+  check_same(s, ref);
+}
+
+TEST_CASE("chunked set: two chunks merge back into one", "[chunked_set]") {
+  ChunkedSet<Key, KeyLess, 7> s;  // a chunk of 8 splits into 4 and 4; two of at most 3 merge
+  std::set<Key, KeyLess> ref;
+  for (std::int64_t p = 0; p < 8; ++p) {
+    s.insert(Key{0, p});
+    ref.insert(Key{0, p});
+  }
+  REQUIRE(s.chunks().size() == 2);
+  // Erases until the first chunk and the second hold 3 keys between them (an erase in the first): they merge,
+  // inline.
+  for (std::int64_t p : {4, 5, 0, 1, 2}) {
+    s.erase(Key{0, p});
+    ref.erase(Key{0, p});
+    check_same(s, ref);
+  }
+  REQUIRE(s.chunks().size() == 1);
+  REQUIRE(s.lower_bound(Key{0, 4})->priority == 6);
+  // And split again.
+  for (std::int64_t p = 10; p < 16; ++p) {
+    s.insert(Key{0, p});
+    ref.insert(Key{0, p});
+  }
+  REQUIRE(s.chunks().size() == 2);
+  check_same(s, ref);
+}
+
+// A set of one chunk points at its own member (chunked_set.hpp): moved, it must point at the new one's.
+TEST_CASE("chunked set: moved with one chunk, with many and empty", "[chunked_set]") {
+  std::set<Key, KeyLess> one_ref;
+  std::set<Key, KeyLess> many_ref;
+  SmallSet one;
+  SmallSet many;
+  for (std::int64_t p = 0; p < 2; ++p) {
+    one.insert(Key{0, p});
+    one_ref.insert(Key{0, p});
+  }
+  for (std::int64_t p = 0; p < 9; ++p) {
+    many.insert(Key{1, p});
+    many_ref.insert(Key{1, p});
+  }
+  REQUIRE(one.chunks().size() == 1);
+  REQUIRE(many.chunks().size() > 1);
+  std::vector<SmallSet> sets;
+  sets.push_back(std::move(one));
+  sets.push_back(std::move(many));
+  sets.emplace_back();
+  sets.reserve(100);  // moves them again
+  check_same(sets[0], one_ref);
+  check_same(sets[1], many_ref);
+  check_same(sets[2], {});
+  check_same(one, {});
+  check_same(many, {});
+  // Assigned over a set of either form, and the moved-from sets used again.
+  sets[0] = std::move(sets[1]);
+  check_same(sets[0], many_ref);
+  check_same(sets[1], {});
+  sets[2] = std::move(sets[0]);
+  check_same(sets[2], many_ref);
+  one.insert(Key{0, 7});
+  sets[2] = std::move(one);
+  check_same(sets[2], std::set<Key, KeyLess>{Key{0, 7}});
+  REQUIRE(sets[2].insert(Key{0, 8}));
+  REQUIRE(sets[2].lower_bound(Key{0, 8})->priority == 8);
 }
