@@ -13,7 +13,7 @@
 // keys, the most before kMax was 63, took a 3,072-byte block for 2,600 bytes).
 //
 // For the same reason a set of one chunk keeps it inline (one_), and only a set of two or more has an array of
-// chunks (many_): a lookup or a walk of a one-chunk set goes from the set to its keys, not through a header
+// chunks (at data_): a lookup or a walk of a one-chunk set goes from the set to its keys, not through a header
 // array's cache line first. The set points at its chunks either way (at one_, or at the array), so a walk reads
 // where its chunks are and how many as it did from a vector of chunks; the set is 40 bytes (a pool's spot
 // leases, LivePool's 512-byte node), its size counted, not kept.
