@@ -34,8 +34,9 @@ template <class Key, class Less, std::size_t MaxKeys = 63>
 class ChunkedSet {
  public:
   // A chunk above this splits in two: at the default 63, a chunk at its most (kMax + 1 keys of 40 bytes, the
-  // indexes' entries) fills a 2,560-byte size class, and its halves 1,280 bytes each. A set whose updates outweigh its scans may
-  // take smaller chunks (MaxKeys): less to shift at an insert or erase, more chunks to search.
+  // indexes' entries) fills a 2,560-byte size class, and its halves 1,280 bytes each. A set whose updates
+  // outweigh its scans may take smaller chunks (MaxKeys): less to shift at an insert or erase, more chunks to
+  // search.
   static constexpr std::size_t kMax = MaxKeys;
 
   ChunkedSet() = default;

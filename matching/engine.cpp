@@ -1152,13 +1152,14 @@ struct BidSets {
 // were spread over four lines of a 296-byte group, each a miss (~280 groups in the realistic bench).
 struct alignas(64) BidGroup {
   std::int64_t resting{0};
-  // `verdicts` (below) keeps pool_fits_spec(pool, rep), which reads only what a pool keeps for life (its spec: tier, region, fabric,
-  // NVLink, SLA, energy figures), kept by the pool's number in its Book (LivePool::book_number; -1: not judged
-  // yet: `verdicts`). With energy constraints (`energy`), the pool must also be verified now (pool_verified_for),
-  // which a verdict cannot keep.
+  // `verdicts` (below) keeps pool_fits_spec(pool, rep), which reads only what a pool keeps for life (its spec:
+  // tier, region, fabric, NVLink, SLA, energy figures), by the pool's number in its Book (LivePool::book_number;
+  // -1: not judged yet). With energy constraints (`energy`), the pool must also be verified now
+  // (pool_verified_for), which a verdict cannot keep.
   bool energy{false};
   bool listed{false};    // in Book::free_groups (since users last fell to 0; it may have users again)
-  std::uint32_t gen{0};  // how many times its slot was taken by another group: group_by_cons' entries of an earlier one are stale
+  // How many times its slot was taken by another group: group_by_cons' entries of an earlier one are stale.
+  std::uint32_t gen{0};
   // By region number (Impl::region_numbers), as far as its bids' regions go; null: a region none named. Behind
   // pointers: a bid naming a late-numbered region (up to ~676 two-letter codes) must not cost the group a whole
   // BidSets for every number before it.
