@@ -5606,7 +5606,6 @@ struct Engine::Impl {
       if (lp.book_spot_asks.empty() && lp.spot_runs != RunBounds{}) {
         fail("run bounds of pool " + std::to_string(id.value) + " kept without spot asks");
       }
-
       auto rn = region_numbers.find(lp.p.spec.region);
       if (rn == region_numbers.end() || rn->second != lp.region) {
         fail("region number of pool " + std::to_string(id.value) + " wrong");
