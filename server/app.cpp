@@ -244,9 +244,11 @@ int serve(const ServerConfig& config) {
   writer.add_listener([&hub](const store::Batch& batch) { hub.publish(batch); });
   ws::CandlePublisher candles(config.dsn, hub);  // the candles channels, read back after commit
   hub.set_candle_feed([&candles](ws::CandleRequest r) { candles.request(std::move(r)); });
+  const alloc::EngineHeap engine_heap(config.engine_heap_mib << 20);
+  spdlog::info("engine heap: {}", engine_heap.describe());
   EngineRunner runner(engine_config, writer,
                       {config.dsn, config.tick_interval, 2048, [&hub](const matching::Engine& e) { hub.reset(e); },
-                       config.snapshot_every, config.snapshot_retry});
+                       config.snapshot_every, config.snapshot_retry, &engine_heap});
   runner_ptr = &runner;
   if (config.test_clock) spdlog::warn("test clock on: POST /v1/admin/clock can move server time (never in production)");
   DeadMansSwitches switches(queries, runner);

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "alloc/engine_heap.hpp"
+
 namespace gpuex {
 
 struct ServerConfig {
@@ -31,6 +33,7 @@ struct ServerConfig {
   std::int64_t snapshot_every = 1'000'000;   // commands between engine snapshots (0: none)
   std::chrono::milliseconds snapshot_retry{10'000};  // a snapshot the store refused is tried again after this
   std::chrono::milliseconds store_timeout{30'000};   // a commit PostgreSQL does not answer within this fails
+  std::size_t engine_heap_mib = alloc::kDefaultEngineHeapMiB;  // faulted in for the engine at start (engine_heap.hpp)
 
   // HTTP limits.
   std::size_t body_limit = 64 * 1024;

@@ -106,6 +106,7 @@ std::optional<Engine> EngineRunner::restore_snapshot(store::PgConnection& db) {
       const std::uint64_t digest = Engine::digest(state);
       if (fmt::format("{:016x}", digest) != stored.digest) throw store::StoreError("its state does not have its digest");
       spdlog::info("recovery: snapshot of seq {} parsed and checked in {} ms", stored.seq, since());
+      const alloc::HeapBinding bound(options_.heap);
       return Engine::restore(config_, state);
     } catch (const std::exception& e) {
       spdlog::warn("recovery: not using the snapshot at seq {}: {}", stored.seq, e.what());
@@ -118,6 +119,7 @@ EngineRunner::Recovery EngineRunner::recover(store::PgConnection& db) {
   auto started = SteadyClock::now();
   Recovery r;
   std::optional<Engine> restored = restore_snapshot(db);
+  const alloc::HeapBinding bound(options_.heap);  // the engine's state, not the snapshot's parse (freed)
   Engine engine = restored ? std::move(*restored) : Engine(config_);
   Seq last = engine.last_seq();
   if (restored) {
@@ -392,6 +394,7 @@ void EngineRunner::answer_unrebuilt(std::deque<Job>& jobs) {
 }
 
 void EngineRunner::run() {
+  const alloc::HeapBinding bound(options_.heap);
   auto next_tick = SteadyClock::now() + options_.tick_interval;
   for (;;) {
     std::deque<Job> jobs;

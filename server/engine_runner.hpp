@@ -18,6 +18,7 @@
 #include <variant>
 #include <vector>
 
+#include "alloc/engine_heap.hpp"
 #include "matching/engine.hpp"
 #include "server/store/connection.hpp"
 #include "server/store/writer.hpp"
@@ -39,6 +40,9 @@ class EngineRunner {
     // A snapshot the store did not take (PostgreSQL away, a statement timeout) is tried again after this,
     // kSnapshotAttempts times in all, unless a newer one is taken meanwhile.
     std::chrono::milliseconds snapshot_retry{10'000};
+    // The engine allocates from this heap (the engine thread, and recover() on whichever thread runs it); null:
+    // from the allocating thread's own.
+    const alloc::EngineHeap* heap = nullptr;
   };
 
   EngineRunner(matching::EngineConfig config, store::Writer& writer, Options options);

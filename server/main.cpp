@@ -55,6 +55,11 @@ int main(int argc, char** argv) {
   serve->add_option("--tick-ms", config.tick_interval, "How often time (expiries, leases) is applied")
       ->check(CLI::Range(10, 60'000))
       ->capture_default_str();
+  serve->add_option("--engine-heap-mib", config.engine_heap_mib,
+                    "Memory faulted in for the engine's book at start and kept for it, so growth while trading "
+                    "does not page-fault (0: none)")
+      ->check(CLI::Range(std::size_t{0}, std::size_t{1} << 16))
+      ->capture_default_str();
   serve->add_option("--snapshot-every", config.snapshot_every,
                     "Commands between engine snapshots (0: none); a restart replays only the commands after the last")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1'000'000'000}))

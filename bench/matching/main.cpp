@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "alloc/engine_heap.hpp"
 #include "matching/engine.hpp"
 #include "matching/offers.hpp"
 
@@ -132,8 +133,11 @@ double pct(std::vector<std::uint32_t>& ns, double p) {
 }
 
 // Heap in use: the bytes jemalloc (gpuexd's allocator, linked here too) has handed out and not had back,
-// large blocks such as the engine's order slabs included.
+// large blocks such as the engine's order slabs included. Objects freed into this thread's cache still count as
+// handed out until the cache is flushed, and when it flushes on its own depends on everything the thread
+// allocated before (a different --engine-heap-mib moved the figure by up to 6 bytes a resting order): flushed here.
 std::size_t heap_in_use() {
+  mallctl("thread.tcache.flush", nullptr, nullptr, nullptr, 0);
   std::uint64_t epoch = 1;
   std::size_t size = sizeof epoch;
   mallctl("epoch", &epoch, &size, &epoch, size);  // refreshes the statistics
@@ -493,6 +497,7 @@ int main(int argc, char** argv) {
   bool by_kind = false;
   bool faults = false;
   std::int64_t commands = 1'000'000;
+  std::size_t heap_mib = gpuex::alloc::kDefaultEngineHeapMiB;
   std::vector<std::string> only;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -500,13 +505,18 @@ int main(int argc, char** argv) {
     else if (a == "--by-kind") by_kind = true;
     else if (a == "--faults") faults = true;
     else if (a == "--commands" && i + 1 < argc) commands = std::stoll(argv[++i]);
+    else if (a == "--engine-heap-mib" && i + 1 < argc) heap_mib = std::stoull(argv[++i]);
     else if (a == "plain" || a == "realistic") only.push_back(a);
     else {
-      std::fprintf(stderr, "usage: bench_matching [plain|realistic] [--commands N] [--json] [--by-kind] [--faults]\n");
+      std::fprintf(stderr, "usage: bench_matching [plain|realistic] [--commands N] [--engine-heap-mib N] [--json] "
+                           "[--by-kind] [--faults]\n");
       return 2;
     }
   }
   auto wanted = [&](const std::string& w) { return only.empty() || std::find(only.begin(), only.end(), w) != only.end(); };
+  // As gpuexd runs the engine: on its own arena, faulted in before the first command (--engine-heap-mib).
+  const gpuex::alloc::EngineHeap heap(heap_mib << 20);
+  const gpuex::alloc::HeapBinding bound(&heap);
   std::vector<Result> results;
   if (wanted("plain")) results.push_back(plain(commands, by_kind || faults, faults));
   if (wanted("realistic")) results.push_back(realistic(commands, by_kind || faults, faults));
@@ -516,9 +526,9 @@ int main(int argc, char** argv) {
     if (json) {
       std::printf("{\"workload\":\"%s\",\"commands_per_s\":%.0f,\"p50_us\":%.3f,\"p99_us\":%.3f,\"p999_us\":%.3f,"
                   "\"bytes_per_resting_order\":%.0f,\"commands\":%lld,\"resting_orders\":%zu,"
-                  "\"cpu_s\":%.3f,\"commands_per_cpu_s\":%.0f}\n",
+                  "\"cpu_s\":%.3f,\"commands_per_cpu_s\":%.0f,\"engine_heap_mib\":%zu}\n",
                   r.workload.c_str(), rate, r.p50_us, r.p99_us, r.p999_us, r.bytes_per_resting_order,
-                  static_cast<long long>(r.commands), r.resting, r.cpu_seconds, cpu_rate);
+                  static_cast<long long>(r.commands), r.resting, r.cpu_seconds, cpu_rate, heap.reserve_bytes() >> 20);
     } else {
       std::printf("%s: %s\n", r.workload.c_str(), r.description.c_str());
       std::printf("  %lld commands in %.2f s: %.0f commands/s\n", static_cast<long long>(r.commands), r.seconds, rate);
@@ -528,6 +538,7 @@ int main(int argc, char** argv) {
       std::printf("  memory: %.0f bytes per resting order (heap growth while the book filled, jemalloc's allocated bytes; "
                   "allocator as gpuexd's: jemalloc, %s); %zu resting at the end\n",
                   r.bytes_per_resting_order, malloc_conf, r.resting);
+      std::printf("  engine heap (gpuexd's --engine-heap-mib, here --engine-heap-mib): %s\n", heap.describe().c_str());
     }
   }
   return 0;

@@ -36,6 +36,8 @@ TEST_CASE("gpuexd is ready and lists the seeded markets from PostgreSQL") {
 
   CHECK(client.get("/healthz").status == 200);
   REQUIRE(wait_for_status(server.port(), "/readyz", 200, std::chrono::seconds(10)));
+  // The test harness's --engine-heap-mib 16, faulted in before recovery.
+  CHECK_THAT(server.log(), Catch::Contains("engine heap: 16 MiB faulted in ahead"));
 
   auto reply = client.get("/v1/markets");
   REQUIRE(reply.status == 200);
@@ -205,6 +207,10 @@ TEST_CASE("bad start-up settings fail with a clear message") {
   auto bad_listen = run_gpuexd({"serve", "--dsn", "postgresql://127.0.0.1:1/none", "--listen", "nowhere"});
   CHECK(bad_listen.exit_code != 0);
   CHECK_THAT(bad_listen.output, Catch::Contains("HOST:PORT"));
+
+  auto bad_heap = run_gpuexd({"serve", "--dsn", "postgresql://127.0.0.1:1/none", "--engine-heap-mib", "-1"});
+  CHECK(bad_heap.exit_code != 0);
+  CHECK_THAT(bad_heap.output, Catch::Contains("--engine-heap-mib"));
 
   auto no_db = run_gpuexd({"migrate", "--dsn", "postgresql://postgres@127.0.0.1:1/none", "--db-wait-s", "0"});
   CHECK(no_db.exit_code == 1);

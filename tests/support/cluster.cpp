@@ -86,7 +86,9 @@ Gpuexd::Gpuexd(const std::string& dsn, std::vector<std::string> extra_args, bool
   std::string port_file = scratch_path("gpuexd.port");
   std::vector<std::string> argv = {GPUEX_GPUEXD_PATH, "serve",           "--dsn", dsn,
                                    "--listen",        "127.0.0.1:0",     "--port-file", port_file,
-                                   "--health-interval-ms", "100", "--shutdown-grace-s", "5"};
+                                   "--health-interval-ms", "100", "--shutdown-grace-s", "5",
+                                   // a small reserve: tests start gpuexd ~100 times (the path is the same)
+                                   "--engine-heap-mib", "16"};
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   process_ = std::make_unique<Process>(argv, scratch_path("gpuexd.log"));
 
