@@ -533,38 +533,6 @@ static_assert(sizeof(LiveOrder) == 144, "1,820 order slots in a 256 KiB block");
 inline std::uint32_t& account_slot(LiveOrder& lo) { return lo.account_slot; }
 inline std::uint32_t& pool_slot(LiveOrder& lo) { return lo.o.ask->pool_slot; }
 
-// v.push_back(&lo) with its fast path inlined here (always_inline, flatten): GCC leaves vector's push_back
-// and emplace_back out of line, ~23 instructions a call where the append itself is ~6.
-[[gnu::always_inline, gnu::flatten]] inline void append(std::vector<LiveOrder*>& v, LiveOrder& lo) { v.push_back(&lo); }
-
-// Open orders in no particular order, with O(1) insert and erase (each order keeps its slot). Callers
-// that need id order sort ids().
-struct OrderList {
-  std::vector<LiveOrder*> items;
-
-  // `Slot`: where an order keeps its place in this list.
-  template <std::uint32_t& (*Slot)(LiveOrder&)>
-  void add(LiveOrder& lo) {
-    Slot(lo) = static_cast<std::uint32_t>(items.size());
-    append(items, lo);
-  }
-  template <std::uint32_t& (*Slot)(LiveOrder&)>
-  void remove(LiveOrder& lo) {
-    const std::uint32_t i = Slot(lo);
-    items[i] = items.back();
-    Slot(*items[i]) = i;
-    items.pop_back();
-  }
-  bool empty() const { return items.empty(); }
-  std::vector<OrderId> ids() const {
-    std::vector<OrderId> out;
-    out.reserve(items.size());
-    for (const LiveOrder* lo : items) out.push_back(lo->o.id);
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-};
-
 // Pointers by a 64-bit id in an open-addressing table (linear probing, at most half full), for maps whose
 // values stay put (std::map nodes) and are never erased, so neither is an entry: a lookup is a probe or two,
 // not a descent of the map's nodes (a cache miss each in a big map). Each id goes in once, with a non-null
@@ -668,6 +636,7 @@ class SlabMap {
   }
   std::size_t count(K id) const { return find(id) == end() ? 0 : 1; }
   V& at_slot(std::uint32_t s) const { return *slot(s); }
+  bool holds(std::uint32_t s) const { return s < slots_ && used_[s]; }  // whether slot s holds a value (checks)
   V& at(K id) const {
     const iterator it = find(id);
     if (it == end()) throw std::out_of_range("SlabMap::at");
@@ -835,6 +804,80 @@ struct SlabKey<LiveOrder> {
 };
 
 using OrderMap = SlabMap<OrderId, LiveOrder>;
+
+// An open order's slot number in Impl::orders (OrderMap::at_slot): the order lists below hold these, 4 bytes where a
+// pointer is 8.
+using OrderSlot = std::uint32_t;
+
+// A growable array of OrderSlots in 16 bytes (a std::vector's 24), with push_back's compare-and-store inline and
+// its growth (doubling, as a vector's) out of line: GCC left std::vector<std::uint32_t>::push_back out of line
+// whole, ~23 instructions a call where the store is ~6.
+class OrderSlots {
+ public:
+  OrderSlots() = default;
+  OrderSlots(OrderSlots&& o) noexcept
+      : data_(std::move(o.data_)), size_(std::exchange(o.size_, 0)), cap_(std::exchange(o.cap_, 0)) {}
+  OrderSlots& operator=(OrderSlots&& o) noexcept {
+    data_ = std::move(o.data_);
+    size_ = std::exchange(o.size_, 0);
+    cap_ = std::exchange(o.cap_, 0);
+    return *this;
+  }
+
+  std::uint32_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  OrderSlot& operator[](std::uint32_t i) { return data_[i]; }
+  OrderSlot operator[](std::uint32_t i) const { return data_[i]; }
+  OrderSlot back() const { return data_[size_ - 1]; }
+  const OrderSlot* begin() const { return data_.get(); }
+  const OrderSlot* end() const { return data_.get() + size_; }
+  void push_back(OrderSlot s) {
+    if (size_ == cap_) [[unlikely]] grow();
+    data_[size_++] = s;
+  }
+  void pop_back() { --size_; }
+
+ private:
+  [[gnu::noinline]] void grow() {
+    cap_ = cap_ == 0 ? 1 : cap_ * 2;
+    auto bigger = std::make_unique_for_overwrite<OrderSlot[]>(cap_);
+    std::copy_n(data_.get(), size_, bigger.get());
+    data_ = std::move(bigger);
+  }
+  std::unique_ptr<OrderSlot[]> data_;
+  std::uint32_t size_{0};
+  std::uint32_t cap_{0};
+};
+static_assert(sizeof(OrderSlots) == 16);
+
+// Open orders in no particular order, with O(1) insert and erase (each order keeps its place, `Slot`). Callers
+// that need id order sort ids().
+struct OrderList {
+  OrderSlots items;
+
+  // `n`: the order's slot number in `orders`.
+  template <std::uint32_t& (*Slot)(LiveOrder&)>
+  void add(LiveOrder& lo, OrderSlot n) {
+    Slot(lo) = items.size();
+    items.push_back(n);
+  }
+  // The last entry moves into the hole and its order learns its new place.
+  template <std::uint32_t& (*Slot)(LiveOrder&)>
+  void remove(const OrderMap& orders, LiveOrder& lo) {
+    const std::uint32_t i = Slot(lo);
+    items[i] = items.back();
+    Slot(orders.at_slot(items[i])) = i;
+    items.pop_back();
+  }
+  bool empty() const { return items.empty(); }
+  std::vector<OrderId> ids(const OrderMap& orders) const {
+    std::vector<OrderId> out;
+    out.reserve(items.size());
+    for (OrderSlot n : items) out.push_back(orders.at_slot(n).o.id);
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+};
 
 // A pool's resting spot asks, by price level (a new ask is appended to its level).
 using AskSet = LevelSet<AskKey, AskOrder>;
@@ -1181,7 +1224,7 @@ inline PoolId RestOrder::request_pool() const {
 constexpr Price kNoSpotAsk{std::numeric_limits<std::int64_t>::max()};
 struct AskPool {
   LivePool* lp{nullptr};
-  std::vector<LiveOrder*> asks;
+  OrderSlots asks;  // slot numbers in Impl::orders
   Price spot_cheapest{kNoSpotAsk};
 };
 
@@ -3407,13 +3450,14 @@ struct Engine::Impl {
         b.free_runs.enabled = true;
         b.free_runs.first_week = std::max<std::int64_t>(run_slot(now), 0);
         for (const AskPool& ap : b.ask_pools) {
-          for (LiveOrder* lo : ap.asks) index_runs(b, *lo);
+          for (OrderSlot n : ap.asks) index_runs(b, orders.at_slot(n));
         }
       }
       if (ws.value < 0 || we.value > kRunMax) {  // outside the index's 32-bit times: every resting ask
         for (const AskPool& ap : b.ask_pools) {
           if (!pool_satisfies(ap.lp->p, c)) continue;
-          for (LiveOrder* lo : ap.asks) {
+          for (OrderSlot n : ap.asks) {
+            LiveOrder* lo = &orders.at_slot(n);
             const RestOrder& o = lo->o;
             if (o.ask_effective_price() > limit || we - ws < o.ask_min_duration()) continue;
             bool holds = false;
@@ -3901,7 +3945,7 @@ struct Engine::Impl {
       const std::uint32_t at = lo.book_slot;
       if (at + 1 != ap.asks.size()) {
         ap.asks[at] = ap.asks.back();
-        ap.asks[at]->book_slot = at;
+        orders.at_slot(ap.asks[at]).book_slot = at;
       }
       ap.asks.pop_back();
       if (lo.in_spot) erase_spot(b, ap, *lp, k);
@@ -4204,8 +4248,8 @@ struct Engine::Impl {
             b.ask_pools.push_back(AskPool{&lp, {}, kNoSpotAsk});
           }
           AskPool& ap = b.ask_pools[lp.ask_pool_slot];
-          lo.book_slot = static_cast<std::uint32_t>(ap.asks.size());
-          append(ap.asks, lo);
+          lo.book_slot = ap.asks.size();
+          ap.asks.push_back(lp.asks.items[o.ask->pool_slot]);  // its slot number (every open ask is in its pool's list)
           if (lo.in_spot) {
             lp.book_spot_asks.insert(k);
             count_spot(b, ap, lp, k);
@@ -4232,7 +4276,7 @@ struct Engine::Impl {
     lo.timer = LiveOrder::kClosed;
     if (o.is_sell()) close_ask(lo);
     if (o.is_buy() && lo.bid_group >= 0) leave_group(*o.book, lo);
-    account(o.account).orders.remove<account_slot>(lo);
+    account(o.account).orders.remove<account_slot>(orders, lo);
     if (o.request.has_client_order_id()) {
       const CidKey k{o.account, o.request.cold->client_order_id};
       open_cids.erase(k);
@@ -4269,7 +4313,7 @@ struct Engine::Impl {
     s.lapsed_gpu_seconds = past;
     s.cancelled_gpu_seconds += rest;  // the unsold rest ahead, however the ask ended
     a.free_gpu_seconds = 0;
-    lp.asks.remove<pool_slot>(lo);
+    lp.asks.remove<pool_slot>(orders, lo);
     for (LeaseId lid : s.sold) {
       auto it = leases.find(lid);
       if (it == leases.end()) continue;
@@ -4814,7 +4858,7 @@ struct Engine::Impl {
   std::vector<OrderId> reprice(LivePool& lp) {
     std::vector<OrderId> changed;
     const Price tk = tick(lp.p.spec.market);
-    for (OrderId id : lp.asks.ids()) {
+    for (OrderId id : lp.asks.ids(orders)) {
       LiveOrder& lo = orders.at(id);
       const Price eff = discounted(lo.o.request.price, lp.p.green_discount_bps, tk);
       if (eff == lo.o.ask_effective_price() && lo.o.green_discount_bps() == lp.p.green_discount_bps) continue;
@@ -5072,7 +5116,8 @@ struct Engine::Impl {
     Account& acct = account(cmd.account);
     const Reason bad = validate(r, g, cmd, market, acct);
     if (bad != Reason::none) return place_rejected(cmd, r, h, market, bad);
-    LiveOrder& lo = *orders.emplace_new(OrderId(cmd.seq));
+    const auto at = orders.emplace_new(OrderId(cmd.seq));
+    LiveOrder& lo = *at;
     RestOrder& o = lo.o;
     request_into(o, r, market, h, g.window_start, g.window_end);
     stamp_placed(o, cmd, r, h);
@@ -5094,13 +5139,13 @@ struct Engine::Impl {
       o.free_gpu_seconds = total;
       lp.used.add(g.window_start, g.window_end, r.quantity.value);
       lp.used.trim_before(now);
-      lp.asks.add<pool_slot>(lo);
+      lp.asks.add<pool_slot>(lo, at.slot_number());
     } else if (r.min_duration.value != 0) {  // a bid's (ignored, and echoed) needs a record
       o.ask = Owned(std::make_unique<AskSide>());
       o.ask->effective = r.price;
       o.ask->min_duration = r.min_duration;
     }
-    acct.orders.add<account_slot>(lo);
+    acct.orders.add<account_slot>(lo, at.slot_number());
     if (!r.client_order_id.empty()) open_cids[CidKey{cmd.account, r.client_order_id}] = o.id;
     // What hook(lo, false) does for an order not yet in a book and not yet shown: its account sums and its
     // bucket. Its timer waits for the hook that puts it in the book (or none: it ends while incoming).
@@ -5151,7 +5196,7 @@ struct Engine::Impl {
   void on(const Command& cmd, const CancelAll& c) {
     auto ait = accounts.find(cmd.account);
     if (ait == accounts.end()) return;
-    const std::vector<OrderId> ids = ait->second.orders.ids();
+    const std::vector<OrderId> ids = ait->second.orders.ids(orders);
     for (OrderId id : ids) {
       LiveOrder& lo = orders.at(id);
       if (c.market && *lo.o.market() != *c.market) continue;
@@ -5309,7 +5354,7 @@ struct Engine::Impl {
     emit(PoolChanged{lp.p});
     reprice(lp);
     // Verified values can make energy-constrained bids eligible even when the price stays.
-    match_woken(lp.asks.ids());
+    match_woken(lp.asks.ids(orders));
   }
 
   void on(const Command& cmd, const ReleaseLease& c) {
@@ -5344,7 +5389,7 @@ struct Engine::Impl {
     if (!c.halted) {
       std::vector<OrderId> ids;
       for (const AskPool& ap : it->second.ask_pools) {
-        for (const LiveOrder* lo : ap.asks) ids.push_back(lo->o.id);
+        for (OrderSlot n : ap.asks) ids.push_back(orders.at_slot(n).o.id);
       }
       match_woken(std::move(ids));  // sorts them into ask priority
     }
@@ -5366,7 +5411,7 @@ struct Engine::Impl {
       lp.p.updated_at = now;
       emit(PoolChanged{lp.p});
       reprice(lp);
-      for (OrderId ask : lp.asks.ids()) woken.push_back(ask);  // green_only eligibility may change too
+      for (OrderId ask : lp.asks.ids(orders)) woken.push_back(ask);  // green_only eligibility may change too
     }
     match_woken(std::move(woken));
   }
@@ -5478,10 +5523,13 @@ struct Engine::Impl {
     };
     std::map<PoolId, Steps> held;
     std::map<const Book*, std::size_t> fixed_entries;  // entries the fixed bid indexes should hold, by book
-    for (const LiveOrder& lo : orders) {
+    std::size_t open = 0;
+    for (auto at = orders.begin(); at != orders.end(); ++at) {
+      const LiveOrder& lo = *at;
       const RestOrder& o = lo.o;
       if (lo.kept) fail("order " + std::to_string(lo.o.id.value) + " still kept in its book sets after the command");
       if (!o.is_open()) continue;
+      ++open;
       if (o.bucket != order_bucket(o)) fail("bucket of order " + std::to_string(o.id.value) + " stale");
       if (o.is_buy()) {
         if (o.filled + o.remaining != o.request.quantity) fail("bid filled+remaining: " + to_string(to_order(o)));
@@ -5542,12 +5590,12 @@ struct Engine::Impl {
       if (in && o.is_sell()) {
         in = lo.pool() == &pools.at(o.request_pool()) && lo.pool()->book_count > 0;
         if (in) {  // in its pool's list of open asks, at its slot
-          const std::vector<LiveOrder*>& pool_asks = lo.pool()->asks.items;
-          in = o.ask->pool_slot < pool_asks.size() && pool_asks[o.ask->pool_slot] == &lo;
+          const OrderSlots& pool_asks = lo.pool()->asks.items;
+          in = o.ask->pool_slot < pool_asks.size() && pool_asks[o.ask->pool_slot] == at.slot_number();
         }
         if (in) {
-          const std::vector<LiveOrder*>& asks = o.book->ask_pools[lo.pool()->ask_pool_slot].asks;
-          in = lo.book_slot < asks.size() && asks[lo.book_slot] == &lo;
+          const OrderSlots& asks = o.book->ask_pools[lo.pool()->ask_pool_slot].asks;
+          in = lo.book_slot < asks.size() && asks[lo.book_slot] == at.slot_number();
         }
       }
       if (!in) fail("open order not in book: " + to_string(to_order(o)));
@@ -5563,12 +5611,24 @@ struct Engine::Impl {
       if (lo.counted) add_to_sums(sums[lo.o.account], lo.o, 1);
     }
     for (const LiveLease& l : leases) sums[buyer(l)].notional_x3600 += static_cast<Int128>(l.owed()) * 3600;
+    // ... and its list holds its open orders, each at its account_slot (distinct places: distinct orders), and
+    // nothing else; with the count, every open order is in its account's list.
+    std::size_t in_lists = 0;
     for (const auto& [id, a] : accounts) {
       const Account& e = sums[id];
       if (a.open_orders != e.open_orders || a.open_gpus != e.open_gpus || a.notional_x3600 != e.notional_x3600) {
         fail("account sums of " + std::to_string(id.value) + " differ from its open orders and leases");
       }
+      const OrderSlots& items = a.orders.items;
+      for (std::uint32_t j = 0; j < items.size(); ++j) {
+        const LiveOrder* lo = orders.holds(items[j]) ? &orders.at_slot(items[j]) : nullptr;
+        if (!lo || lo->o.account != id || lo->account_slot != j || !lo->o.is_open()) {
+          fail("order list of account " + std::to_string(id.value) + " stale at " + std::to_string(j));
+        }
+      }
+      in_lists += items.size();
     }
+    if (in_lists != open) fail("accounts list " + std::to_string(in_lists) + " orders, " + std::to_string(open) + " open");
     std::map<PoolId, std::size_t> pool_leases;  // live, by pool
     std::size_t wide = 0;
     for (auto it = leases.begin(); it != leases.end(); ++it) {
@@ -5698,8 +5758,12 @@ struct Engine::Impl {
       }
       for (std::size_t i = 0; i < b.ask_pools.size(); ++i) {
         const AskPool& ap = b.ask_pools[i];
-        for (std::size_t j = 0; j < ap.asks.size(); ++j) {
-          const LiveOrder& lo = *ap.asks[j];
+        for (std::uint32_t j = 0; j < ap.asks.size(); ++j) {
+          if (!orders.holds(ap.asks[j])) {
+            fail("ask pool of pool " + std::to_string(ap.lp->p.id.value) + " holds a free slot");
+            continue;
+          }
+          const LiveOrder& lo = orders.at_slot(ap.asks[j]);
           if (lo.book_slot != j || lo.pool() != ap.lp || !lo.in_book || lo.o.book != &b || !lo.o.is_sell()) {
             fail("ask slot stale: " + std::to_string(lo.o.id.value));
           }
@@ -5727,7 +5791,8 @@ struct Engine::Impl {
       std::size_t runs = 0;
       for (const AskPool& ap : b.ask_pools) {
         if (!b.free_runs.enabled) break;
-        for (LiveOrder* lo : ap.asks) {
+        for (OrderSlot n : ap.asks) {
+          const LiveOrder* lo = &orders.at_slot(n);
           if (ap.lp->run_number >= b.free_runs.pools.size() || b.free_runs.pools[ap.lp->run_number] != ap.lp) {
             fail("free run index: pool " + std::to_string(ap.lp->p.id.value) + " not numbered");
             break;
@@ -6036,14 +6101,15 @@ struct Engine::Impl {
       schedule_lease(ref);
     }
     for (const Order& o : s.open_orders) {
-      LiveOrder& lo = *orders.emplace(o.id, LiveOrder{}).first;
+      const auto at = orders.emplace(o.id, LiveOrder{}).first;
+      LiveOrder& lo = *at;
       lo.o = rest_of(Order(o));
       lo.o.bucket = order_bucket(lo.o);  // as placed (refresh_view keeps a month until the order turns spot)
-      account(o.account).orders.add<account_slot>(lo);
+      account(o.account).orders.add<account_slot>(lo, at.slot_number());
       if (!o.request.client_order_id.empty()) open_cids[CidKey{o.account, o.request.client_order_id}] = o.id;
       if (o.is_sell()) {
         LivePool& lp = pools.at(o.request.pool);
-        lp.asks.add<pool_slot>(lo);
+        lp.asks.add<pool_slot>(lo, at.slot_number());
         for (const Step& p : o.free.pieces()) lp.used.add(p.from, p.to, p.gpus);
       }
       hook(lo, true);
@@ -6152,7 +6218,7 @@ std::vector<Order> Engine::open_orders(AccountId account, const std::optional<Ma
   std::vector<Order> out;
   auto it = impl_->accounts.find(account);
   if (it == impl_->accounts.end()) return out;
-  for (OrderId id : it->second.orders.ids()) {
+  for (OrderId id : it->second.orders.ids(impl_->orders)) {
     const RestOrder& o = impl_->orders.at(id).o;
     if (market && *o.market() != *market) continue;
     out.push_back(Impl::to_order(o));
@@ -6192,8 +6258,8 @@ std::optional<PoolCapacity> Engine::pool_capacity(PoolId id, Seconds from, Secon
     const Seconds held_end = l.status == LeaseStatus::preempted ? std::min(impl_->ends_at(l), l.end) : l.end;
     c.leased.add(std::max(l.start, from), std::min(held_end, to), l.quantity.value);
   }
-  for (const auto* ask : lp.asks.items) {
-    for (const Step& p : ask->o.ask->free.pieces()) {
+  for (OrderSlot n : lp.asks.items) {
+    for (const Step& p : impl_->orders.at_slot(n).o.ask->free.pieces()) {
       c.offered.add(std::max(p.from, from), std::min(p.to, to), p.gpus);
     }
   }
