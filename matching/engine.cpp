@@ -430,7 +430,7 @@ struct RestOrder {
   // 2^32 - 1 commands after its placement, or a restored one): 8 bytes less per order.
   std::uint32_t window_length{0};
   std::uint32_t priority_lag{0};
-  // Last: LiveOrder puts its book_slot / bid_group in the 4 bytes of tail padding.
+  // Last: LiveOrder puts its bid_group in the 4 bytes of tail padding.
 
   Qty filled_gpus() const { return is_buy() ? filled : Qty(0); }
   Qty remaining_gpus() const { return is_buy() ? remaining : Qty(0); }
@@ -514,10 +514,7 @@ struct LiveOrder {
   static constexpr std::int32_t kClosed = -3;     // closed (hook's end of the order): no timer, and not closed again
 
   [[no_unique_address]] RestOrder o;
-  union {  // one per side
-    std::uint32_t book_slot;  // sell in a book: its index in its AskPool's asks
-    int bid_group{-1};        // buy: index of its constraint group in its Book (from when it first rests to its end)
-  };
+  int bid_group{-1};  // buy: index of its constraint group in its Book (from when it first rests to its end)
   [[no_unique_address]] ShownMark shown;
   bool in_book{false};
   bool in_spot{false};  // sell: also in its pool's book_spot_asks
@@ -1072,8 +1069,7 @@ struct LivePool {
   // preempted).
   std::vector<std::uint32_t> leases;
   ChunkedSet<LeaseRef, std::less<LeaseRef>> spot_leases;
-  // Its resting asks (32-bit, as their places in its AskPool's asks, LiveOrder::book_slot: with the 32-bit
-  // numbers the node stays 512 bytes).
+  // Its resting asks (32-bit: with the 32-bit numbers the node stays 512 bytes).
   std::uint32_t book_count{0};
   // Its number in its Book's RunIndex (the maximum until its first ask is indexed).
   mutable std::uint32_t run_number{std::numeric_limits<std::uint32_t>::max()};
@@ -1218,13 +1214,12 @@ inline PoolId RestOrder::request_pool() const {
   return request.cold ? request.cold->pool : PoolId();
 }
 
-// A pool's resting asks in no order (each LiveOrder keeps its index, book_slot; erase moves the last one into
-// the hole; fixed-window bids find them through the RunIndex), and the cheapest price of those in
-// book_spot_asks (spot_cheapest: kNoSpotAsk when it is empty; their run bounds are LivePool::spot_runs).
+// A pool with resting asks (LivePool::book_count of them; fixed-window bids find them through the RunIndex, the
+// rare paths that need them all through its open asks, Impl::for_each_resting_ask), and the cheapest price of
+// those in book_spot_asks (spot_cheapest: kNoSpotAsk when it is empty; their run bounds are LivePool::spot_runs).
 constexpr Price kNoSpotAsk{std::numeric_limits<std::int64_t>::max()};
 struct AskPool {
   LivePool* lp{nullptr};
-  OrderSlots asks;  // slot numbers in Impl::orders
   Price spot_cheapest{kNoSpotAsk};
 };
 
@@ -3450,20 +3445,19 @@ struct Engine::Impl {
         b.free_runs.enabled = true;
         b.free_runs.first_week = std::max<std::int64_t>(run_slot(now), 0);
         for (const AskPool& ap : b.ask_pools) {
-          for (OrderSlot n : ap.asks) index_runs(b, orders.at_slot(n));
+          for_each_resting_ask(*ap.lp, [&](LiveOrder& lo) { index_runs(b, lo); });
         }
       }
       if (ws.value < 0 || we.value > kRunMax) {  // outside the index's 32-bit times: every resting ask
         for (const AskPool& ap : b.ask_pools) {
           if (!pool_satisfies(ap.lp->p, c)) continue;
-          for (OrderSlot n : ap.asks) {
-            LiveOrder* lo = &orders.at_slot(n);
-            const RestOrder& o = lo->o;
-            if (o.ask_effective_price() > limit || we - ws < o.ask_min_duration()) continue;
+          for_each_resting_ask(*ap.lp, [&](LiveOrder& lo) {
+            const RestOrder& o = lo.o;
+            if (o.ask_effective_price() > limit || we - ws < o.ask_min_duration()) return;
             bool holds = false;
             for_each_run(o, [&](Seconds from, Seconds to) { holds = holds || (from <= ws && to >= we); });
-            if (holds) cands.push_back(AskCandidate{o.ask_effective_price(), o.priority(), lo, ap.lp});
-          }
+            if (holds) cands.push_back(AskCandidate{o.ask_effective_price(), o.priority(), &lo, ap.lp});
+          });
         }
       } else {
         scan_runs(b, bid, limit, c, group, regions, ws, we, stop_after, cands);
@@ -3942,12 +3936,6 @@ struct Engine::Impl {
       LivePool* lp = lo.pool();
       if (runs) unindex_runs(b, lo);
       AskPool& ap = b.ask_pools[lp->ask_pool_slot];
-      const std::uint32_t at = lo.book_slot;
-      if (at + 1 != ap.asks.size()) {
-        ap.asks[at] = ap.asks.back();
-        orders.at_slot(ap.asks[at]).book_slot = at;
-      }
-      ap.asks.pop_back();
       if (lo.in_spot) erase_spot(b, ap, *lp, k);
       if (--lp->book_count == 0) {
         const std::uint32_t i = lp->ask_pool_slot;
@@ -4245,11 +4233,9 @@ struct Engine::Impl {
           lo.in_spot = as_placed ? o.window_start <= now : spot_now(o);
           if (lp.book_count++ == 0) {
             lp.ask_pool_slot = static_cast<std::uint32_t>(b.ask_pools.size());  // at most one a pool (add_pool)
-            b.ask_pools.push_back(AskPool{&lp, {}, kNoSpotAsk});
+            b.ask_pools.push_back(AskPool{&lp, kNoSpotAsk});
           }
           AskPool& ap = b.ask_pools[lp.ask_pool_slot];
-          lo.book_slot = ap.asks.size();
-          ap.asks.push_back(lp.asks.items[o.ask->pool_slot]);  // its slot number (every open ask is in its pool's list)
           if (lo.in_spot) {
             lp.book_spot_asks.insert(k);
             count_spot(b, ap, lp, k);
@@ -4855,6 +4841,17 @@ struct Engine::Impl {
   }
 
   // Re-prices a pool's open asks after its discount changed; returns them.
+  // fn(lo) for each of lp's asks in its book, in no order: its open asks that are in_book (all of them between
+  // commands; a command's incoming or kept one is not). For the paths that need a pool's resting asks all at once
+  // (the first fixed-window bid's index build, a window outside the index, a market's resume, the checks).
+  template <class F>
+  void for_each_resting_ask(const LivePool& lp, F&& fn) const {
+    for (OrderSlot n : lp.asks.items) {
+      LiveOrder& lo = orders.at_slot(n);
+      if (lo.in_book) fn(lo);
+    }
+  }
+
   std::vector<OrderId> reprice(LivePool& lp) {
     std::vector<OrderId> changed;
     const Price tk = tick(lp.p.spec.market);
@@ -5389,7 +5386,7 @@ struct Engine::Impl {
     if (!c.halted) {
       std::vector<OrderId> ids;
       for (const AskPool& ap : it->second.ask_pools) {
-        for (OrderSlot n : ap.asks) ids.push_back(orders.at_slot(n).o.id);
+        for_each_resting_ask(*ap.lp, [&](const LiveOrder& lo) { ids.push_back(lo.o.id); });
       }
       match_woken(std::move(ids));  // sorts them into ask priority
     }
@@ -5594,8 +5591,8 @@ struct Engine::Impl {
           in = o.ask->pool_slot < pool_asks.size() && pool_asks[o.ask->pool_slot] == at.slot_number();
         }
         if (in) {
-          const OrderSlots& asks = o.book->ask_pools[lo.pool()->ask_pool_slot].asks;
-          in = lo.book_slot < asks.size() && asks[lo.book_slot] == at.slot_number();
+          const std::uint32_t i = lo.pool()->ask_pool_slot;
+          in = i < o.book->ask_pools.size() && o.book->ask_pools[i].lp == lo.pool();
         }
       }
       if (!in) fail("open order not in book: " + to_string(to_order(o)));
@@ -5758,15 +5755,17 @@ struct Engine::Impl {
       }
       for (std::size_t i = 0; i < b.ask_pools.size(); ++i) {
         const AskPool& ap = b.ask_pools[i];
-        for (std::uint32_t j = 0; j < ap.asks.size(); ++j) {
-          if (!orders.holds(ap.asks[j])) {
-            fail("ask pool of pool " + std::to_string(ap.lp->p.id.value) + " holds a free slot");
+        std::int64_t n = 0;
+        for (OrderSlot s : ap.lp->asks.items) {
+          if (!orders.holds(s)) {
+            fail("open asks of pool " + std::to_string(ap.lp->p.id.value) + " hold a free slot");
             continue;
           }
-          const LiveOrder& lo = orders.at_slot(ap.asks[j]);
-          if (lo.book_slot != j || lo.pool() != ap.lp || !lo.in_book || lo.o.book != &b || !lo.o.is_sell()) {
-            fail("ask slot stale: " + std::to_string(lo.o.id.value));
+          const LiveOrder& lo = orders.at_slot(s);
+          if (lo.pool() != ap.lp || lo.o.book != &b || !lo.o.is_sell()) {
+            fail("ask in the wrong pool's list: " + std::to_string(lo.o.id.value));
           }
+          n += lo.in_book;
         }
         for (const AskKey& k : ap.lp->book_spot_asks) {
           if (!ap.lp->spot_runs.bounds(k)) fail("spot ask run bounds miss: " + std::to_string(k.id.value));
@@ -5781,7 +5780,6 @@ struct Engine::Impl {
                          : ap.spot_cheapest != spot.begin()->effective) {
           fail("spot cheapest of pool " + std::to_string(ap.lp->p.id.value) + " out of step");
         }
-        const auto n = static_cast<std::int64_t>(ap.asks.size());
         if (ap.lp->ask_pool_slot != i || n == 0 || n != ap.lp->book_count) {
           fail("ask pool index of pool " + std::to_string(ap.lp->p.id.value) + " out of step");
         }
@@ -5791,8 +5789,9 @@ struct Engine::Impl {
       std::size_t runs = 0;
       for (const AskPool& ap : b.ask_pools) {
         if (!b.free_runs.enabled) break;
-        for (OrderSlot n : ap.asks) {
-          const LiveOrder* lo = &orders.at_slot(n);
+        for (OrderSlot s : ap.lp->asks.items) {
+          const LiveOrder* lo = &orders.at_slot(s);
+          if (!lo->in_book) continue;
           if (ap.lp->run_number >= b.free_runs.pools.size() || b.free_runs.pools[ap.lp->run_number] != ap.lp) {
             fail("free run index: pool " + std::to_string(ap.lp->p.id.value) + " not numbered");
             break;
