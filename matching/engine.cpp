@@ -503,8 +503,8 @@ struct RestOrder {
 static_assert(offsetof(RestOrder, updated_after) < offsetof(RestOrder, request) + sizeof(RestRequest),
               "status, reason and updated_after sit in the request's tail padding");
 
-// 144 bytes (SlabMap: 1,820 slots a 256 KiB block, numbered with a power-of-two stride): the union in the tail padding of
-// `o`, the timer in 32 bits (with whether the order was closed), what its view shows in 4 bytes (ShownMark); an
+// 144 bytes (SlabMap: 1,820 slots a 256 KiB block, numbered with a power-of-two stride): bid_group in the tail padding
+// of `o`, the timer in 32 bits (with whether the order was closed), what its view shows in 4 bytes (ShownMark); an
 // ask's own fields are in its AskSide.
 struct LiveOrder {
   // `timer`: the time of its pending timer (the one Impl::run_due honours; the heap may hold stale ones) as
@@ -1058,7 +1058,7 @@ struct LivePool {
   std::uint32_t ask_pool_slot{0};  // its place in its Book's ask_pools while it has resting asks
   // The run bounds of its spot asks (RunBounds{} when it has none), which let a duration bid's walk pass over the
   // pool without reading a key, and its resting asks that a duration bid could use now (spot_now), in ask
-  // priority order (all of them are in its AskPool's asks).
+  // priority order.
   RunBounds spot_runs;
   AskSet book_spot_asks;
   StepTree used;  // open asks' free capacity + GPUs held by leases, over time
@@ -1069,7 +1069,7 @@ struct LivePool {
   // preempted).
   std::vector<std::uint32_t> leases;
   ChunkedSet<LeaseRef, std::less<LeaseRef>> spot_leases;
-  // Its resting asks (32-bit: with the 32-bit numbers the node stays 512 bytes).
+  // How many of its asks are in its book (32-bit: the node stays 512 bytes).
   std::uint32_t book_count{0};
   // Its number in its Book's RunIndex (the maximum until its first ask is indexed).
   mutable std::uint32_t run_number{std::numeric_limits<std::uint32_t>::max()};
@@ -4840,10 +4840,9 @@ struct Engine::Impl {
     }
   }
 
-  // Re-prices a pool's open asks after its discount changed; returns them.
   // fn(lo) for each of lp's asks in its book, in no order: its open asks that are in_book (all of them between
-  // commands; a command's incoming or kept one is not). For the paths that need a pool's resting asks all at once
-  // (the first fixed-window bid's index build, a window outside the index, a market's resume, the checks).
+  // commands; an incoming ask is not yet, a kept one still is). For the paths that need a pool's resting asks all
+  // at once: the first fixed-window bid's index build, a window outside the index, a market's resume.
   template <class F>
   void for_each_resting_ask(const LivePool& lp, F&& fn) const {
     for (OrderSlot n : lp.asks.items) {
@@ -4852,6 +4851,7 @@ struct Engine::Impl {
     }
   }
 
+  // Re-prices a pool's open asks after its discount changed; returns them.
   std::vector<OrderId> reprice(LivePool& lp) {
     std::vector<OrderId> changed;
     const Price tk = tick(lp.p.spec.market);
@@ -5521,12 +5521,14 @@ struct Engine::Impl {
     std::map<PoolId, Steps> held;
     std::map<const Book*, std::size_t> fixed_entries;  // entries the fixed bid indexes should hold, by book
     std::size_t open = 0;
+    std::size_t open_sells = 0;
     for (auto at = orders.begin(); at != orders.end(); ++at) {
       const LiveOrder& lo = *at;
       const RestOrder& o = lo.o;
       if (lo.kept) fail("order " + std::to_string(lo.o.id.value) + " still kept in its book sets after the command");
       if (!o.is_open()) continue;
       ++open;
+      open_sells += o.is_sell();
       if (o.bucket != order_bucket(o)) fail("bucket of order " + std::to_string(o.id.value) + " stale");
       if (o.is_buy()) {
         if (o.filled + o.remaining != o.request.quantity) fail("bid filled+remaining: " + to_string(to_order(o)));
@@ -5626,6 +5628,21 @@ struct Engine::Impl {
       in_lists += items.size();
     }
     if (in_lists != open) fail("accounts list " + std::to_string(in_lists) + " orders, " + std::to_string(open) + " open");
+    // Each pool's list holds its open asks, each at its pool_slot, and nothing else (as the accounts' lists).
+    in_lists = 0;
+    for (const auto& [id, lp] : pools) {
+      const OrderSlots& items = lp.asks.items;
+      for (std::uint32_t j = 0; j < items.size(); ++j) {
+        const LiveOrder* lo = orders.holds(items[j]) ? &orders.at_slot(items[j]) : nullptr;
+        if (!lo || !lo->o.is_sell() || !lo->o.is_open() || lo->pool() != &lp || lo->o.ask->pool_slot != j) {
+          fail("open asks of pool " + std::to_string(id.value) + " stale at " + std::to_string(j));
+        }
+      }
+      in_lists += items.size();
+    }
+    if (in_lists != open_sells) {
+      fail("pools list " + std::to_string(in_lists) + " asks, " + std::to_string(open_sells) + " open");
+    }
     std::map<PoolId, std::size_t> pool_leases;  // live, by pool
     std::size_t wide = 0;
     for (auto it = leases.begin(); it != leases.end(); ++it) {
@@ -5755,18 +5772,8 @@ struct Engine::Impl {
       }
       for (std::size_t i = 0; i < b.ask_pools.size(); ++i) {
         const AskPool& ap = b.ask_pools[i];
-        std::int64_t n = 0;
-        for (OrderSlot s : ap.lp->asks.items) {
-          if (!orders.holds(s)) {
-            fail("open asks of pool " + std::to_string(ap.lp->p.id.value) + " hold a free slot");
-            continue;
-          }
-          const LiveOrder& lo = orders.at_slot(s);
-          if (lo.pool() != ap.lp || lo.o.book != &b || !lo.o.is_sell()) {
-            fail("ask in the wrong pool's list: " + std::to_string(lo.o.id.value));
-          }
-          n += lo.in_book;
-        }
+        std::int64_t n = 0;  // its asks in the book (its list is checked with every pool's)
+        for (OrderSlot s : ap.lp->asks.items) n += orders.holds(s) && orders.at_slot(s).in_book;
         for (const AskKey& k : ap.lp->book_spot_asks) {
           if (!ap.lp->spot_runs.bounds(k)) fail("spot ask run bounds miss: " + std::to_string(k.id.value));
           AskKey fresh = k;
@@ -5790,8 +5797,8 @@ struct Engine::Impl {
       for (const AskPool& ap : b.ask_pools) {
         if (!b.free_runs.enabled) break;
         for (OrderSlot s : ap.lp->asks.items) {
+          if (!orders.holds(s) || !orders.at_slot(s).in_book) continue;
           const LiveOrder* lo = &orders.at_slot(s);
-          if (!lo->in_book) continue;
           if (ap.lp->run_number >= b.free_runs.pools.size() || b.free_runs.pools[ap.lp->run_number] != ap.lp) {
             fail("free run index: pool " + std::to_string(ap.lp->p.id.value) + " not numbered");
             break;
