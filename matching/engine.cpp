@@ -5610,35 +5610,36 @@ struct Engine::Impl {
       if (lo.counted) add_to_sums(sums[lo.o.account], lo.o, 1);
     }
     for (const LiveLease& l : leases) sums[buyer(l)].notional_x3600 += static_cast<Int128>(l.owed()) * 3600;
-    // ... and its list holds its open orders, each at its account_slot (distinct places: distinct orders), and
-    // nothing else; with the count, every open order is in its account's list.
+    // An order list (OrderList): every entry a live, open order that `belongs(order, place)` (its owner's, and it
+    // knows its place: distinct places, distinct orders); returns the entries, which the callers match with the
+    // open orders' count, so that every open order is in its list.
+    const auto check_list = [&](const OrderSlots& items, auto belongs, const std::string& what) {
+      for (std::uint32_t j = 0; j < items.size(); ++j) {
+        const LiveOrder* lo = orders.holds(items[j]) ? &orders.at_slot(items[j]) : nullptr;
+        if (!lo || !lo->o.is_open() || !belongs(*lo, j)) fail(what + " stale at " + std::to_string(j));
+      }
+      return std::size_t{items.size()};
+    };
+    // ... and its list holds its open orders, each at its account_slot.
     std::size_t in_lists = 0;
     for (const auto& [id, a] : accounts) {
       const Account& e = sums[id];
       if (a.open_orders != e.open_orders || a.open_gpus != e.open_gpus || a.notional_x3600 != e.notional_x3600) {
         fail("account sums of " + std::to_string(id.value) + " differ from its open orders and leases");
       }
-      const OrderSlots& items = a.orders.items;
-      for (std::uint32_t j = 0; j < items.size(); ++j) {
-        const LiveOrder* lo = orders.holds(items[j]) ? &orders.at_slot(items[j]) : nullptr;
-        if (!lo || lo->o.account != id || lo->account_slot != j || !lo->o.is_open()) {
-          fail("order list of account " + std::to_string(id.value) + " stale at " + std::to_string(j));
-        }
-      }
-      in_lists += items.size();
+      const AccountId acct = id;
+      in_lists += check_list(a.orders.items, [&](const LiveOrder& lo, std::uint32_t j) {
+        return lo.o.account == acct && lo.account_slot == j;
+      }, "order list of account " + std::to_string(id.value));
     }
     if (in_lists != open) fail("accounts list " + std::to_string(in_lists) + " orders, " + std::to_string(open) + " open");
-    // Each pool's list holds its open asks, each at its pool_slot, and nothing else (as the accounts' lists).
+    // Each pool's list holds its open asks, each at its pool_slot.
     in_lists = 0;
     for (const auto& [id, lp] : pools) {
-      const OrderSlots& items = lp.asks.items;
-      for (std::uint32_t j = 0; j < items.size(); ++j) {
-        const LiveOrder* lo = orders.holds(items[j]) ? &orders.at_slot(items[j]) : nullptr;
-        if (!lo || !lo->o.is_sell() || !lo->o.is_open() || lo->pool() != &lp || lo->o.ask->pool_slot != j) {
-          fail("open asks of pool " + std::to_string(id.value) + " stale at " + std::to_string(j));
-        }
-      }
-      in_lists += items.size();
+      const LivePool* pool = &lp;
+      in_lists += check_list(lp.asks.items, [&](const LiveOrder& lo, std::uint32_t j) {
+        return lo.o.is_sell() && lo.pool() == pool && lo.o.ask->pool_slot == j;
+      }, "open asks of pool " + std::to_string(id.value));
     }
     if (in_lists != open_sells) {
       fail("pools list " + std::to_string(in_lists) + " asks, " + std::to_string(open_sells) + " open");
