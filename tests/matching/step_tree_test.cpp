@@ -98,6 +98,71 @@ TEST_CASE("a step tree agrees with a value per second over random changes", "[st
   }
 }
 
+TEST_CASE("a step tree of many chunks agrees with a value per second, and so do its copies", "[steps]") {
+  // Thousands of changes: many chunks (splits, joins, chunks emptied and trims across several of them) under a
+  // segment tree of several levels; the checks at random intervals. A copy taken midway must not share its chunks.
+  constexpr int kWide = 3000;
+  std::mt19937_64 rng(20261203);
+  for (int round = 0; round < 4; ++round) {
+    StepTree tree;
+    std::vector<std::int64_t> v(kWide, 0);
+    const auto max_of = [&](int from, int to) {
+      if (from >= to) return std::int64_t{0};
+      std::int64_t best = from < kWide ? v[static_cast<std::size_t>(from)] : 0;
+      for (int t = from; t < to; ++t) best = std::max(best, t < kWide ? v[static_cast<std::size_t>(t)] : 0);
+      return best;
+    };
+    int trimmed = 0;
+    StepTree copy;
+    std::vector<std::int64_t> copied;
+    struct Added {
+      int a;
+      int b;
+      std::int64_t d;
+    };
+    std::vector<Added> added;  // taken back at random (add(a, b, -d)), so that changes cancel and leave
+    for (int op = 0; op < 6000; ++op) {
+      const int a = trimmed + static_cast<int>(rng() % static_cast<unsigned>(kWide - trimmed));
+      const int b = a + 1 + static_cast<int>(rng() % static_cast<unsigned>(std::min(kWide - a, rng() % 2 == 0 ? 40 : kWide)));
+      const int kind = static_cast<int>(rng() % 20);
+      if (kind < 8 || (kind < 14 && added.empty())) {
+        const std::int64_t d = static_cast<std::int64_t>(rng() % 9) - 4;
+        tree.add(Seconds(a), Seconds(b), d);
+        for (int t = a; t < b && t < kWide; ++t) v[static_cast<std::size_t>(t)] += d;
+        if (a > trimmed) added.push_back({a, b, d});
+      } else if (kind < 14) {
+        const std::size_t i = rng() % added.size();
+        const Added x = added[i];
+        added[i] = added.back();
+        added.pop_back();
+        if (x.a < trimmed) continue;  // its start was trimmed away: its change there is no longer its own
+        tree.add(Seconds(x.a), Seconds(x.b), -x.d);
+        for (int t = x.a; t < x.b && t < kWide; ++t) v[static_cast<std::size_t>(t)] -= x.d;
+      } else if (kind < 19) {
+        REQUIRE(tree.max(Seconds(a), Seconds(b)) == max_of(a, b));
+        REQUIRE(tree.max_all() == std::max<std::int64_t>(0, max_of(0, kWide)));
+      } else if (rng() % 8 == 0) {
+        const int to = std::min(kWide - 1, trimmed + static_cast<int>(rng() % 200));
+        tree.trim_before(Seconds(to));
+        for (int t = 0; t < to; ++t) v[static_cast<std::size_t>(t)] = 0;
+        trimmed = std::max(trimmed, to);
+      }
+      if (op == 2000) {
+        copy = tree;
+        copied = v;
+      }
+    }
+    Steps expect;
+    for (int t = 0; t < kWide; ++t) expect.add(Seconds(t), Seconds(t + 1), v[static_cast<std::size_t>(t)]);
+    CHECK(tree.to_steps() == expect);
+    Steps expect_copy;
+    for (int t = 0; t < kWide; ++t) expect_copy.add(Seconds(t), Seconds(t + 1), copied[static_cast<std::size_t>(t)]);
+    CHECK(copy.to_steps() == expect_copy);
+    const StepTree again(copy);
+    CHECK(again.to_steps() == expect_copy);
+  }
+}
+
 TEST_CASE("Steps::add agrees with a value per second and keeps one representation", "[steps]") {
   // Adds over random intervals, many of them inside one piece (the in-place split) and some that end a
   // piece's middle at 0 or equal to the piece before; the pieces must equal those built second by second
