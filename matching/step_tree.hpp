@@ -115,21 +115,14 @@ class StepTree {
     for (int k = 0; k < upto; ++k) s += c.deltas[k];
     erase_range(c, 0, upto);
     if (s != 0) insert_at(c, 0, t.value, narrow(s));
-    if (p == 0 && c.n > 0) {
-      leaf(0).first = c.keys[0];
-      refresh(0);
-      return;
+    const int gone = c.n == 0 ? p + 1 : p;  // the chunks that go, from the first
+    if (c.n > 0) {
+      leaf(p).first = c.keys[0];
+      leaf(p).agg = agg_of(c);
     }
-    std::vector<Chunk*> rest;
-    for (int i = 0; i < count_; ++i) {
-      Chunk* x = leaf(i).chunk;
-      if (i < p || (i == p && x->n == 0)) {
-        delete x;
-      } else {
-        rest.push_back(x);
-      }
-    }
-    rebuild(rest);
+    if (gone == 0) return pull_range(0, 1);
+    for (int i = 0; i < gone; ++i) delete leaf(i).chunk;
+    erase_leaves(0, gone);
   }
 
   // The function as pieces (for checks and comparisons with a recomputation).
@@ -221,7 +214,43 @@ class StepTree {
     }
     return combine(left, right);
   }
-  // The tree made again over `chunks` (non-empty ones, in key order): after a chunk came or went.
+  // The inner slots above leaves [from, to) recomputed, level by level.
+  void pull_range(std::size_t from, std::size_t to) {
+    for (std::size_t lo = (leaves_ + from) >> 1, hi = (leaves_ + to - 1) >> 1; lo >= 1; lo >>= 1, hi >>= 1) {
+      for (std::size_t j = lo; j <= hi; ++j) tree_[j].agg = combine(tree_[2 * j].agg, tree_[2 * j + 1].agg);
+    }
+  }
+  // A new leaf for `chunk` at place i, those from i on moved up one: in place while the tree has room (what
+  // changed is recomputed above), else a tree twice as wide.
+  void insert_leaf(int i, Chunk* chunk) {
+    if (static_cast<std::size_t>(count_) == leaves_) {
+      std::vector<Chunk*> chunks(static_cast<std::size_t>(count_));
+      for (int k = 0; k < count_; ++k) chunks[static_cast<std::size_t>(k)] = leaf(k).chunk;
+      chunks.insert(chunks.begin() + i, chunk);
+      return rebuild(chunks);
+    }
+    Slot* l = tree_.data() + leaves_;
+    std::move_backward(l + i, l + count_, l + count_ + 1);
+    l[i] = Slot{chunk->keys[0], chunk, agg_of(*chunk)};
+    ++count_;
+    pull_range(static_cast<std::size_t>(std::max(0, i - 1)), static_cast<std::size_t>(count_));
+  }
+  // Leaves [i, i + m) out (their chunks already freed), those after moved down; a tree a quarter full or less made
+  // again half as wide.
+  void erase_leaves(int i, int m) {
+    const auto was = static_cast<std::size_t>(count_);
+    Slot* l = tree_.data() + leaves_;
+    std::move(l + i + m, l + count_, l + i);
+    count_ -= m;
+    std::fill(l + count_, l + was, Slot{0, nullptr, Agg{0, kNone}});
+    if (count_ == 0 || static_cast<std::size_t>(count_) * 4 <= leaves_) {
+      std::vector<Chunk*> chunks(static_cast<std::size_t>(count_));
+      for (int k = 0; k < count_; ++k) chunks[static_cast<std::size_t>(k)] = leaf(k).chunk;
+      return rebuild(chunks);
+    }
+    pull_range(static_cast<std::size_t>(std::max(0, i - 1)), was);
+  }
+  // The tree made again over `chunks` (non-empty ones, in key order), as wide as they need.
   void rebuild(const std::vector<Chunk*>& chunks) {
     count_ = static_cast<int>(chunks.size());
     if (chunks.empty()) {
@@ -235,12 +264,6 @@ class StepTree {
     for (std::size_t i = 0; i < chunks.size(); ++i) tree_[p + i] = Slot{chunks[i]->keys[0], chunks[i], agg_of(*chunks[i])};
     for (std::size_t j = p - 1; j >= 1; --j) tree_[j].agg = combine(tree_[2 * j].agg, tree_[2 * j + 1].agg);
   }
-  std::vector<Chunk*> chunk_list() const {
-    std::vector<Chunk*> out(static_cast<std::size_t>(count_));
-    for (int i = 0; i < count_; ++i) out[static_cast<std::size_t>(i)] = leaf(i).chunk;
-    return out;
-  }
-
   static void insert_at(Chunk& c, int at, std::int64_t key, std::int32_t d) {
     std::copy_backward(c.keys + at, c.keys + c.n, c.keys + c.n + 1);
     std::copy_backward(c.deltas + at, c.deltas + c.n, c.deltas + c.n + 1);
@@ -292,9 +315,8 @@ class StepTree {
     std::copy(a->keys + half, a->keys + a->n, b->keys);
     std::copy(a->deltas + half, a->deltas + a->n, b->deltas);
     a->n = half;
-    std::vector<Chunk*> chunks = chunk_list();
-    chunks.insert(chunks.begin() + i + 1, b);
-    rebuild(chunks);
+    leaf(i).agg = agg_of(*a);
+    insert_leaf(i + 1, b);
   }
 
   // Chunk i lost a change: gone if empty, joined with a neighbour if the two fit in half a chunk.
@@ -309,28 +331,23 @@ class StepTree {
     rejoin(i);
   }
   [[gnu::noinline]] void rejoin(int i) {
-    std::vector<Chunk*> chunks = chunk_list();
-    const auto at = static_cast<std::size_t>(i);
-    Chunk* c = chunks[at];
+    Chunk* c = leaf(i).chunk;
     if (c->n == 0) {
       delete c;
-      chunks.erase(chunks.begin() + i);
-    } else if (at + 1 < chunks.size() && c->n + chunks[at + 1]->n <= kChunk / 2) {
-      Chunk* next = chunks[at + 1];
-      std::copy(next->keys, next->keys + next->n, c->keys + c->n);
-      std::copy(next->deltas, next->deltas + next->n, c->deltas + c->n);
-      c->n += next->n;
-      delete next;
-      chunks.erase(chunks.begin() + i + 1);
-    } else {
-      Chunk* prev = chunks[at - 1];
-      std::copy(c->keys, c->keys + c->n, prev->keys + prev->n);
-      std::copy(c->deltas, c->deltas + c->n, prev->deltas + prev->n);
-      prev->n += c->n;
-      delete c;
-      chunks.erase(chunks.begin() + i);
+      return erase_leaves(i, 1);
     }
-    rebuild(chunks);
+    // Into the chunk before (c into prev, or next into c), which keeps its leaf; the other's leaf goes.
+    const bool next = i + 1 < count_ && c->n + leaf(i + 1).chunk->n <= kChunk / 2;
+    const int keep = next ? i : i - 1;
+    Chunk* into = leaf(keep).chunk;
+    Chunk* from = leaf(keep + 1).chunk;
+    std::copy(from->keys, from->keys + from->n, into->keys + into->n);
+    std::copy(from->deltas, from->deltas + from->n, into->deltas + into->n);
+    into->n += from->n;
+    delete from;
+    leaf(keep).first = into->keys[0];
+    leaf(keep).agg = agg_of(*into);
+    erase_leaves(keep + 1, 1);
   }
 
   std::vector<Slot> tree_;
