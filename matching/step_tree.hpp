@@ -221,49 +221,47 @@ class StepTree {
     }
   }
   // A new leaf for `chunk` at place i, those from i on moved up one: in place while the tree has room (what
-  // changed is recomputed above), else a tree twice as wide.
+  // changed is recomputed above), else a tree twice as wide. Nothing changes if that one's allocation fails.
   void insert_leaf(int i, Chunk* chunk) {
+    const Slot fresh{chunk->keys[0], chunk, agg_of(*chunk)};
     if (static_cast<std::size_t>(count_) == leaves_) {
-      std::vector<Chunk*> chunks(static_cast<std::size_t>(count_));
-      for (int k = 0; k < count_; ++k) chunks[static_cast<std::size_t>(k)] = leaf(k).chunk;
-      chunks.insert(chunks.begin() + i, chunk);
-      return rebuild(chunks);
+      const auto slot = [&](int k) { return k < i ? leaf(k) : k == i ? fresh : leaf(k - 1); };
+      return remake(static_cast<std::size_t>(count_) + 1, slot);
     }
     Slot* l = tree_.data() + leaves_;
     std::move_backward(l + i, l + count_, l + count_ + 1);
-    l[i] = Slot{chunk->keys[0], chunk, agg_of(*chunk)};
+    l[i] = fresh;
     ++count_;
     pull_range(static_cast<std::size_t>(std::max(0, i - 1)), static_cast<std::size_t>(count_));
   }
-  // Leaves [i, i + m) out (their chunks already freed), those after moved down; a tree a quarter full or less made
-  // again half as wide.
+  // Leaves [i, i + m) out (their chunks already freed), those after moved down, in place: the tree keeps its width
+  // (at most twice its most chunks so far) until it is empty, so that an erase allocates nothing.
   void erase_leaves(int i, int m) {
     const auto was = static_cast<std::size_t>(count_);
     Slot* l = tree_.data() + leaves_;
     std::move(l + i + m, l + count_, l + i);
     count_ -= m;
-    std::fill(l + count_, l + was, Slot{0, nullptr, Agg{0, kNone}});
-    if (count_ == 0 || static_cast<std::size_t>(count_) * 4 <= leaves_) {
-      std::vector<Chunk*> chunks(static_cast<std::size_t>(count_));
-      for (int k = 0; k < count_; ++k) chunks[static_cast<std::size_t>(k)] = leaf(k).chunk;
-      return rebuild(chunks);
-    }
-    pull_range(static_cast<std::size_t>(std::max(0, i - 1)), was);
-  }
-  // The tree made again over `chunks` (non-empty ones, in key order), as wide as they need.
-  void rebuild(const std::vector<Chunk*>& chunks) {
-    count_ = static_cast<int>(chunks.size());
-    if (chunks.empty()) {
+    if (count_ == 0) {
       std::vector<Slot>().swap(tree_);
       leaves_ = 0;
       return;
     }
-    const std::size_t p = std::bit_ceil(chunks.size());
-    leaves_ = static_cast<std::uint32_t>(p);
-    tree_.assign(2 * p, Slot{0, nullptr, Agg{0, kNone}});
-    for (std::size_t i = 0; i < chunks.size(); ++i) tree_[p + i] = Slot{chunks[i]->keys[0], chunks[i], agg_of(*chunks[i])};
-    for (std::size_t j = p - 1; j >= 1; --j) tree_[j].agg = combine(tree_[2 * j].agg, tree_[2 * j + 1].agg);
+    std::fill(l + count_, l + was, Slot{0, nullptr, Agg{0, kNone}});
+    pull_range(static_cast<std::size_t>(std::max(0, i - 1)), was);
   }
+  // The tree made again, `n` leaves (leaf k is slot(k)) in the fewest that hold them: built aside and swapped in,
+  // so that a failed allocation changes nothing.
+  template <class F>
+  void remake(std::size_t n, F slot) {
+    const std::size_t p = std::bit_ceil(n);
+    std::vector<Slot> t(2 * p, Slot{0, nullptr, Agg{0, kNone}});
+    for (std::size_t k = 0; k < n; ++k) t[p + k] = slot(static_cast<int>(k));
+    for (std::size_t j = p - 1; j >= 1; --j) t[j].agg = combine(t[2 * j].agg, t[2 * j + 1].agg);
+    tree_.swap(t);
+    leaves_ = static_cast<std::uint32_t>(p);
+    count_ = static_cast<int>(n);
+  }
+
   static void insert_at(Chunk& c, int at, std::int64_t key, std::int32_t d) {
     std::copy_backward(c.keys + at, c.keys + c.n, c.keys + c.n + 1);
     std::copy_backward(c.deltas + at, c.deltas + c.n, c.deltas + c.n + 1);
@@ -283,7 +281,12 @@ class StepTree {
       Chunk* c = new Chunk;
       c->n = 0;
       insert_at(*c, 0, key, d);
-      rebuild({c});
+      try {
+        remake(1, [&](int) { return Slot{key, c, agg_of(*c)}; });
+      } catch (...) {
+        delete c;
+        throw;
+      }
       return;
     }
     int i = locate(key);
@@ -306,7 +309,8 @@ class StepTree {
     refresh(i);
   }
 
-  // Chunk i (full) in two halves. Out of line: once every ~16 new changes.
+  // Chunk i (full) in two halves: the upper one's leaf is placed first (the one step that may allocate), then
+  // chunk i cut. Out of line: once every ~8 new changes.
   [[gnu::noinline]] void split(int i) {
     Chunk* a = leaf(i).chunk;
     Chunk* b = new Chunk;
@@ -314,9 +318,14 @@ class StepTree {
     b->n = a->n - half;
     std::copy(a->keys + half, a->keys + a->n, b->keys);
     std::copy(a->deltas + half, a->deltas + a->n, b->deltas);
+    try {
+      insert_leaf(i + 1, b);
+    } catch (...) {
+      delete b;
+      throw;
+    }
     a->n = half;
-    leaf(i).agg = agg_of(*a);
-    insert_leaf(i + 1, b);
+    refresh(i);
   }
 
   // Chunk i lost a change: gone if empty, joined with a neighbour if the two fit in half a chunk.
