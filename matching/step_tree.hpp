@@ -152,6 +152,7 @@ class StepTree {
     std::int64_t keys[kChunk];
     std::int32_t deltas[kChunk];
     std::int32_t n;
+    std::int32_t top;  // the first place where the running sum is largest (agg_of sets it): see bump
   };
   // A range of changes' sum and largest running sum (at a change; kNone when it has none). kNone is far below any
   // running sum, and a sum added to it cannot overflow.
@@ -189,11 +190,16 @@ class StepTree {
   // The chunk where `key` is or would go: the last whose first key is at most `key`, else the first.
   int locate(std::int64_t key) const { return std::max(0, static_cast<int>(first_after(key)) - 1); }
 
-  static Agg agg_of(const Chunk& c) {
+  // A chunk's Agg, and its top with it.
+  static Agg agg_of(Chunk& c) {
     Agg a{0, kNone};
+    c.top = -1;
     for (int k = 0; k < c.n; ++k) {
       a.sum += c.deltas[k];
-      a.maxpre = std::max(a.maxpre, a.sum);
+      if (a.sum > a.maxpre) {
+        a.maxpre = a.sum;
+        c.top = k;
+      }
     }
     return a;
   }
@@ -201,6 +207,10 @@ class StepTree {
   void refresh(int i) {
     std::size_t j = leaves() + static_cast<std::size_t>(i);
     tree_[j].agg = agg_of(*tree_[j].chunk);
+    pull_up(j);
+  }
+  // The slots above slot j recomputed.
+  void pull_up(std::size_t j) {
     for (j >>= 1; j >= 1; j >>= 1) tree_[j].agg = combine(tree_[2 * j].agg, tree_[2 * j + 1].agg);
   }
   // The Agg of chunks [a, b) in key order.
@@ -294,9 +304,20 @@ class StepTree {
     int at = static_cast<int>(std::lower_bound(c->keys, c->keys + c->n, key) - c->keys);
     if (at < c->n && c->keys[at] == key) {
       c->deltas[at] += d;
-      if (c->deltas[at] != 0) return refresh(i);
-      erase_range(*c, at, at + 1);
-      return after_erase(i);
+      if (c->deltas[at] == 0) {
+        erase_range(*c, at, at + 1);
+        return after_erase(i);
+      }
+      // The running sums from `at` on moved by d. When the largest is among them and d raised them, or before
+      // them and d lowered them, it stays where it was (the first place it is reached), d more or the same: the
+      // chunk's Agg without a pass over its changes (most of plain's bumps, which find their change).
+      if (d > 0 ? c->top >= at : c->top < at) {
+        const std::size_t j = leaves() + static_cast<std::size_t>(i);
+        tree_[j].agg.sum += d;
+        if (d > 0) tree_[j].agg.maxpre += d;
+        return pull_up(j);
+      }
+      return refresh(i);
     }
     if (c->n == kChunk) {
       split(i);
