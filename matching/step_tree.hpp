@@ -354,6 +354,9 @@ class StepTree {
     Chunk* c = leaf(i).chunk;
     if (c->n > 0) {
       leaf(i).first = c->keys[0];
+      // A neighbour holds a change at least, so a chunk of half a chunk or more joins neither: their chunks (a
+      // cache miss each) are not read.
+      if (c->n >= kChunk / 2) return refresh(i);
       const bool next = i + 1 < count_ && c->n + leaf(i + 1).chunk->n <= kChunk / 2;
       const bool prev = !next && i > 0 && c->n + leaf(i - 1).chunk->n <= kChunk / 2;
       if (!next && !prev) return refresh(i);
