@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -397,10 +398,15 @@ Result plain(std::int64_t commands, bool by_kind, bool faults) {
 
 Result realistic(std::int64_t commands, bool by_kind, bool faults) {
   Result r{"realistic", "10 markets, 2,000 pools sampled from the real offers, forward windows up to 6 months, constrained bids, 100,000 resting orders; ~65% places (1 in 4 crossing), ~35% cancels", 0, 0, 0, 0, 0, 0, 0, 0};
-  std::ifstream in(std::string(GPUEX_DATA_DIR) + "/vast-offers-2026-02-27_2026-03-06.csv");
+  const std::string path = std::string(GPUEX_DATA_DIR) + "/vast-offers-2026-02-27_2026-03-06.csv";
+  std::ifstream in(path);
   std::stringstream ss;
   ss << in.rdbuf();
   auto offers = parse_offers(ss.str(), 42);
+  if (offers.empty()) {  // the checkout it was built in moved or went: say so, not a division by zero below
+    std::fprintf(stderr, "bench_matching: no offers read from %s\n", path.c_str());
+    std::exit(1);
+  }
   EngineConfig config;
   for (const auto& m : offer_markets()) config.markets.push_back(MarketSpec{m, Price(100), 1000});
   config.default_limits = Limits{Qty(1'000'000'000), 1'000'000'000'000'000'000, 1'000'000'000};
