@@ -2139,6 +2139,8 @@ struct PreemptCandidate {
   Seconds end{};
   Price price;
   Price lease_price;
+  // What a bid with `left` GPUs to go takes of it: as many as it can, in whole lots (0: it passes it over).
+  Qty take(Qty left) const { return Qty(std::min(left.value, max_qty.value) / lot.value * lot.value); }
 };
 
 bool contains_tier(const std::vector<Tier>& v, Tier t) { return std::find(v.begin(), v.end(), t) != v.end(); }
@@ -4504,9 +4506,8 @@ struct Engine::Impl {
   }
 
   // The leases an interruptible bid of `need` GPUs preempts, in the order it takes them: by the lease's price, then
-  // its id, each with the most it can take and the lot, as far as the one that covers `need` (every caller takes a
-  // candidate's min(left, max_qty) rounded down to its lot, skips it when that is 0, and stops when nothing is
-  // left). Each admitted spot pool's leases are in that order already (spot_leases), so the pools are merged by a
+  // its id, each with the most it can take and the lot, as far as the one that covers `need` (every caller takes
+  // PreemptCandidate::take of each, passes over those it takes none of, and stops when nothing is left). Each admitted spot pool's leases are in that order already (spot_leases), so the pools are merged by a
   // heap of their next fitting lease: a bid that a few leases cover reads those and each pool's first fitting
   // one, not every lease priced below it in every pool (they pile up over a long run, and collecting and sorting
   // them all took 3 % of the realistic bench's 1,000,000 commands).
@@ -4572,9 +4573,7 @@ struct Engine::Impl {
     while (!heads.empty()) {
       std::pop_heap(heads.begin(), heads.end(), later);
       PreemptHead& h = heads.back();
-      const PreemptCandidate& pc = found.emplace_back(h.next);
-      const std::int64_t lot = pc.lot.value;
-      left -= Qty(std::min(left.value, pc.max_qty.value) / lot * lot);
+      left -= found.emplace_back(h.next).take(left);
       if (left.value == 0) break;
       ++h.at;
       if (advance(h)) {
@@ -4733,8 +4732,7 @@ struct Engine::Impl {
     if (bid.o.remaining.value > 0 && c.interruptible) {
       for (const PreemptCandidate& pc : preempt_candidates(bid.o, bid.o.remaining)) {
         if (bid.o.remaining.value == 0) break;
-        const std::int64_t lot = pc.lot.value;
-        const Qty q(std::min(bid.o.remaining.value, pc.max_qty.value) / lot * lot);
+        const Qty q = pc.take(bid.o.remaining);
         if (q.value == 0) continue;
         execute_preempt(bid, pc.lease, q, pc.start, pc.end, pc.price);
       }
@@ -4783,8 +4781,7 @@ struct Engine::Impl {
     if (result) return *result;
     if (single) return false;
     for (const PreemptCandidate& pc : preempt_candidates(bid.o, need - total)) {
-      const std::int64_t lot = pc.lot.value;
-      const Qty q(std::min((need - total).value, pc.max_qty.value) / lot * lot);
+      const Qty q = pc.take(need - total);
       if (q.value == 0) continue;
       plan.push_back(PlannedFill{OrderId(), pc.lease, q, pc.start, pc.end, pc.price});
       total += q;
@@ -5589,8 +5586,7 @@ struct Engine::Impl {
     if (r.constraints.single_pool) return {};
     for (const PreemptCandidate& pc : preempt_candidates(bid, r.quantity - total)) {
       if (total == r.quantity) break;
-      const std::int64_t lot = pc.lot.value;
-      const Qty q(std::min((r.quantity - total).value, pc.max_qty.value) / lot * lot);
+      const Qty q = pc.take(r.quantity - total);
       if (q.value == 0) continue;
       const LiveLease& l = leases.at(pc.lease);
       const Pool& p = pool_of(l).p;
