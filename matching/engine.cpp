@@ -4507,10 +4507,11 @@ struct Engine::Impl {
 
   // The leases an interruptible bid of `need` GPUs preempts, in the order it takes them: by the lease's price, then
   // its id, each with the most it can take and the lot, as far as the one that covers `need` (every caller takes
-  // PreemptCandidate::take of each, passes over those it takes none of, and stops when nothing is left). Each admitted spot pool's leases are in that order already (spot_leases), so the pools are merged by a
-  // heap of their next fitting lease: a bid that a few leases cover reads those and each pool's first fitting
-  // one, not every lease priced below it in every pool (they pile up over a long run, and collecting and sorting
-  // them all took 3 % of the realistic bench's 1,000,000 commands).
+  // PreemptCandidate::take of each, passes over those it takes none of, and stops when nothing is left). Each
+  // admitted spot pool's leases are in that order already (spot_leases), so the pools are merged by a heap of
+  // their next fitting lease: a bid that a few leases cover reads those and each pool's first fitting one, not
+  // every lease priced below it in every pool (they pile up over a long run, and collecting and sorting them all
+  // took 3 % of the realistic bench's 1,000,000 commands).
   std::vector<PreemptCandidate> preempt_candidates(const RestOrder& bid, Qty need) const {
     std::vector<PreemptCandidate> found;
     const BidConstraints& c = bid.request.constraints();
@@ -4728,7 +4729,7 @@ struct Engine::Impl {
     }, bid.o.request.min_chunk.value == 1 ? bid.o.remaining.value : 0);
     if (stopped) return;
     // Only an interruptible bid preempts (preempt_candidates' first test, here: its call set up a frame for its
-    // vector and sort for every bid that rested).
+    // result and its heap for every bid that rested).
     if (bid.o.remaining.value > 0 && c.interruptible) {
       for (const PreemptCandidate& pc : preempt_candidates(bid.o, bid.o.remaining)) {
         if (bid.o.remaining.value == 0) break;

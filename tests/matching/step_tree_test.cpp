@@ -123,7 +123,8 @@ TEST_CASE("a step tree of many chunks agrees with a value per second, and so do 
     std::vector<Added> added;  // taken back at random (add(a, b, -d)), so that changes cancel and leave
     for (int op = 0; op < 6000; ++op) {
       const int a = trimmed + static_cast<int>(rng() % static_cast<unsigned>(kWide - trimmed));
-      const int b = a + 1 + static_cast<int>(rng() % static_cast<unsigned>(std::min(kWide - a, rng() % 2 == 0 ? 40 : kWide)));
+      const int span = std::min(kWide - a, rng() % 2 == 0 ? 40 : kWide);
+      const int b = a + 1 + static_cast<int>(rng() % static_cast<unsigned>(span));
       const int kind = static_cast<int>(rng() % 20);
       if (kind < 8 || (kind < 14 && added.empty())) {
         const std::int64_t d = static_cast<std::int64_t>(rng() % 9) - 4;
