@@ -8,6 +8,7 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/string.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/write.hpp>
@@ -17,6 +18,8 @@
 
 #include <array>
 #include <optional>
+#include <string>
+#include <string_view>
 
 #include "server/http_server.hpp"
 #include "server/ws_session.hpp"
@@ -81,10 +84,31 @@ class HttpSession : public Session, public std::enable_shared_from_this<HttpSess
     // One deadline for the whole next request: an idle keep-alive connection or a slow sender
     // (slow loris) is closed when it passes.
     beast::get_lowest_layer(stream_).expires_after(config().read_timeout);
-    bhttp::async_read(stream_, buffer_, *parser_,
-                      [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
-                        self->on_read(ec);
-                      });
+    // The header first: a client that sent "Expect: 100-continue" waits for our go-ahead before its body.
+    bhttp::async_read_header(stream_, buffer_, *parser_,
+                             [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
+                               self->on_header(ec);
+                             });
+  }
+
+  void on_header(beast::error_code ec) {
+    if (ec) return on_read(ec);  // a body over the limit by its Content-Length is refused here, before it is sent
+    const Request& req = parser_->get();
+    if (!parser_->is_done() && req.version() >= 11 && beast::iequals(req[bhttp::field::expect], "100-continue")) {
+      static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+      return net::async_write(stream_, net::buffer(kContinue.data(), kContinue.size()),
+                              [self = this->shared_from_this()](beast::error_code written, std::size_t) {
+                                if (written) return self->close();
+                                self->read_body();
+                              });
+    }
+    read_body();
+  }
+
+  void read_body() {
+    bhttp::async_read(stream_, buffer_, *parser_, [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
+      self->on_read(ec);
+    });
   }
 
   void on_read(beast::error_code ec) {
@@ -122,6 +146,17 @@ class HttpSession : public Session, public std::enable_shared_from_this<HttpSess
     handed_over_ = true;
   }
 
+  // Why a request's header cannot be read one way only: an HTTP/1.1 request without a Host (RFC 9112 §3.2), or
+  // a copy of a field that decides what the request does or as whom (a proxy that keeps the other copy would
+  // read another request).
+  static std::optional<std::string> ambiguous(const Request& req) {
+    if (req.version() >= 11 && req.count(bhttp::field::host) == 0) return "an HTTP/1.1 request needs a Host header";
+    for (std::string_view name : {"Host", "Authorization", "Idempotency-Key"}) {
+      if (req.count(name) > 1) return "the request has more than one " + std::string(name) + " header";
+    }
+    return std::nullopt;
+  }
+
   // A request we will not route: answer it, then close without reading further.
   void fail_request(Response res) {
     closing_ = true;
@@ -133,6 +168,10 @@ class HttpSession : public Session, public std::enable_shared_from_this<HttpSess
   void dispatch_request() {
     const Request& req = parser_->get();
     method_ = req.method_string();
+    if (auto refused = ambiguous(req)) {
+      route_ = "(unrouted)";
+      return send(error_response(Status::bad_request, "malformed_request", *refused));
+    }
     std::string_view target = req.target();
     // Beast lets through targets Boost.URL refuses (a bare '%', '{', bytes over 0x7F): refused here,
     // never read as a request without its query (a market-scoped cancel-all must not cancel everything).

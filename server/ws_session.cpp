@@ -18,7 +18,9 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <set>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -808,12 +810,30 @@ void start(NextLayer stream, http::Request upgrade, std::string ip, HttpServer& 
 
 }  // namespace
 
+namespace {
+
+// RFC 6455 §4.2.1: the key is 16 bytes in base64, i.e. 22 characters, the last of them carrying 2 bits
+// (A, Q, g or w), then "==". Beast only asks that there be one.
+bool is_handshake_key(std::string_view key) {
+  if (key.size() != 24 || !key.ends_with("==")) return false;
+  for (char c : key.substr(0, 22)) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '+' && c != '/') return false;
+  }
+  return std::string_view("AQgw").find(key[21]) != std::string_view::npos;
+}
+
+}  // namespace
+
 std::optional<http::Response> Context::refuse(const http::Request& request, const std::string& ip) {
   if (!websocket::is_upgrade(request)) {
     auto res = http::error_response(http::Status::upgrade_required, "upgrade_required",
                                     "/v1/ws is a WebSocket endpoint: send a GET with Upgrade: websocket");
     res.set(http::bhttp::field::upgrade, "websocket");
     return res;
+  }
+  if (!is_handshake_key(request[http::bhttp::field::sec_websocket_key])) {
+    return http::error_response(http::Status::bad_request, "malformed_request",
+                                "Sec-WebSocket-Key must be 16 bytes in base64 (RFC 6455)");
   }
   auto d = per_ip.take(ip);
   if (d.allowed) return std::nullopt;

@@ -48,6 +48,21 @@ class RawConnection {
     }
   }
 
+  // What the server sends until `marker` has arrived (or it closes, or `timeout` passes).
+  std::string read_until(const std::string& marker, std::chrono::milliseconds timeout) {
+    std::string bytes;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (bytes.find(marker) == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+      pollfd p{fd_, POLLIN, 0};
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 1))) <= 0) continue;
+      char buf[4096];
+      auto n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      bytes.append(buf, static_cast<std::size_t>(n));
+    }
+    return bytes;
+  }
   // Everything the server sends until it closes the connection; `closed` tells whether it did
   // within `timeout`.
   struct Received {
@@ -156,4 +171,70 @@ TEST_CASE("WebSocket upgrades, accepted or refused, carry the caller's RateLimit
   auto metrics = HttpClient(server.port()).get("/metrics").body;
   CHECK(metrics.find(R"(gpuex_http_requests_total{route="/v1/ws",method="GET",status="101"} 1)") != std::string::npos);
   CHECK(metrics.find(R"(gpuex_http_requests_total{route="/v1/ws",method="GET",status="401"} 1)") != std::string::npos);
+}
+
+TEST_CASE("a client that sends Expect: 100-continue gets the go-ahead before its body, then its answer") {
+  TestDatabase db;
+  Gpuexd server(db.dsn());
+  const std::string body =
+      R"({"side": "buy", "market": "H100-SXM-80G", "price": "1.0000", "quantity": 1, "duration": 3600})";
+  RawConnection client(server.port());
+  client.send("POST /v1/quote HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: " +
+              std::to_string(body.size()) + "\r\nExpect: 100-continue\r\n\r\n");
+  // The body is held back until the server says to go on (a client gives up waiting after ~1 s and sends it
+  // anyway; 5 s here, so only an answer makes this pass).
+  auto go_ahead = client.read_until("\r\n\r\n", 5s);
+  CHECK(go_ahead == "HTTP/1.1 100 Continue\r\n\r\n");
+  client.send(body);
+  auto answer = client.read_until("\"fills\"", 5s);
+  INFO(answer);
+  CHECK(answer.starts_with("HTTP/1.1 200 "));
+
+  // A body over the limit by its Content-Length gets its 413 instead of the go-ahead.
+  RawConnection big(server.port());
+  big.send("POST /v1/quote HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000000\r\nExpect: 100-continue\r\n\r\n");
+  auto refused = big.read_until_closed(5s);
+  INFO(refused.bytes);
+  CHECK(refused.bytes.starts_with("HTTP/1.1 413 "));
+}
+
+TEST_CASE("a request that does not say one thing once is refused: no Host, or two keys, idempotency keys or hosts") {
+  TestDatabase db;
+  REQUIRE(run_gpuexd({"migrate", "--dsn", db.dsn()}).exit_code == 0);
+  auto one = create_account(db.dsn(), "one", "read");
+  auto two = create_account(db.dsn(), "two", "read");
+  Gpuexd server(db.dsn());
+  const auto ask = [&](const std::string& head, const std::string& last = "}}") {  // an error's body ends so
+    RawConnection c(server.port());
+    c.send("GET /v1/orders HTTP/1.1\r\n" + head + "\r\n");
+    return c.read_until(last, 5s);
+  };
+  const std::string host = "Host: 127.0.0.1\r\n";
+  const std::string key1 = "Authorization: Bearer " + one.api_key + "\r\n";
+  const std::string key2 = "Authorization: Bearer " + two.api_key + "\r\n";
+  CHECK(ask(host + key1, "\"next_cursor\"").starts_with("HTTP/1.1 200 "));  // the same request, said once
+  for (const std::string& head : {key1, host + key1 + key2, host + key2 + key1, host + host + key1,
+                                  host + key1 + "Idempotency-Key: a\r\nIdempotency-Key: b\r\n"}) {
+    auto answer = ask(head);
+    INFO(head << answer);
+    CHECK(answer.starts_with("HTTP/1.1 400 "));
+    CHECK(answer.find(R"("code":"malformed_request")") != std::string::npos);
+  }
+}
+
+TEST_CASE("a WebSocket upgrade whose key is not 16 bytes in base64 is refused with 400") {
+  TestDatabase db;
+  Gpuexd server(db.dsn());
+  const auto upgrade_with = [&](const std::string& key) {
+    RawConnection c(server.port());
+    c.send("GET /v1/ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+           "Sec-WebSocket-Key: " + key + "\r\nSec-WebSocket-Version: 13\r\n\r\n");
+    return c.read_until("\r\n\r\n", 5s);
+  };
+  CHECK(upgrade_with("dGhlIHNhbXBsZSBub25jZQ==").starts_with("HTTP/1.1 101 "));  // RFC 6455's own example
+  for (const char* key : {"x", "dGhlIHNhbXBsZSBub25jZQ", "dGhlIHNhbXBsZSBub25jZR==", "dGhlIHNhbXBsZSBub25j*Q==",
+                                 "dGhlIHNhbXBsZSBub25jZQ==dGhl"}) {
+    INFO(key);
+    CHECK(upgrade_with(key).starts_with("HTTP/1.1 400 "));
+  }
 }
