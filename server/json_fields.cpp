@@ -1,16 +1,86 @@
 // See json_fields.hpp.
 #include "server/json_fields.hpp"
 
+#include <boost/json/basic_parser_impl.hpp>
 #include <boost/json/parse.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "server/decimal.hpp"
 #include "server/rfc3339.hpp"
 
 namespace gpuex {
+
+namespace {
+
+// A basic_parser handler that finds the first key an object repeats. RFC 8259 leaves the meaning of a
+// repeated name open (boost::json keeps the last, other readers the first), so a body that says "price"
+// twice is refused rather than read as one of them.
+struct RepeatedKeys {
+  static constexpr std::size_t max_object_size = std::size_t(-1);
+  static constexpr std::size_t max_array_size = std::size_t(-1);
+  static constexpr std::size_t max_key_size = std::size_t(-1);
+  static constexpr std::size_t max_string_size = std::size_t(-1);
+  using error_code = boost::system::error_code;
+  using string_view = boost::json::string_view;
+
+  std::vector<std::vector<std::string>> open;  // the keys of each object being read, outermost first
+  std::string key;                             // the parts of the key being read
+  std::optional<std::string> repeated;
+
+  bool on_object_begin(error_code&) {
+    open.emplace_back();
+    return true;
+  }
+  bool on_key_part(string_view s, std::size_t, error_code&) {
+    key.append(s.data(), s.size());
+    return true;
+  }
+  bool on_key(string_view s, std::size_t, error_code&) {
+    key.append(s.data(), s.size());
+    open.back().push_back(std::move(key));
+    key.clear();
+    return true;
+  }
+  // Sorted once the object ends: n log n, whatever the number of keys a 64 KiB body holds.
+  bool on_object_end(std::size_t, error_code&) {
+    std::vector<std::string>& keys = open.back();
+    std::sort(keys.begin(), keys.end());
+    if (auto it = std::adjacent_find(keys.begin(), keys.end()); it != keys.end() && !repeated) repeated = *it;
+    open.pop_back();
+    return true;
+  }
+  bool on_document_begin(error_code&) { return true; }
+  bool on_document_end(error_code&) { return true; }
+  bool on_array_begin(error_code&) { return true; }
+  bool on_array_end(std::size_t, error_code&) { return true; }
+  bool on_string_part(string_view, std::size_t, error_code&) { return true; }
+  bool on_string(string_view, std::size_t, error_code&) { return true; }
+  bool on_number_part(string_view, error_code&) { return true; }
+  bool on_int64(std::int64_t, string_view, error_code&) { return true; }
+  bool on_uint64(std::uint64_t, string_view, error_code&) { return true; }
+  bool on_double(double, string_view, error_code&) { return true; }
+  bool on_bool(bool, error_code&) { return true; }
+  bool on_null(error_code&) { return true; }
+  bool on_comment_part(string_view, error_code&) { return true; }
+  bool on_comment(string_view, error_code&) { return true; }
+};
+
+// The first key an object of `text` (valid JSON) repeats, if any.
+std::optional<std::string> repeated_key(std::string_view text, const boost::json::parse_options& options) {
+  boost::json::basic_parser<RepeatedKeys> parser(options);
+  boost::system::error_code ec;
+  parser.write_some(false, text.data(), text.size(), ec);
+  if (ec) return std::nullopt;  // not reached: the text parsed already
+  return parser.handler().repeated;
+}
+
+}  // namespace
 
 std::variant<boost::json::object, http::Response> parse_json_body(const http::Request& request) {
   boost::json::parse_options options;
@@ -23,6 +93,11 @@ std::variant<boost::json::object, http::Response> parse_json_body(const http::Re
   }
   if (!value.is_object()) {
     return http::error_response(http::Status::bad_request, "malformed_json", "the body must be a JSON object");
+  }
+  if (auto key = repeated_key(request.body(), options)) {
+    if (key->size() > 64) return http::error_response(http::Status::bad_request, "malformed_json", "an object repeats a key");
+    return http::error_response(http::Status::bad_request, "malformed_json",
+                                "the body names \"" + *key + "\" more than once in one object", *key);
   }
   return std::move(value.as_object());
 }

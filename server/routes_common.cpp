@@ -2,7 +2,9 @@
 #include <boost/json.hpp>
 #include <boost/url/parse.hpp>
 
+#include <algorithm>
 #include <charconv>
+#include <vector>
 
 #include "server/routes.hpp"
 #include "server/sha256.hpp"
@@ -40,6 +42,11 @@ constexpr RuleText kRules[] = {
     {"exposure_limit", "", "the order would take the account over its exposure limits"},
     {"market_halted", "market", "the market is halted"},
     {"off_tick", "price", "price must be a multiple of the market's tick"},
+    // an amend's (docs/market-rules.md "Amend")
+    {"invalid_amend", "quantity",
+     "quantity may only go down: a buy's must stay above what is filled; a sell's cut must be free over the rest of its "
+     "window and leave a piece it can still sell (to end an order, cancel it)"},
+    {"would_take", "price", "a post_only order's new price would trade at once"},
 };
 
 }  // namespace
@@ -61,8 +68,10 @@ http::Response rule_broken(std::string_view code, std::string message) {
 
 namespace {
 
+// $4: the request's hash as servers before the canonical form kept it (its bytes as sent), so that a retry of a
+// request first made before an upgrade is still the same request.
 constexpr const char* kFindKey =
-    "SELECT request_sha256 = $3::bytea, status, body FROM idempotency_keys WHERE account_id = $1 AND key = $2";
+    "SELECT request_sha256 IN ($3::bytea, $4::bytea), status, body FROM idempotency_keys WHERE account_id = $1 AND key = $2";
 constexpr const char* kInsertKey =
     "INSERT INTO idempotency_keys (account_id, key, request_sha256, status, body) VALUES ($1, $2, $3::bytea, $4, $5)";
 
@@ -164,14 +173,52 @@ std::variant<std::optional<IdempotencyKey>, http::Response> read_idempotency_key
     return http::error_response(http::Status::bad_request, "invalid_field",
                                 "Idempotency-Key must be 1 to 64 of A-Z a-z 0-9 - _ . :", "Idempotency-Key");
   }
-  // The same key with the same method, path and body is the same request.
-  std::string hash = sha256_bytea(std::string(ctx.request.method_string()) + " " + std::string(ctx.request.target()) +
-                                  "\n" + ctx.request.body());
-  return std::optional<IdempotencyKey>(IdempotencyKey{std::move(key), std::move(hash)});
+  // The same key with the same method, path and body is the same request; a JSON body by its meaning
+  // (canonical_json: spacing and key order aside), as a client_order_id repeat is judged.
+  const std::string head = std::string(ctx.request.method_string()) + " " + std::string(ctx.request.target()) + "\n";
+  boost::json::parse_options options;
+  options.max_depth = 16;
+  boost::system::error_code ec;
+  const boost::json::value body = boost::json::parse(ctx.request.body(), ec, {}, options);
+  std::string raw = sha256_bytea(head + ctx.request.body());
+  std::string hash = ec ? raw : sha256_bytea(head + canonical_json(body));
+  return std::optional<IdempotencyKey>(IdempotencyKey{std::move(key), std::move(hash), std::move(raw)});
+}
+
+std::string canonical_json(const boost::json::value& v) {
+  std::string out;
+  const auto put = [&out](const auto& self, const boost::json::value& x) -> void {
+    if (x.is_object()) {
+      std::vector<const boost::json::key_value_pair*> members;
+      for (const auto& kv : x.get_object()) members.push_back(&kv);
+      std::sort(members.begin(), members.end(), [](const auto* a, const auto* b) { return a->key() < b->key(); });
+      out += '{';
+      for (const auto* kv : members) {
+        if (out.back() != '{') out += ',';
+        out += boost::json::serialize(boost::json::string(kv->key()));
+        out += ':';
+        self(self, kv->value());
+      }
+      out += '}';
+    } else if (x.is_array()) {
+      out += '[';
+      bool first = true;
+      for (const auto& e : x.get_array()) {
+        if (!first) out += ',';
+        first = false;
+        self(self, e);
+      }
+      out += ']';
+    } else {
+      out += boost::json::serialize(x);
+    }
+  };
+  put(put, v);
+  return out;
 }
 
 std::optional<http::Response> stored_answer(store::PgConnection& db, std::int64_t account, const IdempotencyKey& key) {
-  auto row = db.exec(kFindKey, {std::to_string(account), key.key, key.request_sha256});
+  auto row = db.exec(kFindKey, {std::to_string(account), key.key, key.request_sha256, key.raw_sha256});
   if (row.rows() == 0) return std::nullopt;
   if (row.text(0, 0) != "t") return key_conflict();
   return replay({static_cast<unsigned>(row.integer(0, 1)), std::string(row.text(0, 2))});

@@ -325,10 +325,7 @@ void add_order_routes(http::Router& router, Services& services) {
     run_command(
         services, account, amend, own_open_order(order, account, ctx.principal->scopes),
         [order](const EventSink& events, Seq) {
-          if (const auto* r = rejection(events)) {
-            return http::error_response(http::Status::unprocessable_entity, to_string(r->reason),
-                                        "the amendment was refused: " + std::string(to_string(r->reason)));
-          }
+          if (const auto* r = rejection(events)) return rule_broken(to_string(r->reason), "");
           return http::json_response(http::Status::ok, order_with_fills(events, order));
         },
         [] { return not_found("open order"); }, std::move(respond));

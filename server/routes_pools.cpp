@@ -206,7 +206,10 @@ void add_pool_routes(http::Router& router, Services& services) {
     VerifyPool verify{PoolId(*id), fields.boolean("verified", Need::required).value_or(false), Seconds(0), {}};
     if (verify.verified) {
       if (auto t = fields.time("expires_at", Need::required)) verify.expires_at = Seconds(*t);
-      if (auto e = fields.string("evidence", Need::required, 2000)) verify.evidence = *e;
+      if (auto e = fields.string("evidence", Need::required, 2000)) {
+        if (e->empty()) fields.fail("invalid_field", "evidence", "evidence must say what the verification rests on");
+        verify.evidence = *e;
+      }
     }
     if (auto err = fields.finish()) return respond(std::move(*err));
     if (verify.verified && verify.expires_at.value <= services.runner.server_time()) {
@@ -215,7 +218,11 @@ void add_pool_routes(http::Router& router, Services& services) {
     }
     PoolId pool(*id);
     run_command(
-        services, ctx, verify, [pool](const Engine& engine) { return engine.pool(pool) != nullptr; },
+        services, ctx, verify,
+        [pool](const Engine& engine) {  // a retired pool is gone for every write (own_pool), verification too
+          const Pool* p = engine.pool(pool);
+          return p && !p->retired;
+        },
         [](const EventSink& events, Seq) { return pool_answer(events, http::Status::ok); },
         [] { return not_found("pool"); }, std::move(respond));
   }));

@@ -116,7 +116,7 @@ OrderRequest read_order_request(JsonFields& f) {
     if (auto m = f.string("market", Need::required, MarketId::kMaxSize)) {
       r.market = MarketId::existing(*m).value_or(MarketId());
     }
-    if (auto d = f.integer("duration", Need::optional, 60, kMaxWindowSeconds)) r.duration = Seconds(*d);
+    if (auto d = f.integer("duration", Need::optional, kMinWindowSeconds, kMaxWindowSeconds)) r.duration = Seconds(*d);
     auto& c = r.constraints;
     if (auto tiers = f.strings("tiers", Need::optional, 3, 16)) {
       for (const auto& t : *tiers) {
@@ -165,6 +165,7 @@ OrderRequest read_order_request(JsonFields& f) {
 
   if (r.start && r.end) {
     if (*r.end <= *r.start) f.fail("invalid_field", "end", "end must be after start");
+    else if ((*r.end - *r.start).value < kMinWindowSeconds) f.fail("invalid_field", "end", "a window must span at least " + std::to_string(kMinWindowSeconds) + " s");
     else if ((*r.end - *r.start).value > kMaxWindowSeconds) f.fail("invalid_field", "end", "a window may span at most two years");
   }
   if (r.time_in_force == TimeInForce::gtd && !r.expire_at) f.fail("missing_field", "expire_at", "gtd orders need expire_at");

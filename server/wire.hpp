@@ -23,6 +23,7 @@ namespace gpuex::wire {
 inline constexpr std::int64_t kMaxPriceMicros = 10'000'000'000;   // USD 10,000 per GPU-hour
 inline constexpr std::int64_t kMaxQuantity = 100'000;              // GPUs in one order
 inline constexpr std::int64_t kMaxWindowSeconds = 2 * 366 * 86400; // an order's window: two years
+inline constexpr std::int64_t kMinWindowSeconds = 60;  // and a minute (a window as sent, or a duration)
 inline constexpr std::int64_t kMaxNodes = 100'000;
 inline constexpr std::int64_t kMaxGpusPerNode = 64;
 

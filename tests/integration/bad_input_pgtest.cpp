@@ -46,6 +46,13 @@ TEST_CASE("a table of malformed and hostile requests gets the expected status an
                            bearer(provider.api_key));
   REQUIRE(pool.status == 201);
   std::string pool_id(pool.json().at("id").as_string());
+  auto gone = http.request("POST", "/v1/pools",
+                           R"({"market": "H100-SXM-80G", "region": "DE", "tier": "bare_metal", "gpus_per_node": 8,
+                               "nodes": 1, "pue": "1.2", "renewable_pct": 50, "carbon_g_per_kwh": 200})",
+                           bearer(provider.api_key));
+  REQUIRE(gone.status == 201);
+  std::string retired_id(gone.json().at("id").as_string());
+  REQUIRE(http.request("DELETE", "/v1/pools/" + retired_id, "", bearer(provider.api_key)).status == 200);
   const std::string buy = R"("side": "buy", "market": "H100-SXM-80G", )";
   const std::string sell = R"("side": "sell", "pool_id": ")" + pool_id + R"(", )";
 
@@ -66,6 +73,10 @@ TEST_CASE("a table of malformed and hostile requests gets the expected status an
       {"huge quantity", "POST", "/v1/orders", "{" + buy + R"("price": "2", "quantity": 9223372036854775807, "duration": 3600})", "buyer", 400, "invalid_field"},
       {"window ends before it starts", "POST", "/v1/orders", "{" + buy + R"("price": "2", "quantity": 1, )" + window(86400, -3600) + "}", "buyer", 400, "invalid_field"},
       {"window in the past", "POST", "/v1/orders", "{" + buy + R"("price": "2", "quantity": 1, )" + window(-86400, 3600) + "}", "buyer", 422, "window_in_past"},
+      {"a window under a minute", "POST", "/v1/orders", "{" + buy + R"("price": "2", "quantity": 1, )" + window(86400, 59) + "}", "buyer", 400, "invalid_field"},
+      {"a sell's window under a minute", "POST", "/v1/orders", "{" + sell + R"("price": "2", "quantity": 1, )" + window(3600, 30) + "}", "provider", 400, "invalid_field"},
+      {"a key given twice (which price?)", "POST", "/v1/orders", "{" + buy + R"("price": "0.0100", "price": "5.0000", "quantity": 1, "duration": 3600})", "buyer", 400, "malformed_json"},
+      {"a key given twice in a nested object", "POST", "/v1/orders", R"({"side": "buy", "market": "H100-SXM-80G", "price": "2", "quantity": 1, "duration": 3600, "x": {"a": 1, "a": 2}})", "buyer", 400, "malformed_json"},
       {"both window and duration", "POST", "/v1/orders", "{" + buy + R"("price": "2", "quantity": 1, "duration": 60, )" + window(86400, 3600) + "}", "buyer", 400, "invalid_field"},
       {"bad time", "POST", "/v1/orders", "{" + buy + R"("price": "2", "quantity": 1, "start": "tomorrow", "end": "later"})", "buyer", 400, "invalid_field"},
       {"duration too short", "POST", "/v1/orders", "{" + buy + R"("price": "2", "quantity": 1, "duration": 5})", "buyer", 400, "invalid_field"},
@@ -112,6 +123,8 @@ TEST_CASE("a table of malformed and hostile requests gets the expected status an
       {"a bare % in the query of a market-scoped cancel-all", "DELETE", "/v1/orders?market=H100-SXM-80G&x=%", "", "buyer", 400, "malformed_request"},
       {"a broken escape in a path", "GET", "/v1/orders/by-client-id/run%3", "", "buyer", 400, "malformed_request"},
       {"raw bytes over 0x7F in a path", "GET", "/v1/orders/by-client-id/\xff\xfe", "", "buyer", 400, "malformed_request"},
+      {"empty verification evidence", "POST", "/v1/pools/" + pool_id + "/verify", R"({"verified": true, "expires_at": "2030-01-01T00:00:00Z", "evidence": ""})", "admin", 400, "invalid_field"},
+      {"verify a retired pool", "POST", "/v1/pools/" + retired_id + "/verify", R"({"verified": true, "expires_at": "2030-01-01T00:00:00Z", "evidence": "audit"})", "admin", 404, "not_found"},
       {"NUL in verification evidence", "POST", "/v1/pools/" + pool_id + "/verify", R"({"verified": true, "expires_at": "2030-01-01T00:00:00Z", "evidence": "a\u0000b"})", "admin", 400, "invalid_field"},
       {"NUL in an account name", "POST", "/v1/accounts", R"({"name": "a\u0000b", "scopes": ["read"]})", "admin", 400, "invalid_field"},
       {"wrong method", "PUT", "/v1/orders", "{}", "buyer", 405, "method_not_allowed"},

@@ -225,6 +225,12 @@ TEST_CASE("amend lowers quantity, cancel ends the order, and other accounts see 
   REQUIRE(amended.status == 200);
   CHECK(amended.json().at("order").at("quantity").as_int64() == 4);
   CHECK(m.book().at("bids") == json::parse(R"([["1.5000", 4]])"));
+  // A quantity raised is refused with the rule it breaks, named at its field.
+  auto raised = m.http->request("PATCH", "/v1/orders/" + id, R"({"quantity": 5})", bearer(m.buyer.api_key));
+  CHECK(raised.status == 422);
+  CHECK(raised.json().at("error").at("code") == "invalid_amend");
+  CHECK(raised.json().at("error").at("field") == "quantity");
+  CHECK(raised.json().at("error").at("message").as_string().starts_with("quantity may only go down"));
 
   CHECK(m.get(m.other, "/v1/orders/" + id).status == 404);
   CHECK(m.http->request("DELETE", "/v1/orders/" + id, "", bearer(m.other.api_key)).status == 404);
@@ -547,6 +553,13 @@ TEST_CASE("an Idempotency-Key makes a POST happen once, across a restart too") {
   CHECK(again.status == 200);  // API.md: a repeat returns the original (200)
   CHECK(again.body == first.body);
   CHECK(again.headers["idempotent-replayed"] == "true");
+  // The same request serialized again (other spacing, other key order) is the same request, as a
+  // client_order_id repeat is judged (API.md: "with the same rules").
+  const std::string reserialized = R"({"tier":"instance","region":"FR","market":"H100-SXM-80G","nodes":3,
+      "gpus_per_node":4,"carbon_g_per_kwh":350,"renewable_pct":30,"pue":"1.4"})";
+  auto respelled = m.http->request("POST", "/v1/pools", reserialized, with_key("pool-fr-1"));
+  CHECK(respelled.status == 200);
+  CHECK(respelled.body == first.body);
 
   auto other = m.http->request("POST", "/v1/pools", R"({"market": "H100-SXM-80G", "region": "FR", "tier": "instance",
       "gpus_per_node": 4, "nodes": 4, "pue": "1.4", "renewable_pct": 30, "carbon_g_per_kwh": 350})", with_key("pool-fr-1"));
@@ -561,6 +574,19 @@ TEST_CASE("an Idempotency-Key makes a POST happen once, across a restart too") {
   CHECK(after.status == 200);
   CHECK(after.body == first.body);
   CHECK(after.headers["idempotent-replayed"] == "true");
+  // After the restart the key is read back from PostgreSQL: the same there.
+  CHECK(m.http->request("POST", "/v1/pools", reserialized, with_key("pool-fr-1")).body == first.body);
+  // A key kept by a server from before the canonical form (its hash of the body's bytes as sent) still
+  // knows the request it came with.
+  {
+    auto db = gpuex::store::PgConnection::connect(m.db.dsn());
+    db.exec("INSERT INTO idempotency_keys (account_id, key, request_sha256, status, body) "
+            "VALUES ($1, 'kept-before', sha256(convert_to($2, 'UTF8')), 201, $3)",
+            {m.provider.account_id, "POST /v1/pools\n" + body, first.body});
+  }
+  auto kept = m.http->request("POST", "/v1/pools", body, with_key("kept-before"));
+  CHECK(kept.status == 200);
+  CHECK(kept.body == first.body);
   // One pool, whatever the repeats.
   CHECK(m.get(m.provider, "/v1/pools").json().at("pools").as_array().size() == 1);
   // Without a key, the same body is a new pool.
