@@ -71,16 +71,19 @@ struct RepeatedKeys {
   bool on_comment(string_view, error_code&) { return true; }
 };
 
-// The first key an object of `text` (valid JSON) repeats, if any.
-std::optional<std::string> repeated_key(std::string_view text, const boost::json::parse_options& options) {
-  boost::json::basic_parser<RepeatedKeys> parser(options);
+}  // namespace
+
+std::optional<std::string> repeated_key(std::string_view text) {
+  boost::json::basic_parser<RepeatedKeys> parser(boost::json::parse_options{});
   boost::system::error_code ec;
   parser.write_some(false, text.data(), text.size(), ec);
-  if (ec) return std::nullopt;  // not reached: the text parsed already
+  if (ec) return std::nullopt;  // not JSON (or nested deeper than the default 32): the caller's parse says so
   return parser.handler().repeated;
 }
 
-}  // namespace
+std::string repeated_key_message(const std::string& key) {
+  return key.size() > 64 ? "an object names a key twice" : "an object names \"" + key + "\" twice";
+}
 
 std::variant<boost::json::object, http::Response> parse_json_body(const http::Request& request) {
   boost::json::parse_options options;
@@ -94,10 +97,9 @@ std::variant<boost::json::object, http::Response> parse_json_body(const http::Re
   if (!value.is_object()) {
     return http::error_response(http::Status::bad_request, "malformed_json", "the body must be a JSON object");
   }
-  if (auto key = repeated_key(request.body(), options)) {
-    if (key->size() > 64) return http::error_response(http::Status::bad_request, "malformed_json", "an object repeats a key");
-    return http::error_response(http::Status::bad_request, "malformed_json",
-                                "the body names \"" + *key + "\" more than once in one object", *key);
+  if (auto key = repeated_key(request.body())) {
+    return http::error_response(http::Status::bad_request, "malformed_json", repeated_key_message(*key),
+                                key->size() > 64 ? std::string_view() : std::string_view(*key));
   }
   return std::move(value.as_object());
 }

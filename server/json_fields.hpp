@@ -16,8 +16,13 @@
 
 namespace gpuex {
 
-// The body as a JSON object, or the 400 to send (malformed_json).
+// The body as a JSON object, or the 400 to send (malformed_json, also for a key named twice in one object).
 std::variant<boost::json::object, http::Response> parse_json_body(const http::Request& request);
+// The first key that an object of the JSON `text` names twice, if any. RFC 8259 leaves the meaning of a repeated
+// name open (boost::json keeps the last copy, other readers the first), so a message that says "price" twice is
+// refused rather than read as one of them. repeated_key_message: the sentence that says so.
+std::optional<std::string> repeated_key(std::string_view text);
+std::string repeated_key_message(const std::string& key);
 
 enum class Need { required, optional };
 

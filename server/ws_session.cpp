@@ -26,6 +26,7 @@
 
 #include "server/gate.hpp"
 #include "server/http_server.hpp"
+#include "server/json_fields.hpp"
 #include "server/ws_gate.hpp"
 
 namespace gpuex::ws {
@@ -251,6 +252,8 @@ class WsSession : public http::Session,
     boost::system::error_code ec;
     json::value v = json::parse(text, ec);
     if (ec || !v.is_object()) return bad("malformed_json", "a message is a JSON object such as {\"op\":\"ping\"}");
+    if (auto key = repeated_key(text)) return bad("malformed_json", repeated_key_message(*key),
+                                                 key->size() > 64 ? std::string_view() : std::string_view(*key));
     const json::object& m = v.as_object();
     const json::value* op = m.if_contains("op");
     if (!op || !op->is_string()) return bad("missing_field", "every message needs an \"op\"", "op");

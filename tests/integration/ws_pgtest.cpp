@@ -679,6 +679,8 @@ TEST_CASE("ws: bad messages get an error that names the problem, limits are enfo
     CHECK(other_error(R"({"op":"auth","key":42})") == "invalid_field");
     CHECK(other_error(R"({"op":"cancel_on_disconnect"})") == "missing_field");
     CHECK(other_error(R"({"op":"cancel_on_disconnect","enabled":"yes"})") == "invalid_field");
+    // Which op, which key? A name given twice is refused, not read as one of the copies.
+    CHECK(other_error(R"({"op":"ping","op":"subscribe","channels":[]})") == "malformed_json");
   }
   CHECK(error_for(R"({"op":"subscribe","channels":["trades:H100-SXM-80G"],"extra":1})").at("code").as_string() ==
         "unknown_field");
