@@ -224,7 +224,7 @@ std::optional<std::int64_t> JsonFields::time(std::string_view name, Need need) {
   if (v->is_string()) t = parse_rfc3339(v->get_string());
   if (!t) {
     fail("invalid_field", name,
-         std::string(name) + " must be an RFC 3339 time in whole seconds, e.g. \"2027-01-01T00:00:00Z\"");
+         std::string(name) + " must be an RFC 3339 time in whole seconds from 1970 to 9999, e.g. \"2027-01-01T00:00:00Z\"");
     return std::nullopt;
   }
   return t;

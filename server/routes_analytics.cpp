@@ -52,7 +52,7 @@ std::variant<std::optional<std::int64_t>, http::Response> time_param(const http:
   auto text = query_param(ctx, name);
   if (!text) return std::optional<std::int64_t>{};
   auto t = parse_rfc3339(text->size() == 10 ? *text + "T00:00:00Z" : *text);
-  if (!t) return bad(name, std::string(name) + " must be an RFC 3339 time (2027-01-01T00:00:00Z) or a date (2027-01-01)");
+  if (!t) return bad(name, std::string(name) + " must be an RFC 3339 time (2027-01-01T00:00:00Z) or a date (2027-01-01), from 1970 to 9999");
   return std::optional<std::int64_t>{*t};
 }
 

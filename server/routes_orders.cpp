@@ -361,7 +361,7 @@ void add_order_routes(http::Router& router, Services& services) {
     std::int64_t since = 0;
     if (auto s = query_param(ctx, "since")) {
       auto t = parse_rfc3339(*s);
-      if (!t) return respond(http::error_response(http::Status::bad_request, "invalid_field", "since must be an RFC 3339 time", "since"));
+      if (!t) return respond(http::error_response(http::Status::bad_request, "invalid_field", "since must be an RFC 3339 time from 1970 to 9999", "since"));
       since = *t;
     }
     services.queries.submit(
