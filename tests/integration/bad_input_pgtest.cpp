@@ -40,18 +40,16 @@ TEST_CASE("a table of malformed and hostile requests gets the expected status an
   HttpClient http(server.port());
 
   REQUIRE(http.request("DELETE", "/v1/keys/" + revoked.key_id, "", bearer(admin.api_key)).status == 200);
-  auto pool = http.request("POST", "/v1/pools",
-                           R"({"market": "H100-SXM-80G", "region": "DE", "tier": "bare_metal", "gpus_per_node": 8,
-                               "nodes": 1, "pue": "1.2", "renewable_pct": 50, "carbon_g_per_kwh": 200})",
-                           bearer(provider.api_key));
-  REQUIRE(pool.status == 201);
-  std::string pool_id(pool.json().at("id").as_string());
-  auto gone = http.request("POST", "/v1/pools",
-                           R"({"market": "H100-SXM-80G", "region": "DE", "tier": "bare_metal", "gpus_per_node": 8,
-                               "nodes": 1, "pue": "1.2", "renewable_pct": 50, "carbon_g_per_kwh": 200})",
-                           bearer(provider.api_key));
-  REQUIRE(gone.status == 201);
-  std::string retired_id(gone.json().at("id").as_string());
+  auto new_pool = [&] {
+    auto pool = http.request("POST", "/v1/pools",
+                             R"({"market": "H100-SXM-80G", "region": "DE", "tier": "bare_metal", "gpus_per_node": 8,
+                                 "nodes": 1, "pue": "1.2", "renewable_pct": 50, "carbon_g_per_kwh": 200})",
+                             bearer(provider.api_key));
+    REQUIRE(pool.status == 201);
+    return std::string(pool.json().at("id").as_string());
+  };
+  const std::string pool_id = new_pool();
+  const std::string retired_id = new_pool();
   REQUIRE(http.request("DELETE", "/v1/pools/" + retired_id, "", bearer(provider.api_key)).status == 200);
   const std::string buy = R"("side": "buy", "market": "H100-SXM-80G", )";
   const std::string sell = R"("side": "sell", "pool_id": ")" + pool_id + R"(", )";
