@@ -194,7 +194,7 @@ std::string canonical_json(const boost::json::value& v) {
       std::sort(members.begin(), members.end(), [](const auto* a, const auto* b) { return a->key() < b->key(); });
       out += '{';
       for (const auto* kv : members) {
-        if (out.back() != '{') out += ',';
+        if (kv != members.front()) out += ',';
         out += boost::json::serialize(boost::json::string(kv->key()));
         out += ':';
         self(self, kv->value());
