@@ -94,11 +94,18 @@ class HttpSession : public Session, public std::enable_shared_from_this<HttpSess
   void on_header(beast::error_code ec) {
     if (ec) return on_read(ec);  // a body over the limit by its Content-Length is refused here, before it is sent
     const Request& req = parser_->get();
+    if (auto refused = ambiguous(req)) {  // answered before any body is asked for or read
+      started_ = Clock::now();
+      busy_ = true;
+      return fail_request(error_response(Status::bad_request, "malformed_request", *refused));
+    }
     if (!parser_->is_done() && req.version() >= 11 && beast::iequals(req[bhttp::field::expect], "100-continue")) {
       static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
       return net::async_write(stream_, net::buffer(kContinue.data(), kContinue.size()),
                               [self = this->shared_from_this()](beast::error_code written, std::size_t) {
                                 if (written) return self->close();
+                                // The body's own deadline: the client waited for this answer.
+                                beast::get_lowest_layer(self->stream_).expires_after(self->config().read_timeout);
                                 self->read_body();
                               });
     }
@@ -106,6 +113,7 @@ class HttpSession : public Session, public std::enable_shared_from_this<HttpSess
   }
 
   void read_body() {
+    if (parser_->is_done()) return on_read({});  // no body (a GET): no second read, no hop through the strand
     bhttp::async_read(stream_, buffer_, *parser_, [self = this->shared_from_this()](beast::error_code ec, std::size_t) {
       self->on_read(ec);
     });
@@ -148,7 +156,7 @@ class HttpSession : public Session, public std::enable_shared_from_this<HttpSess
 
   // Why a request's header cannot be read one way only: an HTTP/1.1 request without a Host (RFC 9112 §3.2), or
   // a copy of a field that decides what the request does or as whom (a proxy that keeps the other copy would
-  // read another request).
+  // read another request). Such a request is answered and the connection closed (fail_request).
   static std::optional<std::string> ambiguous(const Request& req) {
     if (req.version() >= 11 && req.count(bhttp::field::host) == 0) return "an HTTP/1.1 request needs a Host header";
     for (std::string_view name : {"Host", "Authorization", "Idempotency-Key"}) {
@@ -168,10 +176,6 @@ class HttpSession : public Session, public std::enable_shared_from_this<HttpSess
   void dispatch_request() {
     const Request& req = parser_->get();
     method_ = req.method_string();
-    if (auto refused = ambiguous(req)) {
-      route_ = "(unrouted)";
-      return send(error_response(Status::bad_request, "malformed_request", *refused));
-    }
     std::string_view target = req.target();
     // Beast lets through targets Boost.URL refuses (a bare '%', '{', bytes over 0x7F): refused here,
     // never read as a request without its query (a market-scoped cancel-all must not cancel everything).

@@ -31,7 +31,7 @@ struct RepeatedKeys {
 
   std::vector<std::vector<std::string>> open;  // the keys of each object being read, outermost first
   std::string key;                             // the parts of the key being read
-  std::optional<std::string> repeated;
+  std::optional<RepeatedKey> repeated;
 
   bool on_object_begin(error_code&) {
     open.emplace_back();
@@ -51,7 +51,9 @@ struct RepeatedKeys {
   bool on_object_end(std::size_t, error_code&) {
     std::vector<std::string>& keys = open.back();
     std::sort(keys.begin(), keys.end());
-    if (auto it = std::adjacent_find(keys.begin(), keys.end()); it != keys.end() && !repeated) repeated = *it;
+    if (auto it = std::adjacent_find(keys.begin(), keys.end()); it != keys.end() && !repeated) {
+      repeated = RepeatedKey{*it, open.size() == 1};
+    }
     open.pop_back();
     return true;
   }
@@ -73,7 +75,7 @@ struct RepeatedKeys {
 
 }  // namespace
 
-std::optional<std::string> repeated_key(std::string_view text) {
+std::optional<RepeatedKey> repeated_key(std::string_view text) {
   boost::json::basic_parser<RepeatedKeys> parser(boost::json::parse_options{});
   boost::system::error_code ec;
   parser.write_some(false, text.data(), text.size(), ec);
@@ -81,9 +83,11 @@ std::optional<std::string> repeated_key(std::string_view text) {
   return parser.handler().repeated;
 }
 
-std::string repeated_key_message(const std::string& key) {
+std::string RepeatedKey::message() const {
   return key.size() > 64 ? "an object names a key twice" : "an object names \"" + key + "\" twice";
 }
+
+std::string_view RepeatedKey::field() const { return top_level && key.size() <= 64 ? key : std::string_view(); }
 
 std::variant<boost::json::object, http::Response> parse_json_body(const http::Request& request) {
   boost::json::parse_options options;
@@ -97,9 +101,8 @@ std::variant<boost::json::object, http::Response> parse_json_body(const http::Re
   if (!value.is_object()) {
     return http::error_response(http::Status::bad_request, "malformed_json", "the body must be a JSON object");
   }
-  if (auto key = repeated_key(request.body())) {
-    return http::error_response(http::Status::bad_request, "malformed_json", repeated_key_message(*key),
-                                key->size() > 64 ? std::string_view() : std::string_view(*key));
+  if (auto repeated = repeated_key(request.body())) {
+    return http::error_response(http::Status::bad_request, "malformed_json", repeated->message(), repeated->field());
   }
   return std::move(value.as_object());
 }

@@ -20,9 +20,14 @@ namespace gpuex {
 std::variant<boost::json::object, http::Response> parse_json_body(const http::Request& request);
 // The first key that an object of the JSON `text` names twice, if any. RFC 8259 leaves the meaning of a repeated
 // name open (boost::json keeps the last copy, other readers the first), so a message that says "price" twice is
-// refused rather than read as one of them. repeated_key_message: the sentence that says so.
-std::optional<std::string> repeated_key(std::string_view text);
-std::string repeated_key_message(const std::string& key);
+// refused rather than read as one of them.
+struct RepeatedKey {
+  std::string key;
+  bool top_level = false;  // in the outermost object: a field of the request
+  std::string message() const;      // the sentence that says so
+  std::string_view field() const;   // the error's `field`: the key if it is a field of the request, else empty
+};
+std::optional<RepeatedKey> repeated_key(std::string_view text);
 
 enum class Need { required, optional };
 

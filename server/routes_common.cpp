@@ -173,8 +173,9 @@ std::variant<std::optional<IdempotencyKey>, http::Response> read_idempotency_key
     return http::error_response(http::Status::bad_request, "invalid_field",
                                 "Idempotency-Key must be 1 to 64 of A-Z a-z 0-9 - _ . :", "Idempotency-Key");
   }
-  // The same key with the same method, path and body is the same request; a JSON body by its meaning
-  // (canonical_json: spacing and key order aside), as a client_order_id repeat is judged.
+  // The same key with the same method, path and body is the same request; a JSON body whatever its spacing and
+  // key order (canonical_json), its values as sent. (A client_order_id repeat is judged on the order as read,
+  // where "1.4" is "1.40"; these routes' bodies have no one reading to compare.)
   const std::string head = std::string(ctx.request.method_string()) + " " + std::string(ctx.request.target()) + "\n";
   boost::json::parse_options options;
   options.max_depth = 16;

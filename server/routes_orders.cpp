@@ -325,7 +325,12 @@ void add_order_routes(http::Router& router, Services& services) {
     run_command(
         services, account, amend, own_open_order(order, account, ctx.principal->scopes),
         [order](const EventSink& events, Seq) {
-          if (const auto* r = rejection(events)) return rule_broken(to_string(r->reason), "");
+          if (const auto* r = rejection(events)) {
+            // The rule's sentence; its field only if the PATCH body has it (a halted market names `market`).
+            json::object error = rule_error(to_string(r->reason));
+            if (const auto* f = error.if_contains("field"); f && *f != "quantity" && *f != "price") error.erase("field");
+            return http::json_response(http::Status::unprocessable_entity, {{"error", std::move(error)}});
+          }
           return http::json_response(http::Status::ok, order_with_fills(events, order));
         },
         [] { return not_found("open order"); }, std::move(respond));

@@ -207,7 +207,9 @@ void add_pool_routes(http::Router& router, Services& services) {
     if (verify.verified) {
       if (auto t = fields.time("expires_at", Need::required)) verify.expires_at = Seconds(*t);
       if (auto e = fields.string("evidence", Need::required, 2000)) {
-        if (e->empty()) fields.fail("invalid_field", "evidence", "evidence must say what the verification rests on");
+        if (e->find_first_not_of(" \t\r\n") == std::string::npos) {
+          fields.fail("invalid_field", "evidence", "evidence must say what the verification rests on");
+        }
         verify.evidence = *e;
       }
     }

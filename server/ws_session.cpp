@@ -18,7 +18,6 @@
 
 #include <unistd.h>
 
-#include <cctype>
 #include <set>
 #include <string_view>
 #include <utility>
@@ -252,8 +251,7 @@ class WsSession : public http::Session,
     boost::system::error_code ec;
     json::value v = json::parse(text, ec);
     if (ec || !v.is_object()) return bad("malformed_json", "a message is a JSON object such as {\"op\":\"ping\"}");
-    if (auto key = repeated_key(text)) return bad("malformed_json", repeated_key_message(*key),
-                                                 key->size() > 64 ? std::string_view() : std::string_view(*key));
+    if (auto repeated = repeated_key(text)) return bad("malformed_json", repeated->message(), repeated->field());
     const json::object& m = v.as_object();
     const json::value* op = m.if_contains("op");
     if (!op || !op->is_string()) return bad("missing_field", "every message needs an \"op\"", "op");
@@ -820,7 +818,7 @@ namespace {
 bool is_handshake_key(std::string_view key) {
   if (key.size() != 24 || !key.ends_with("==")) return false;
   for (char c : key.substr(0, 22)) {
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '+' && c != '/') return false;
+    if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '+' || c == '/')) return false;
   }
   return std::string_view("AQgw").find(key[21]) != std::string_view::npos;
 }

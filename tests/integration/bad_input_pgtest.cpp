@@ -122,6 +122,7 @@ TEST_CASE("a table of malformed and hostile requests gets the expected status an
       {"a broken escape in a path", "GET", "/v1/orders/by-client-id/run%3", "", "buyer", 400, "malformed_request"},
       {"raw bytes over 0x7F in a path", "GET", "/v1/orders/by-client-id/\xff\xfe", "", "buyer", 400, "malformed_request"},
       {"empty verification evidence", "POST", "/v1/pools/" + pool_id + "/verify", R"({"verified": true, "expires_at": "2030-01-01T00:00:00Z", "evidence": ""})", "admin", 400, "invalid_field"},
+      {"blank verification evidence", "POST", "/v1/pools/" + pool_id + "/verify", R"({"verified": true, "expires_at": "2030-01-01T00:00:00Z", "evidence": " \t "})", "admin", 400, "invalid_field"},
       {"verify a retired pool", "POST", "/v1/pools/" + retired_id + "/verify", R"({"verified": true, "expires_at": "2030-01-01T00:00:00Z", "evidence": "audit"})", "admin", 404, "not_found"},
       {"NUL in verification evidence", "POST", "/v1/pools/" + pool_id + "/verify", R"({"verified": true, "expires_at": "2030-01-01T00:00:00Z", "evidence": "a\u0000b"})", "admin", 400, "invalid_field"},
       {"NUL in an account name", "POST", "/v1/accounts", R"({"name": "a\u0000b", "scopes": ["read"]})", "admin", 400, "invalid_field"},
@@ -158,5 +159,10 @@ TEST_CASE("a table of malformed and hostile requests gets the expected status an
   CHECK(http.get("/healthz").status == 200);
   auto ok = http.request("POST", "/v1/orders", "{" + buy + R"("price": "2", "quantity": 1, "duration": 3600})", bearer(buyer.api_key));
   CHECK(ok.status == 201);
+  // The shortest window there is: a minute (59 s is in the table).
+  auto minute = http.request("POST", "/v1/orders", "{" + buy + R"("price": "2", "quantity": 1, )" + window(86400, 60) + "}",
+                             bearer(buyer.api_key));
+  INFO(minute.body);
+  CHECK(minute.status == 201);
   CHECK(server.process().running());
 }

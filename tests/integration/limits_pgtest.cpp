@@ -213,6 +213,13 @@ TEST_CASE("a request that does not say one thing once is refused: no Host, or tw
   const std::string key1 = "Authorization: Bearer " + one.api_key + "\r\n";
   const std::string key2 = "Authorization: Bearer " + two.api_key + "\r\n";
   CHECK(ask(host + key1, "\"next_cursor\"").starts_with("HTTP/1.1 200 "));  // the same request, said once
+  {  // HTTP/1.0 has no Host to require
+    RawConnection old(server.port());
+    old.send("GET /healthz HTTP/1.0\r\n\r\n");
+    const auto served = old.read_until_closed(5s).bytes;
+    INFO(served);
+    CHECK(served.substr(0, 13).ends_with(" 200 "));  // served (in the server's own HTTP/1.1, RFC 9110 §2.5)
+  }
   for (const std::string& head : {key1, host + key1 + key2, host + key2 + key1, host + host + key1,
                                   host + key1 + "Idempotency-Key: a\r\nIdempotency-Key: b\r\n"}) {
     auto answer = ask(head);

@@ -553,8 +553,8 @@ TEST_CASE("an Idempotency-Key makes a POST happen once, across a restart too") {
   CHECK(again.status == 200);  // API.md: a repeat returns the original (200)
   CHECK(again.body == first.body);
   CHECK(again.headers["idempotent-replayed"] == "true");
-  // The same request serialized again (other spacing, other key order) is the same request, as a
-  // client_order_id repeat is judged (API.md: "with the same rules").
+  // The same request serialized again (other spacing, other key order) is the same request (API.md: "with the
+  // same rules" as a client_order_id repeat, which is judged on the order as read).
   const std::string reserialized = R"({"tier":"instance","region":"FR","market":"H100-SXM-80G","nodes":3,
       "gpus_per_node":4,"carbon_g_per_kwh":350,"renewable_pct":30,"pue":"1.4"})";
   auto respelled = m.http->request("POST", "/v1/pools", reserialized, with_key("pool-fr-1"));

@@ -11,13 +11,23 @@ using namespace gpuex;
 TEST_CASE("repeated_key finds a key named twice in any one object, and only there") {
   CHECK(!repeated_key(R"({"a": 1, "b": 2})"));
   CHECK(!repeated_key(R"({"a": {"a": 1}, "b": [{"a": 1}, {"a": 2}]})"));  // the same name in different objects
-  CHECK(repeated_key(R"({"price": "1", "quantity": 2, "price": "5"})") == "price");
-  CHECK(repeated_key(R"({"x": [{"k": 1, "k": 2}]})") == "k");
-  CHECK(repeated_key(R"({"x": {"y": {"z": 1, "z": 1}}})") == "z");
-  CHECK(repeated_key(R"({"\u0061": 1, "a": 2})") == "a");  // an escape is the character it stands for
+  const auto top = repeated_key(R"({"price": "1", "quantity": 2, "price": "5"})");
+  REQUIRE(top);
+  CHECK(top->key == "price");
+  CHECK(top->field() == "price");  // a field of the request: named as the error's field
+  const auto nested = repeated_key(R"({"x": [{"k": 1, "k": 2}]})");
+  REQUIRE(nested);
+  CHECK(nested->key == "k");
+  CHECK(nested->field().empty());  // not a field of the request
+  CHECK(nested->message() == R"(an object names "k" twice)");
+  CHECK(repeated_key(R"({"x": {"y": {"z": 1, "z": 1}}})")->key == "z");
+  CHECK(repeated_key(R"({"\u0061": 1, "a": 2})")->key == "a");  // an escape is the character it stands for
   // A key split across the parser's parts (long, with escapes) is still one key.
   const std::string long_key(5000, 'k');
-  CHECK(repeated_key("{\"" + long_key + "\\n\": 1, \"" + long_key + "\\n\": 2}") == long_key + "\n");
+  const auto split = repeated_key("{\"" + long_key + "\\n\": 1, \"" + long_key + "\\n\": 2}");
+  REQUIRE(split);
+  CHECK(split->key == long_key + "\n");
+  CHECK(split->field().empty());  // too long to repeat back
   CHECK(!repeated_key("{not json"));  // the caller's parse answers that
 }
 
