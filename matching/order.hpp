@@ -85,7 +85,7 @@ struct Order {
   std::int64_t lapsed_gpu_seconds{0};
   std::int64_t free_gpu_seconds{0};       // free GPU-seconds still ahead (remaining_gpu_hours x 3600)
   std::int64_t cancelled_gpu_seconds{0};
-  SmallSteps free;  // sell: GPUs still offered over time (history included; 0 after the order ends)
+  SmallSteps free;  // sell: GPUs offered over time, history included (up to its end once it ended: the wire shows none)
   // FNV-1a of the PlaceOrder body as first sent: a repeat of the client_order_id with the same body is a
   // duplicate. Amends change `request` but not this. 0 for an order without a client_order_id (nothing
   // compares it; states saved before 2026-11-30 may hold a hash there, which restore keeps as it is).

@@ -314,10 +314,12 @@ json::object order_json(const Order& o) {
     j["remaining_gpu_hours"] = gpu_hours(o.free_gpu_seconds);
     j["lapsed_gpu_hours"] = gpu_hours(o.lapsed_gpu_seconds);
     j["cancelled_gpu_hours"] = gpu_hours(o.cancelled_gpu_seconds);
-    json::array free;
-    for (const auto& step : o.free.pieces()) {
-      free.push_back(json::array{json::value(time_string(step.from)), json::value(time_string(step.to)),
-                                 json::value(step.gpus)});
+    json::array free;  // what it still offers: nothing once it has ended (the engine keeps the pieces before its end)
+    if (o.is_open()) {
+      for (const auto& step : o.free.pieces()) {
+        free.push_back(json::array{json::value(time_string(step.from)), json::value(time_string(step.to)),
+                                   json::value(step.gpus)});
+      }
     }
     j["free"] = std::move(free);
   }

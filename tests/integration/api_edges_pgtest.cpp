@@ -133,6 +133,14 @@ TEST_CASE("an open ask read later shows the hours that passed as lapsed and offe
   auto listed = x.ok(200, x.call(x.provider, "GET", "/v1/orders"));
   REQUIRE(listed.at("orders").as_array().size() == 1);
   check_aged(listed.at("orders").as_array()[0].as_object());
+
+  // Cancelled, it offers nothing: no step, not even the hours that lapsed (docs/market-rules.md: "free 0").
+  auto cancelled = x.ok(200, x.call(x.provider, "DELETE", "/v1/orders/" + id));
+  INFO(json::serialize(cancelled));
+  CHECK(cancelled.at("status") == "cancelled");
+  CHECK(cancelled.at("free").as_array().empty());
+  CHECK(hours(cancelled.at("lapsed_gpu_hours")) >= 12.0);
+  CHECK(x.ok(200, x.call(x.provider, "GET", "/v1/orders/" + id)).at("free").as_array().empty());
 }
 
 TEST_CASE("a provider has at most --max-pools-per-provider pools not retired") {
