@@ -31,10 +31,11 @@ void add_lease_routes(http::Router& router, Services& services) {
     auto page = read_page(ctx);
     if (auto* err = std::get_if<http::Response>(&page)) return respond(std::move(*err));
     store::Param status;
-    if (auto s = query_param(ctx, "status")) {
+    if (auto s = query_param(ctx, "status"); s && *s != "all") {  // all: every state, as GET /v1/orders says it
       if (*s != "reserved" && *s != "active" && *s != "completed" && *s != "preempted" && *s != "released") {
         return respond(http::error_response(http::Status::bad_request, "invalid_field",
-                                            "status must be reserved, active, completed, preempted or released", "status"));
+                                            "status must be all, reserved, active, completed, preempted or released",
+                                            "status"));
       }
       status = *s;
     }

@@ -99,6 +99,10 @@ TEST_CASE("a spot bid meets the cheapest ask first and trades at the ask's price
   auto provider_leases = m.get(m.provider, "/v1/leases").json().at("leases").as_array();
   REQUIRE(provider_leases.size() == 1);
   CHECK(provider_leases[0].at("role").as_string() == "provider");
+  // status=all is every state, as for orders; one state filters.
+  CHECK(m.get(m.buyer, "/v1/leases?status=all").json().at("leases").as_array().size() == 1);
+  CHECK(m.get(m.buyer, "/v1/leases?status=released").json().at("leases").as_array().empty());
+  CHECK(m.get(m.buyer, "/v1/leases?status=gone").status == 400);
 
   auto provider_fills = m.get(m.provider, "/v1/fills").json().at("fills").as_array();
   REQUIRE(provider_fills.size() == 1);
