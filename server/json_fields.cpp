@@ -3,6 +3,7 @@
 
 #include <boost/json/basic_parser_impl.hpp>
 #include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -89,11 +90,47 @@ std::string RepeatedKey::message() const {
 
 std::string_view RepeatedKey::field() const { return top_level && key.size() <= 64 ? key : std::string_view(); }
 
-std::variant<boost::json::object, http::Response> parse_json_body(const http::Request& request) {
+boost::json::parse_options body_parse_options() {
   boost::json::parse_options options;
   options.max_depth = 16;
+  return options;
+}
+
+std::string canonical_json(const boost::json::value& v) {
+  std::string out;
+  const auto put = [&out](const auto& self, const boost::json::value& x) -> void {
+    if (x.is_object()) {
+      std::vector<const boost::json::key_value_pair*> members;
+      for (const auto& kv : x.get_object()) members.push_back(&kv);
+      std::sort(members.begin(), members.end(), [](const auto* a, const auto* b) { return a->key() < b->key(); });
+      out += '{';
+      for (const auto* kv : members) {
+        if (kv != members.front()) out += ',';
+        out += boost::json::serialize(boost::json::string(kv->key()));
+        out += ':';
+        self(self, kv->value());
+      }
+      out += '}';
+    } else if (x.is_array()) {
+      out += '[';
+      bool first = true;
+      for (const auto& e : x.get_array()) {
+        if (!first) out += ',';
+        first = false;
+        self(self, e);
+      }
+      out += ']';
+    } else {
+      out += boost::json::serialize(x);
+    }
+  };
+  put(put, v);
+  return out;
+}
+
+std::variant<boost::json::object, http::Response> parse_json_body(const http::Request& request) {
   boost::system::error_code ec;
-  auto value = boost::json::parse(request.body(), ec, {}, options);
+  auto value = boost::json::parse(request.body(), ec, {}, body_parse_options());
   if (ec) {
     return http::error_response(http::Status::bad_request, "malformed_json",
                                 "the body is not valid JSON: " + ec.message());

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <boost/json/object.hpp>
+#include <boost/json/parse_options.hpp>
+#include <boost/json/value.hpp>
 
 #include <cstdint>
 #include <initializer_list>
@@ -16,6 +18,11 @@
 
 namespace gpuex {
 
+// How request bodies are parsed (nesting bounded).
+boost::json::parse_options body_parse_options();
+// A JSON value written with each object's keys sorted and no spaces: two bodies that differ only in spacing
+// and key order (a client that serializes its request again for a retry) give the same text.
+std::string canonical_json(const boost::json::value& v);
 // The body as a JSON object, or the 400 to send (malformed_json, also for a key named twice in one object).
 std::variant<boost::json::object, http::Response> parse_json_body(const http::Request& request);
 // The first key that an object of the JSON `text` names twice, if any. RFC 8259 leaves the meaning of a repeated

@@ -1,8 +1,6 @@
 // The HTTP routes of gpuexd, grouped by area; each group adds itself to the router.
 #pragma once
 
-#include <boost/json/value.hpp>
-
 #include <limits>
 #include <map>
 #include <optional>
@@ -58,9 +56,6 @@ struct IdempotencyKey {
   std::string request_sha256;  // as a bytea literal: of the method, the target and the body's canonical_json
   std::string raw_sha256;      // the same with the body's bytes as sent (how servers before kept it)
 };
-// A JSON value written with each object's keys sorted and no spaces: two bodies that differ only in spacing
-// and key order (a client that serializes its request again for a retry) give the same text.
-std::string canonical_json(const boost::json::value& v);
 // Nothing without the header, the key, or a 400 for a malformed one.
 std::variant<std::optional<IdempotencyKey>, http::Response> read_idempotency_key(const http::RequestContext& ctx);
 // The answer kept for `key` of `account`: its replay, a 422 when the key came with another request, or

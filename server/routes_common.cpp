@@ -2,10 +2,9 @@
 #include <boost/json.hpp>
 #include <boost/url/parse.hpp>
 
-#include <algorithm>
 #include <charconv>
-#include <vector>
 
+#include "server/json_fields.hpp"
 #include "server/routes.hpp"
 #include "server/sha256.hpp"
 
@@ -177,45 +176,11 @@ std::variant<std::optional<IdempotencyKey>, http::Response> read_idempotency_key
   // key order (canonical_json), its values as sent. (A client_order_id repeat is judged on the order as read,
   // where "1.4" is "1.40"; these routes' bodies have no one reading to compare.)
   const std::string head = std::string(ctx.request.method_string()) + " " + std::string(ctx.request.target()) + "\n";
-  boost::json::parse_options options;
-  options.max_depth = 16;
   boost::system::error_code ec;
-  const boost::json::value body = boost::json::parse(ctx.request.body(), ec, {}, options);
+  const boost::json::value body = boost::json::parse(ctx.request.body(), ec, {}, body_parse_options());
   std::string raw = sha256_bytea(head + ctx.request.body());
   std::string hash = ec ? raw : sha256_bytea(head + canonical_json(body));
   return std::optional<IdempotencyKey>(IdempotencyKey{std::move(key), std::move(hash), std::move(raw)});
-}
-
-std::string canonical_json(const boost::json::value& v) {
-  std::string out;
-  const auto put = [&out](const auto& self, const boost::json::value& x) -> void {
-    if (x.is_object()) {
-      std::vector<const boost::json::key_value_pair*> members;
-      for (const auto& kv : x.get_object()) members.push_back(&kv);
-      std::sort(members.begin(), members.end(), [](const auto* a, const auto* b) { return a->key() < b->key(); });
-      out += '{';
-      for (const auto* kv : members) {
-        if (kv != members.front()) out += ',';
-        out += boost::json::serialize(boost::json::string(kv->key()));
-        out += ':';
-        self(self, kv->value());
-      }
-      out += '}';
-    } else if (x.is_array()) {
-      out += '[';
-      bool first = true;
-      for (const auto& e : x.get_array()) {
-        if (!first) out += ',';
-        first = false;
-        self(self, e);
-      }
-      out += ']';
-    } else {
-      out += boost::json::serialize(x);
-    }
-  };
-  put(put, v);
-  return out;
 }
 
 std::optional<http::Response> stored_answer(store::PgConnection& db, std::int64_t account, const IdempotencyKey& key) {

@@ -48,31 +48,16 @@ class RawConnection {
     }
   }
 
-  // What the server sends until `marker` has arrived (or it closes, or `timeout` passes).
-  std::string read_until(const std::string& marker, std::chrono::milliseconds timeout) {
-    std::string bytes;
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (bytes.find(marker) == std::string::npos && std::chrono::steady_clock::now() < deadline) {
-      pollfd p{fd_, POLLIN, 0};
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-      if (::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 1))) <= 0) continue;
-      char buf[4096];
-      auto n = ::recv(fd_, buf, sizeof buf, 0);
-      if (n <= 0) break;
-      bytes.append(buf, static_cast<std::size_t>(n));
-    }
-    return bytes;
-  }
-  // Everything the server sends until it closes the connection; `closed` tells whether it did
-  // within `timeout`.
+  // Everything the server sends until it closes the connection, or `until` is in what arrived, or `timeout`
+  // passes; `closed` tells whether it closed.
   struct Received {
     std::string bytes;
     bool closed = false;
   };
-  Received read_until_closed(std::chrono::milliseconds timeout) {
+  Received read_until_closed(std::chrono::milliseconds timeout, const std::string& until = {}) {
     Received r;
     const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < deadline) {
+    while ((until.empty() || r.bytes.find(until) == std::string::npos) && std::chrono::steady_clock::now() < deadline) {
       pollfd p{fd_, POLLIN, 0};
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
       if (::poll(&p, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 1))) <= 0) continue;
@@ -85,6 +70,10 @@ class RawConnection {
       r.bytes.append(buf, static_cast<std::size_t>(n));
     }
     return r;
+  }
+  // What the server sends until `marker` has arrived (or it closes, or `timeout` passes).
+  std::string read_until(const std::string& marker, std::chrono::milliseconds timeout) {
+    return read_until_closed(timeout, marker).bytes;
   }
 
  private:

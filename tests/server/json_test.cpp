@@ -4,7 +4,6 @@
 #include <catch2/catch.hpp>
 
 #include "server/json_fields.hpp"
-#include "server/routes.hpp"
 
 using namespace gpuex;
 
