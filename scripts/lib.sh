@@ -12,12 +12,14 @@ export CCACHE_NOHASHDIR=1
 die() { echo "error: $*" >&2; exit 1; }
 say() { echo "==> $*" >&2; }
 
-# gpuex_build TYPE DIR [TARGETS...]: configure (once) and build with Ninja.
+# gpuex_build TYPE DIR [TARGETS...]: configure (once) and build with Ninja. GPUEX_CMAKE_ARGS, if set, adds
+# cache settings at the first configure (e.g. -DGPUEX_SANITIZE=thread; such a build gets a folder of its own).
 gpuex_build() {
   local type=$1 dir=$2; shift 2
   if [ ! -f "$dir/build.ninja" ] || ! grep -q "CMAKE_BUILD_TYPE:STRING=$type" "$dir/CMakeCache.txt" 2>/dev/null; then
     say "configuring $type build in ${dir#"$GPUEX_ROOT"/}"
-    cmake -S "$GPUEX_ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE="$type" >/dev/null \
+    # shellcheck disable=SC2086 # GPUEX_CMAKE_ARGS is a list of words
+    cmake -S "$GPUEX_ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE="$type" ${GPUEX_CMAKE_ARGS:-} >/dev/null \
       || die "cmake configure failed (see the output above)"
   fi
   say "building ($type) in ${dir#"$GPUEX_ROOT"/}"

@@ -468,7 +468,7 @@ TEST_CASE("the engine's state after a clean stop equals the state rebuilt on res
   CHECK_THAT(again.log(), Catch::Contains("no snapshot, "));
 }
 
-TEST_CASE("a restart restores the latest snapshot and replays only the commands after it; a damaged one is skipped") {
+TEST_CASE("a restart restores the latest snapshot and replays only the commands after it, and skips a damaged one") {
   Market m({"--snapshot-every", "25"});
   random_load(m, 20261130, 80);
   // Snapshots are written once their commands committed, by their own thread: wait for two.
