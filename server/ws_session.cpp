@@ -809,10 +809,6 @@ void start(NextLayer stream, http::Request upgrade, std::string ip, HttpServer& 
   session->run();
 }
 
-}  // namespace
-
-namespace {
-
 // RFC 6455 §4.2.1: the key is 16 bytes in base64, i.e. 22 characters, the last of them carrying 2 bits
 // (A, Q, g or w), then "==". Beast only asks that there be one.
 bool is_handshake_key(std::string_view key) {
